@@ -1,0 +1,1020 @@
+//! The Event Dispatcher (EVD): the queue every completion and notification
+//! of rdapl flows through.
+//!
+//! # Guarantees
+//!
+//! * **Exactly once.** Every event that is published is delivered to exactly
+//!   one consumer: an upcall, a `dequeue`, a `wait` or an async stream,
+//!   whatever mix of them runs.
+//! * **Per-stream FIFO.** Events are stored in one FIFO in the order
+//!   producers published them, so within a stream (and across streams) they
+//!   come out in that order.
+//! * **No lost wakeup.** Every decision that must be atomic with respect to
+//!   producers is a single compare-and-swap on one state word that holds the
+//!   queue depth and every notification flag (`state.rs`): a producer's
+//!   "count + 1, is someone to be told?" and a consumer's "is anything
+//!   queued? then change the policy / arm the waiter" never interleave.
+//! * **Race-free re-enable in three forms** ([`ReEnable`]): `Strict` refuses
+//!   with [`Error::Busy`] while events are queued, `OnAny` delivers what is
+//!   queued by upcall, `OnNew` arms for new arrivals and reports the pending
+//!   count.
+//! * **Upcalls run in a dispatch context** ([`crate::dispatch`]): never on
+//!   the stack of a consumer call and never under an internal lock, so an
+//!   upcall may call any function, `modify_upcall` on its own EVD included.
+//!   `SingleInstance` runs at most one upcall at a time and delivers what
+//!   arrived meanwhile when it returns; `Teardown` returns only after running
+//!   upcalls have returned, and fails (instead of deadlocking) when called
+//!   from inside this EVD's own upcall.
+//! * **Nothing lost silently.** DTO completions reserve their slot when the
+//!   work request is posted ([`Evd::reserve`]), so a completion always fits.
+//!   Streams that cannot be refused at the source ([`Evd::post_event`]) that
+//!   find the EVD full are counted and reported by an `EvdOverflow` event on
+//!   the async EVD, naming this EVD; the EVD stays usable.
+//!
+//! # Hot path
+//!
+//! Publishing an event is a push onto a lock-free segmented queue plus one
+//! CAS on the state word; dequeuing is one CAS to claim, a pop, and one
+//! atomic subtraction to release capacity. No lock is taken on either side
+//! unless a waiter, stream, CNO or upcall has to be woken.
+
+pub(crate) mod state;
+mod storage;
+
+pub use state::{MAX_QLEN, ReEnable};
+
+use crate::cno::Cno;
+use crate::dispatch::{Dispatch, DispatchRun};
+use crate::error::{Error, Result, Subtype};
+use crate::event::{Event, EventStream, EvdFlags, EvdHandle};
+use crate::sync::{self, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, Signal};
+use state::{
+    CNO_ENABLED, FREED, Policy, RunStep, STREAM_ARMED, State, UNWAITABLE, WAIT_ARMED, WAITER,
+};
+use std::fmt;
+use std::time::Duration;
+use storage::Storage;
+
+/// A consumer's upcall (`DAT_UPCALL_OBJECT`).
+///
+/// `event` is `None` for a notify-only upcall; `more_events` says whether
+/// more events were queued after the one delivered.
+pub trait Upcall: Send + Sync + 'static {
+    /// Called in a dispatch context with one event (or none, notify-only).
+    fn upcall(&self, evd: &Evd, event: Option<Event>, more_events: bool);
+}
+
+impl<F> Upcall for F
+where
+    F: Fn(&Evd, Option<Event>, bool) + Send + Sync + 'static,
+{
+    fn upcall(&self, evd: &Evd, event: Option<Event>, more_events: bool) {
+        self(evd, event, more_events)
+    }
+}
+
+/// `DAT_UPCALL_POLICY` (kDAT names and values).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum UpcallPolicy {
+    /// `DAT_UPCALL_DISABLE`: no upcalls; events wait for `dequeue`/`wait`.
+    Disable,
+    /// `DAT_UPCALL_SINGLE_INSTANCE`: at most one upcall at a time.
+    SingleInstance,
+    /// `DAT_UPCALL_MANY`: several upcalls may run at once.
+    Many,
+    /// `DAT_UPCALL_NORIFY` (sic): one upcall with no event, then off until
+    /// re-enabled.
+    NotifyOnly,
+    /// `DAT_UPCALL_TEARDOWN`: no new upcalls, and return only after every
+    /// running upcall has returned.
+    Teardown,
+}
+
+impl UpcallPolicy {
+    /// The DAT value (`DAT_UPCALL_*`).
+    pub fn to_dat(self) -> i32 {
+        match self {
+            UpcallPolicy::Disable => 0,
+            UpcallPolicy::SingleInstance => 1,
+            UpcallPolicy::NotifyOnly => 2,
+            UpcallPolicy::Many => 100,
+            UpcallPolicy::Teardown => -1,
+        }
+    }
+
+    /// The policy for a DAT value.
+    pub fn from_dat(v: i32) -> Option<UpcallPolicy> {
+        Some(match v {
+            0 => UpcallPolicy::Disable,
+            1 => UpcallPolicy::SingleInstance,
+            2 => UpcallPolicy::NotifyOnly,
+            100 => UpcallPolicy::Many,
+            -1 => UpcallPolicy::Teardown,
+            _ => return None,
+        })
+    }
+
+    fn from_state(p: Policy) -> UpcallPolicy {
+        match p {
+            Policy::Disabled => UpcallPolicy::Disable,
+            Policy::Single => UpcallPolicy::SingleInstance,
+            Policy::Many => UpcallPolicy::Many,
+            Policy::Notify => UpcallPolicy::NotifyOnly,
+            Policy::Teardown => UpcallPolicy::Teardown,
+        }
+    }
+}
+
+/// What `Evd::query` reports (`DAT_EVD_PARAM`, both the uDAT and kDAT forms).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvdParam {
+    /// The EVD's handle.
+    pub handle: EvdHandle,
+    /// Queue length.
+    pub qlen: usize,
+    /// Streams accepted.
+    pub flags: EvdFlags,
+    /// Current upcall policy.
+    pub upcall_policy: UpcallPolicy,
+    /// Whether an upcall object is registered.
+    pub has_upcall: bool,
+    /// Events queued and not yet consumed.
+    pub pending: usize,
+    /// Slots taken: queued events plus reserved DTO completions.
+    pub occupied: usize,
+    /// uDAT enabled state (arrivals trigger the CNO).
+    pub enabled: bool,
+    /// uDAT waitable state.
+    pub waitable: bool,
+    /// The attached CNO, if any.
+    pub cno: Option<crate::cno::CnoHandle>,
+    /// Events dropped because the EVD was full (each counted, reported by
+    /// `EvdOverflow` on the async EVD).
+    pub overflows: u64,
+    /// Endpoints and service points that feed this EVD.
+    pub feeders: usize,
+}
+
+/// A slot reserved for one DTO completion. Obtained at post time from
+/// [`Evd::reserve`]; consumed by [`Evd::complete`] or [`Evd::release`].
+#[must_use = "a reservation holds EVD capacity until completed or released"]
+#[derive(Debug)]
+pub struct Reservation {
+    evd: EvdHandle,
+}
+
+/// The overflow outcome of [`Evd::post_event`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Overflowed {
+    /// True if an `EvdOverflow` event was posted to the async EVD for this
+    /// overflow (one is posted per overflow episode).
+    pub reported: bool,
+}
+
+/// An Event Dispatcher. Cloning gives another handle to the same EVD.
+#[derive(Clone)]
+pub struct Evd {
+    pub(crate) inner: Arc<EvdInner>,
+}
+
+impl fmt::Debug for Evd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Evd")
+            .field("handle", &self.inner.id)
+            .field("state", &self.inner.load())
+            .finish()
+    }
+}
+
+pub(crate) struct EvdInner {
+    pub(crate) id: EvdHandle,
+    flags: EvdFlags,
+    /// The state word (`state.rs`).
+    state: AtomicU64,
+    /// Capacity word: occupied slots (queued + reserved) in the low 32 bits,
+    /// the queue length in the high 32 bits.
+    cap: AtomicU64,
+    storage: Storage,
+    upcall: Mutex<Option<Arc<dyn Upcall>>>,
+    dispatch: Arc<dyn Dispatch>,
+    max_runs: u64,
+    waiter: Signal,
+    teardown_lock: Mutex<()>,
+    teardown_cv: Condvar,
+    teardown_waiters: AtomicUsize,
+    cno: Mutex<Option<Cno>>,
+    enabled: AtomicBool,
+    async_evd: Option<Evd>,
+    overflows: AtomicU64,
+    overflow_reported: AtomicBool,
+    feeders: AtomicUsize,
+    #[cfg(feature = "stream")]
+    pub(crate) stream_waker: Mutex<Option<std::task::Waker>>,
+}
+
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    /// The EVD whose upcall this thread is executing (0: none).
+    static IN_UPCALL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+#[cfg(loom)]
+loom::thread_local! {
+    static IN_UPCALL: std::cell::Cell<u64> = std::cell::Cell::new(0);
+}
+
+/// Builder for an [`Evd`].
+pub struct EvdBuilder {
+    qlen: usize,
+    flags: EvdFlags,
+    dispatch: Option<Arc<dyn Dispatch>>,
+    async_evd: Option<Evd>,
+    cno: Option<Cno>,
+    upcall: Option<(UpcallPolicy, Arc<dyn Upcall>)>,
+}
+
+impl EvdBuilder {
+    /// The dispatch context for upcalls (default: [`crate::Dispatcher::global`]).
+    pub fn dispatch(mut self, d: Arc<dyn Dispatch>) -> Self {
+        self.dispatch = Some(d);
+        self
+    }
+
+    /// The async EVD that receives this EVD's overflow reports.
+    pub fn async_evd(mut self, evd: &Evd) -> Self {
+        self.async_evd = Some(evd.clone());
+        self
+    }
+
+    /// Attach a CNO (uDAT `dat_evd_create(..., cno, ...)`); the EVD starts enabled.
+    pub fn cno(mut self, cno: &Cno) -> Self {
+        self.cno = Some(cno.clone());
+        self
+    }
+
+    /// Register an upcall at creation (kDAT `dat_evd_kcreate`).
+    pub fn upcall(mut self, policy: UpcallPolicy, upcall: Arc<dyn Upcall>) -> Self {
+        self.upcall = Some((policy, upcall));
+        self
+    }
+
+    /// Creates the EVD.
+    pub fn build(self) -> Result<Evd> {
+        if self.qlen == 0 {
+            return Err(Error::param(2, "evd_min_qlen must be at least 1"));
+        }
+        if self.qlen > MAX_QLEN {
+            return Err(Error::InsufficientResources {
+                resource: Subtype::ResourceTevd,
+                what: "evd_min_qlen above the maximum EVD queue length",
+            });
+        }
+        let dispatch = match self.dispatch {
+            Some(d) => d,
+            None => default_dispatch()?,
+        };
+        let max_runs = (dispatch.concurrency() as u64).clamp(1, state::MAX_RUNS);
+        let (policy, upcall) = match self.upcall {
+            None => (Policy::Disabled, None),
+            Some((p, u)) => (enabling_policy(p).unwrap_or(Policy::Disabled), Some(u)),
+        };
+        let has_cno = self.cno.is_some();
+        let mut s = State(0).with_policy(policy);
+        if policy == Policy::Notify {
+            s = s.set(state::NOTIFY_ARMED);
+        }
+        if has_cno {
+            s = s.set(CNO_ENABLED);
+        }
+        let inner = EvdInner {
+            id: EvdHandle(next_id()),
+            flags: self.flags,
+            state: AtomicU64::new(s.0),
+            cap: AtomicU64::new((self.qlen as u64) << 32),
+            storage: Storage::new(),
+            upcall: Mutex::new(upcall),
+            dispatch,
+            max_runs,
+            waiter: Signal::new(),
+            teardown_lock: Mutex::new(()),
+            teardown_cv: Condvar::new(),
+            teardown_waiters: AtomicUsize::new(0),
+            cno: Mutex::new(self.cno),
+            enabled: AtomicBool::new(true),
+            async_evd: self.async_evd,
+            overflows: AtomicU64::new(0),
+            overflow_reported: AtomicBool::new(false),
+            feeders: AtomicUsize::new(0),
+            #[cfg(feature = "stream")]
+            stream_waker: Mutex::new(None),
+        };
+        Ok(Evd {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+#[cfg(not(loom))]
+fn default_dispatch() -> Result<Arc<dyn Dispatch>> {
+    Ok(crate::dispatch::Dispatcher::global())
+}
+
+#[cfg(loom)]
+fn default_dispatch() -> Result<Arc<dyn Dispatch>> {
+    Err(Error::param(1, "loom builds need an explicit dispatch context"))
+}
+
+fn enabling_policy(p: UpcallPolicy) -> Option<Policy> {
+    match p {
+        UpcallPolicy::SingleInstance => Some(Policy::Single),
+        UpcallPolicy::Many => Some(Policy::Many),
+        UpcallPolicy::NotifyOnly => Some(Policy::Notify),
+        UpcallPolicy::Disable | UpcallPolicy::Teardown => None,
+    }
+}
+
+const OCC_MASK: u64 = 0xFFFF_FFFF;
+
+impl EvdInner {
+    fn load(&self) -> State {
+        State(self.state.load(Ordering::SeqCst))
+    }
+
+    /// Runs `f` in a CAS loop on the state word. `f` returns the new state
+    /// and a value, or an error that ends the loop without a change.
+    fn update<T, E>(&self, mut f: impl FnMut(State) -> Result<(State, T), E>) -> Result<T, E> {
+        let mut cur = self.state.load(Ordering::SeqCst);
+        loop {
+            let (next, out) = f(State(cur))?;
+            if next.0 == cur {
+                return Ok(out);
+            }
+            match self
+                .state
+                .compare_exchange_weak(cur, next.0, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return Ok(out),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    fn qlen(&self) -> usize {
+        (self.cap.load(Ordering::SeqCst) >> 32) as usize
+    }
+
+    /// Takes `n` slots of capacity, or fails if fewer are free.
+    fn take_slots(&self, n: u64) -> bool {
+        let mut cur = self.cap.load(Ordering::SeqCst);
+        loop {
+            let occ = cur & OCC_MASK;
+            let qlen = cur >> 32;
+            if occ + n > qlen {
+                return false;
+            }
+            match self.cap.compare_exchange_weak(
+                cur,
+                cur + n,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                Err(a) => cur = a,
+            }
+        }
+    }
+
+    fn free_slots(&self, n: u64) {
+        self.cap.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    /// Publishes `n` events already pushed to storage and acts on the result.
+    fn publish(self: &Arc<Self>, n: usize) {
+        let max_runs = self.max_runs;
+        let wake = match self.update::<_, ()>(|s| Ok(state::publish(s, n, max_runs))) {
+            Ok(w) => w,
+            Err(()) => return,
+        };
+        if wake.any() {
+            self.act(wake);
+        }
+    }
+
+    fn act(self: &Arc<Self>, wake: state::Wake) {
+        for _ in 0..wake.runs {
+            self.dispatch.schedule(DispatchRun(self.clone()));
+        }
+        if wake.waiter {
+            self.waiter.raise();
+        }
+        #[cfg(feature = "stream")]
+        if wake.stream {
+            if let Some(w) = self.stream_waker.lock().take() {
+                w.wake();
+            }
+        }
+        if wake.cno {
+            let cno = self.cno.lock().clone();
+            if let Some(cno) = cno {
+                cno.trigger(self.id);
+            }
+        }
+    }
+
+    /// Claims up to `max` published events for a consumer that is not the
+    /// waiter. Returns how many were claimed.
+    fn claim(&self, max: usize) -> Result<usize> {
+        self.update(|s| {
+            if s.has(FREED) {
+                return Err(Error::InvalidHandle(Subtype::NoSubtype));
+            }
+            if s.has(WAITER) {
+                return Err(Error::state(
+                    Subtype::InvalidStateEvdWaiter,
+                    "a waiter owns the EVD",
+                ));
+            }
+            let n = s.count().min(max);
+            Ok((s.with_count(s.count() - n), n))
+        })
+    }
+
+    /// Pops one claimed event and releases its slot.
+    fn take_claimed(&self) -> Event {
+        let ev = self.storage.pop_claimed();
+        self.free_slots(1);
+        ev
+    }
+
+    fn check_live(&self) -> Result<State> {
+        let s = self.load();
+        if s.has(FREED) {
+            Err(Error::InvalidHandle(Subtype::NoSubtype))
+        } else {
+            Ok(s)
+        }
+    }
+}
+
+/// Executes one dispatch run of `evd` (see [`DispatchRun`]).
+pub(crate) fn run(evd: &Arc<EvdInner>) {
+    let handle = Evd { inner: evd.clone() };
+    let mut in_upcall = false;
+    let mut first = true;
+    loop {
+        let step = evd
+            .update::<_, ()>(|s| Ok(state::run_step(s, in_upcall, first)))
+            .unwrap_or(RunStep::Exit { idle: false });
+        first = false;
+        let (event, more) = match step {
+            RunStep::Exit { idle } => {
+                if idle && evd.teardown_waiters.load(Ordering::SeqCst) > 0 {
+                    let _g = evd.teardown_lock.lock();
+                    evd.teardown_cv.notify_all();
+                }
+                return;
+            }
+            RunStep::Deliver { more } => (Some(evd.take_claimed()), more),
+            RunStep::Notify => (None, false),
+        };
+        in_upcall = true;
+        let upcall = evd.upcall.lock().clone();
+        if let Some(u) = upcall {
+            let prev = IN_UPCALL.with(|c| c.replace(evd.id.0));
+            u.upcall(&handle, event, more);
+            IN_UPCALL.with(|c| c.set(prev));
+        }
+        // No upcall object: the event is dropped only if the consumer enabled
+        // upcalls without one, which `modify_upcall` refuses.
+    }
+}
+
+impl Evd {
+    /// Starts building an EVD of queue length `qlen` for the given streams.
+    pub fn builder(qlen: usize, flags: EvdFlags) -> EvdBuilder {
+        EvdBuilder {
+            qlen,
+            flags,
+            dispatch: None,
+            async_evd: None,
+            cno: None,
+            upcall: None,
+        }
+    }
+
+    /// Creates an EVD with the default dispatch context (`dat_evd_create`).
+    pub fn create(qlen: usize, flags: EvdFlags) -> Result<Evd> {
+        Evd::builder(qlen, flags).build()
+    }
+
+    /// The EVD's handle.
+    pub fn handle(&self) -> EvdHandle {
+        self.inner.id
+    }
+
+    /// The streams this EVD accepts.
+    pub fn flags(&self) -> EvdFlags {
+        self.inner.flags
+    }
+
+    /// Removes the oldest event (`dat_evd_dequeue`). `Ok(None)` when empty.
+    /// Refused with `InvalidState` while a waiter owns the EVD.
+    pub fn dequeue(&self) -> Result<Option<Event>> {
+        if self.inner.claim(1)? == 1 {
+            Ok(Some(self.inner.take_claimed()))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Moves up to `max` events (oldest first) to the end of `out` with one
+    /// atomic claim. Returns how many were moved (0 when empty).
+    pub fn dequeue_batch(&self, out: &mut Vec<Event>, max: usize) -> Result<usize> {
+        let n = self.inner.claim(max)?;
+        if n > 0 {
+            out.reserve(n);
+            for _ in 0..n {
+                out.push(self.inner.storage.pop_claimed());
+            }
+            self.inner.free_slots(n as u64);
+        }
+        Ok(n)
+    }
+
+    /// Fills `buf` from the front with up to `buf.len()` events. Returns how
+    /// many slots were filled.
+    pub fn dequeue_into(&self, buf: &mut [Option<Event>]) -> Result<usize> {
+        let n = self.inner.claim(buf.len())?;
+        for slot in buf.iter_mut().take(n) {
+            *slot = Some(self.inner.storage.pop_claimed());
+        }
+        if n > 0 {
+            self.inner.free_slots(n as u64);
+        }
+        Ok(n)
+    }
+
+    /// Blocks until at least `threshold` events are queued or `timeout`
+    /// passes (`None`: infinite), then returns the oldest event and the
+    /// number still queued (`dat_evd_wait`).
+    ///
+    /// Errors: `InvalidParameter` for threshold 0 or above the queue length;
+    /// `InvalidState` if the EVD is unwaitable, another waiter owns it, or
+    /// it becomes unwaitable while waiting; `TimeoutExpired { nmore }`;
+    /// `Abort` if the EVD is freed while waiting.
+    pub fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<(Event, usize)> {
+        let inner = &self.inner;
+        if threshold == 0 || threshold > inner.qlen() {
+            return Err(Error::param(3, "threshold must be between 1 and the queue length"));
+        }
+        // Take ownership.
+        inner.update(|s| {
+            if s.has(FREED) {
+                return Err(Error::InvalidHandle(Subtype::NoSubtype));
+            }
+            if s.has(UNWAITABLE) {
+                return Err(Error::state(
+                    Subtype::InvalidStateEvdUnwaitable,
+                    "the EVD is unwaitable",
+                ));
+            }
+            if s.has(WAITER) {
+                return Err(Error::state(
+                    Subtype::InvalidStateEvdWaiter,
+                    "another thread already waits on this EVD",
+                ));
+            }
+            Ok((s.set(WAITER), ()))
+        })?;
+        let deadline = sync::deadline(timeout);
+        enum Step {
+            Got(usize),
+            Sleep,
+        }
+        loop {
+            // Take an event if the threshold is met, else arm: one CAS.
+            let step = inner.update(|s| {
+                if s.has(FREED) {
+                    return Err(Error::Abort("the EVD was freed while waiting"));
+                }
+                if s.has(UNWAITABLE) {
+                    let n = s.clear(WAITER | WAIT_ARMED);
+                    return Ok((n, Err(())));
+                }
+                if s.count() >= threshold {
+                    let left = s.count() - 1;
+                    let n = s.with_count(left).clear(WAITER | WAIT_ARMED);
+                    return Ok((n, Ok(Step::Got(left))));
+                }
+                Ok((s.set(WAIT_ARMED).with_threshold(threshold), Ok(Step::Sleep)))
+            });
+            match step {
+                Err(e) => {
+                    // Freed: release ownership (best effort, the EVD is dead).
+                    let _ = inner.update::<_, ()>(|s| Ok((s.clear(WAITER | WAIT_ARMED), ())));
+                    return Err(e);
+                }
+                Ok(Err(())) => {
+                    return Err(Error::state(
+                        Subtype::InvalidStateEvdUnwaitable,
+                        "the EVD was made unwaitable",
+                    ));
+                }
+                Ok(Ok(Step::Got(left))) => return Ok((inner.take_claimed(), left)),
+                Ok(Ok(Step::Sleep)) => {}
+            }
+            if !inner.waiter.wait_until(deadline) {
+                // Timed out: disarm and give up, unless the threshold was met
+                // in the meantime (then take the event).
+                let out = inner.update(|s| {
+                    if s.count() >= threshold && !s.has(FREED) && !s.has(UNWAITABLE) {
+                        let left = s.count() - 1;
+                        return Ok::<_, ()>((
+                            s.with_count(left).clear(WAITER | WAIT_ARMED),
+                            Ok(left),
+                        ));
+                    }
+                    Ok((s.clear(WAITER | WAIT_ARMED), Err(s.count())))
+                });
+                return match out {
+                    Ok(Ok(left)) => Ok((inner.take_claimed(), left)),
+                    Ok(Err(nmore)) => Err(Error::TimeoutExpired { nmore }),
+                    Err(()) => Err(Error::TimeoutExpired { nmore: 0 }),
+                };
+            }
+        }
+    }
+
+    /// Posts a software event (`dat_evd_post_se`). `QueueFull` if the EVD is
+    /// full (nothing is queued).
+    pub fn post_se(&self, value: u64) -> Result<()> {
+        self.inner.check_live()?;
+        if !self.inner.flags.accepts(EventStream::Software) {
+            return Err(Error::param(1, "the EVD has no software event stream"));
+        }
+        if !self.inner.take_slots(1) {
+            return Err(Error::QueueFull);
+        }
+        self.inner.storage.push(Event::Software(value));
+        self.inner.publish(1);
+        Ok(())
+    }
+
+    /// Changes the upcall policy (`dat_evd_modify_upcall`).
+    ///
+    /// `upcall: None` keeps the current upcall object (`DAT_UPCALL_SAME`).
+    /// For the enabling policies, `mode` says what happens to events already
+    /// queued ([`ReEnable`]). Returns the number of events queued at the
+    /// atomic switch: with `OnNew` the caller must poll again if it is not
+    /// zero; with `OnAny` they are being delivered by upcall; with `Strict` it
+    /// is always 0 (non-zero is refused as `Busy`).
+    pub fn modify_upcall(
+        &self,
+        policy: UpcallPolicy,
+        upcall: Option<Arc<dyn Upcall>>,
+        mode: ReEnable,
+    ) -> Result<usize> {
+        let inner = &self.inner;
+        inner.check_live()?;
+        match policy {
+            UpcallPolicy::Disable => {
+                if let Some(u) = upcall {
+                    *inner.upcall.lock() = Some(u);
+                }
+                inner.update::<_, Error>(|s| {
+                    Ok((s.with_policy(Policy::Disabled).clear(state::NOTIFY_ARMED), s.count()))
+                })
+            }
+            UpcallPolicy::Teardown => {
+                if IN_UPCALL.with(|c| c.get()) == inner.id.0 {
+                    return Err(Error::state(
+                        Subtype::InvalidStateEvdInUse,
+                        "Teardown called from inside this EVD's own upcall would deadlock",
+                    ));
+                }
+                let pending = inner.update::<_, Error>(|s| {
+                    Ok((s.with_policy(Policy::Teardown).clear(state::NOTIFY_ARMED), s.count()))
+                })?;
+                inner.teardown_waiters.fetch_add(1, Ordering::SeqCst);
+                {
+                    let mut g = inner.teardown_lock.lock();
+                    while inner.load().inup() > 0 {
+                        g = inner.teardown_cv.wait(g);
+                    }
+                }
+                inner.teardown_waiters.fetch_sub(1, Ordering::SeqCst);
+                if let Some(u) = upcall {
+                    *inner.upcall.lock() = Some(u);
+                }
+                Ok(pending)
+            }
+            p => {
+                let p = enabling_policy(p).unwrap_or(Policy::Disabled);
+                {
+                    let mut slot = inner.upcall.lock();
+                    if let Some(u) = upcall {
+                        *slot = Some(u);
+                    } else if slot.is_none() {
+                        return Err(Error::param(3, "no upcall object registered"));
+                    }
+                }
+                let max_runs = inner.max_runs;
+                let (runs, pending) = inner.update(|s| {
+                    match state::enable(s, p, mode, max_runs) {
+                        Ok((n, runs, pending)) => Ok((n, (runs, pending))),
+                        Err(pending) => Err(Error::Busy { pending }),
+                    }
+                })?;
+                for _ in 0..runs {
+                    inner.dispatch.schedule(DispatchRun(inner.clone()));
+                }
+                Ok(pending)
+            }
+        }
+    }
+
+    /// Changes the queue length (`dat_evd_resize`), keeping every queued
+    /// event. Refused with `InvalidState` below the slots in use (queued
+    /// events plus reserved DTO completions).
+    pub fn resize(&self, qlen: usize) -> Result<()> {
+        self.inner.check_live()?;
+        if qlen == 0 {
+            return Err(Error::param(2, "evd_min_qlen must be at least 1"));
+        }
+        if qlen > MAX_QLEN {
+            return Err(Error::InsufficientResources {
+                resource: Subtype::ResourceTevd,
+                what: "evd_min_qlen above the maximum EVD queue length",
+            });
+        }
+        let cap = &self.inner.cap;
+        let mut cur = cap.load(Ordering::SeqCst);
+        loop {
+            if cur & OCC_MASK > qlen as u64 {
+                return Err(Error::state(
+                    Subtype::InvalidStateEvdInUse,
+                    "more events queued or reserved than the new queue length",
+                ));
+            }
+            let next = (cur & OCC_MASK) | ((qlen as u64) << 32);
+            match cap.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return Ok(()),
+                Err(a) => cur = a,
+            }
+        }
+    }
+
+    /// Reports the EVD's parameters (`dat_evd_query`).
+    pub fn query(&self) -> Result<EvdParam> {
+        let s = self.inner.check_live()?;
+        let cap = self.inner.cap.load(Ordering::SeqCst);
+        Ok(EvdParam {
+            handle: self.inner.id,
+            qlen: (cap >> 32) as usize,
+            flags: self.inner.flags,
+            upcall_policy: UpcallPolicy::from_state(s.policy()),
+            has_upcall: self.inner.upcall.lock().is_some(),
+            pending: s.count(),
+            occupied: (cap & OCC_MASK) as usize,
+            enabled: self.inner.enabled.load(Ordering::SeqCst),
+            waitable: !s.has(UNWAITABLE),
+            cno: self.inner.cno.lock().as_ref().map(|c| c.handle()),
+            overflows: self.inner.overflows.load(Ordering::SeqCst),
+            feeders: self.inner.feeders.load(Ordering::SeqCst),
+        })
+    }
+
+    /// Frees the EVD (`dat_evd_free`). Refused with `InvalidState` while
+    /// endpoints or service points feed it. Queued events are discarded; a
+    /// blocked waiter returns `Abort`; later calls return `InvalidHandle`.
+    /// Upcalls already running finish; use `Teardown` first to wait for them.
+    pub fn free(&self) -> Result<()> {
+        let inner = &self.inner;
+        if inner.feeders.load(Ordering::SeqCst) > 0 {
+            return Err(Error::state(
+                Subtype::InvalidStateEvdInUse,
+                "endpoints or service points still feed this EVD",
+            ));
+        }
+        let prev = inner.update(|s| {
+            if s.has(FREED) {
+                return Err(Error::InvalidHandle(Subtype::NoSubtype));
+            }
+            Ok((
+                s.set(FREED)
+                    .with_policy(Policy::Disabled)
+                    .clear(WAIT_ARMED | STREAM_ARMED | CNO_ENABLED),
+                s,
+            ))
+        })?;
+        if prev.has(WAITER) {
+            inner.waiter.raise();
+        }
+        #[cfg(feature = "stream")]
+        if let Some(w) = inner.stream_waker.lock().take() {
+            w.wake();
+        }
+        // Break reference cycles through the upcall object and the CNO.
+        *inner.upcall.lock() = None;
+        *inner.cno.lock() = None;
+        // Queued events become unreachable and are dropped with the last
+        // handle; storage is not cleared here because a consumer may be
+        // between its claim and its pop.
+        if inner.teardown_waiters.load(Ordering::SeqCst) > 0 {
+            let _g = inner.teardown_lock.lock();
+            inner.teardown_cv.notify_all();
+        }
+        Ok(())
+    }
+
+    /// uDAT `dat_evd_enable`: arrivals trigger the attached CNO.
+    pub fn enable(&self) -> Result<()> {
+        self.inner.check_live()?;
+        self.inner.enabled.store(true, Ordering::SeqCst);
+        self.sync_cno_flag();
+        Ok(())
+    }
+
+    /// uDAT `dat_evd_disable`: arrivals no longer trigger the CNO (a trigger
+    /// already in progress may still wake a CNO waiter).
+    pub fn disable(&self) -> Result<()> {
+        self.inner.check_live()?;
+        self.inner.enabled.store(false, Ordering::SeqCst);
+        self.sync_cno_flag();
+        Ok(())
+    }
+
+    /// uDAT `dat_evd_set_unwaitable`: `wait` is refused, and a blocked
+    /// waiter returns `InvalidState`.
+    pub fn set_unwaitable(&self) -> Result<()> {
+        self.inner.check_live()?;
+        let prev = self
+            .inner
+            .update::<_, Error>(|s| Ok((s.set(UNWAITABLE).clear(WAIT_ARMED), s)))?;
+        if prev.has(WAIT_ARMED) {
+            self.inner.waiter.raise();
+        }
+        Ok(())
+    }
+
+    /// uDAT `dat_evd_clear_unwaitable`.
+    pub fn clear_unwaitable(&self) -> Result<()> {
+        self.inner.check_live()?;
+        self.inner
+            .update::<_, Error>(|s| Ok((s.clear(UNWAITABLE), ())))
+    }
+
+    /// uDAT `dat_evd_modify_cno`: attach, replace or detach (`None`) the CNO.
+    /// As DAT warns, a notification may still reach the old CNO.
+    pub fn modify_cno(&self, cno: Option<&Cno>) -> Result<()> {
+        self.inner.check_live()?;
+        *self.inner.cno.lock() = cno.cloned();
+        self.sync_cno_flag();
+        Ok(())
+    }
+
+    fn sync_cno_flag(&self) {
+        // Hold the CNO slot while setting the flag so concurrent
+        // `modify_cno`/`enable` calls leave flag and slot consistent.
+        let slot = self.inner.cno.lock();
+        let on = slot.is_some() && self.inner.enabled.load(Ordering::SeqCst);
+        let _ = self.inner.update::<_, ()>(|s| {
+            Ok((if on { s.set(CNO_ENABLED) } else { s.clear(CNO_ENABLED) }, ()))
+        });
+        drop(slot);
+    }
+
+    // ----- provider-facing interface -------------------------------------
+
+    /// Reserves the slot for one DTO completion, at post time. Fails with
+    /// `InsufficientResources(ResourceTevd)` if the EVD could not take the
+    /// completion, so the work request is refused before anything happens.
+    pub fn reserve(&self) -> Result<Reservation> {
+        self.inner.check_live()?;
+        if self.inner.take_slots(1) {
+            Ok(Reservation { evd: self.inner.id })
+        } else {
+            Err(Error::InsufficientResources {
+                resource: Subtype::ResourceTevd,
+                what: "completion EVD is full (queued plus outstanding completions)",
+            })
+        }
+    }
+
+    /// Completes a reservation with its event. Never fails, never drops.
+    /// A completion for a freed EVD is discarded.
+    pub fn complete(&self, res: Reservation, event: Event) {
+        debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
+        if self.inner.load().has(FREED) {
+            self.inner.free_slots(1);
+            return;
+        }
+        self.inner.storage.push(event);
+        self.inner.publish(1);
+    }
+
+    /// Returns an unused reservation (e.g. a suppressed successful completion).
+    pub fn release(&self, res: Reservation) {
+        debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
+        self.inner.free_slots(1);
+    }
+
+    /// Posts an event of a stream that cannot be refused at the source
+    /// (connection requests, connection events, asynchronous errors). If the
+    /// EVD is full the event is counted as an overflow and, once per
+    /// overflow episode, an `EvdOverflow` naming this EVD is posted to the
+    /// async EVD. Posting to a freed EVD counts as an overflow too.
+    pub fn post_event(&self, event: Event) -> std::result::Result<(), Overflowed> {
+        let inner = &self.inner;
+        debug_assert!(
+            inner.flags.accepts(event.stream()),
+            "provider posted {:?} to an EVD without that stream",
+            event.stream()
+        );
+        if !inner.load().has(FREED) && inner.take_slots(1) {
+            inner.storage.push(event);
+            inner.publish(1);
+            if inner.overflow_reported.load(Ordering::Relaxed) {
+                inner.overflow_reported.store(false, Ordering::SeqCst);
+            }
+            return Ok(());
+        }
+        inner.overflows.fetch_add(1, Ordering::SeqCst);
+        let mut reported = false;
+        if !inner.overflow_reported.swap(true, Ordering::SeqCst) {
+            if let Some(a) = &inner.async_evd {
+                if !Arc::ptr_eq(&a.inner, &self.inner) {
+                    reported = a.post_event(Event::evd_overflow(inner.id)).is_ok();
+                }
+            }
+        }
+        Err(Overflowed { reported })
+    }
+
+    /// Registers an endpoint or service point that feeds this EVD; `free` is
+    /// refused until the returned guard is dropped.
+    pub fn feeder(&self) -> Feeder {
+        self.inner.feeders.fetch_add(1, Ordering::SeqCst);
+        Feeder { evd: self.clone() }
+    }
+
+    /// True if the EVD was freed.
+    pub fn is_freed(&self) -> bool {
+        self.inner.load().has(FREED)
+    }
+
+    /// Claim-and-arm step for the async stream: claims one event, or arms
+    /// the stream waker if none is queued (one CAS).
+    #[cfg(feature = "stream")]
+    pub(crate) fn claim_or_arm_stream(&self) -> Result<Option<Event>> {
+        let got = self.inner.update(|s| {
+            if s.has(FREED) {
+                return Err(Error::InvalidHandle(Subtype::NoSubtype));
+            }
+            if s.has(WAITER) {
+                return Err(Error::state(
+                    Subtype::InvalidStateEvdWaiter,
+                    "a waiter owns the EVD",
+                ));
+            }
+            if s.count() > 0 {
+                Ok((s.with_count(s.count() - 1), true))
+            } else {
+                Ok((s.set(STREAM_ARMED), false))
+            }
+        })?;
+        Ok(if got {
+            Some(self.inner.take_claimed())
+        } else {
+            None
+        })
+    }
+}
+
+/// Keeps an EVD from being freed while an endpoint or service point feeds it.
+pub struct Feeder {
+    evd: Evd,
+}
+
+impl fmt::Debug for Feeder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Feeder").field(&self.evd.inner.id).finish()
+    }
+}
+
+impl Feeder {
+    /// The EVD being fed.
+    pub fn evd(&self) -> &Evd {
+        &self.evd
+    }
+}
+
+impl Drop for Feeder {
+    fn drop(&mut self) {
+        self.evd.inner.feeders.fetch_sub(1, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,425 @@
+//! The EVD state word: queue depth, waiter threshold and notification flags in
+//! one `u64`, so that every decision that must be atomic with respect to
+//! producers is a single compare-and-swap.
+//!
+//! Layout (bit 0 is the least significant):
+//!
+//! | bits  | field          | meaning |
+//! |-------|----------------|---------|
+//! | 0-19  | `count`        | events published and not yet claimed by a consumer |
+//! | 20-39 | `threshold`    | the armed waiter's threshold (valid while `WAIT_ARMED`) |
+//! | 40-42 | `policy`       | the upcall policy ([`Policy`]) |
+//! | 43    | `NOTIFY_ARMED` | notify-only policy is armed (one shot) |
+//! | 44-47 | `runs`         | dispatch runs scheduled or running for this EVD |
+//! | 48-51 | `inup`         | runs currently inside the consumer's upcall |
+//! | 52    | `WAITER`       | a `wait` call owns the EVD |
+//! | 53    | `WAIT_ARMED`   | that waiter sleeps until `count >= threshold` |
+//! | 54    | `STREAM_ARMED` | an async stream sleeps until `count >= 1` |
+//! | 55    | `UNWAITABLE`   | `wait` is refused |
+//! | 56    | `CNO_ENABLED`  | arrivals trigger the attached CNO |
+//! | 57    | `FREED`        | the EVD was freed |
+//!
+//! The functions here are pure: they take a state and return the next state
+//! plus what the caller must do once its CAS has succeeded. `evd/mod.rs` runs
+//! them in CAS loops; the unit tests below and the loom models check them.
+
+/// Largest queue length an EVD supports (the width of `count`).
+pub const MAX_QLEN: usize = (1 << 20) - 1;
+
+/// Largest number of concurrent dispatch runs for one EVD (`Many` policy).
+pub const MAX_RUNS: u64 = 15;
+
+const COUNT_MASK: u64 = (1 << 20) - 1;
+const THRESH_SHIFT: u32 = 20;
+const POLICY_SHIFT: u32 = 40;
+const POLICY_MASK: u64 = 0b111 << POLICY_SHIFT;
+pub(crate) const NOTIFY_ARMED: u64 = 1 << 43;
+const RUNS_SHIFT: u32 = 44;
+const RUNS_MASK: u64 = 0xF << RUNS_SHIFT;
+const INUP_SHIFT: u32 = 48;
+const INUP_MASK: u64 = 0xF << INUP_SHIFT;
+pub(crate) const WAITER: u64 = 1 << 52;
+pub(crate) const WAIT_ARMED: u64 = 1 << 53;
+pub(crate) const STREAM_ARMED: u64 = 1 << 54;
+pub(crate) const UNWAITABLE: u64 = 1 << 55;
+pub(crate) const CNO_ENABLED: u64 = 1 << 56;
+pub(crate) const FREED: u64 = 1 << 57;
+
+/// Upcall policy as stored in the state word. `UpcallPolicy` in the public
+/// API maps onto it one to one.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Policy {
+    Disabled = 0,
+    Single = 1,
+    Many = 2,
+    Notify = 3,
+    Teardown = 4,
+}
+
+/// A decoded view of the state word (cheap: it is the word itself).
+#[derive(Copy, Clone, PartialEq, Eq)]
+pub(crate) struct State(pub u64);
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("count", &self.count())
+            .field("threshold", &self.threshold())
+            .field("policy", &self.policy())
+            .field("notify_armed", &self.has(NOTIFY_ARMED))
+            .field("runs", &self.runs())
+            .field("inup", &self.inup())
+            .field("waiter", &self.has(WAITER))
+            .field("wait_armed", &self.has(WAIT_ARMED))
+            .field("stream_armed", &self.has(STREAM_ARMED))
+            .field("unwaitable", &self.has(UNWAITABLE))
+            .field("cno_enabled", &self.has(CNO_ENABLED))
+            .field("freed", &self.has(FREED))
+            .finish()
+    }
+}
+
+impl State {
+    pub(crate) fn count(self) -> usize {
+        (self.0 & COUNT_MASK) as usize
+    }
+    pub(crate) fn threshold(self) -> usize {
+        ((self.0 >> THRESH_SHIFT) & COUNT_MASK) as usize
+    }
+    pub(crate) fn policy(self) -> Policy {
+        match (self.0 & POLICY_MASK) >> POLICY_SHIFT {
+            1 => Policy::Single,
+            2 => Policy::Many,
+            3 => Policy::Notify,
+            4 => Policy::Teardown,
+            _ => Policy::Disabled,
+        }
+    }
+    pub(crate) fn runs(self) -> u64 {
+        (self.0 & RUNS_MASK) >> RUNS_SHIFT
+    }
+    pub(crate) fn inup(self) -> u64 {
+        (self.0 & INUP_MASK) >> INUP_SHIFT
+    }
+    pub(crate) fn has(self, flag: u64) -> bool {
+        self.0 & flag != 0
+    }
+
+    pub(crate) fn with_count(self, c: usize) -> State {
+        debug_assert!(c as u64 <= COUNT_MASK);
+        State((self.0 & !COUNT_MASK) | (c as u64 & COUNT_MASK))
+    }
+    pub(crate) fn with_threshold(self, t: usize) -> State {
+        State((self.0 & !(COUNT_MASK << THRESH_SHIFT)) | ((t as u64 & COUNT_MASK) << THRESH_SHIFT))
+    }
+    pub(crate) fn with_policy(self, p: Policy) -> State {
+        State((self.0 & !POLICY_MASK) | ((p as u64) << POLICY_SHIFT))
+    }
+    pub(crate) fn with_runs(self, r: u64) -> State {
+        debug_assert!(r <= MAX_RUNS);
+        State((self.0 & !RUNS_MASK) | (r << RUNS_SHIFT))
+    }
+    pub(crate) fn with_inup(self, r: u64) -> State {
+        debug_assert!(r <= MAX_RUNS);
+        State((self.0 & !INUP_MASK) | (r << INUP_SHIFT))
+    }
+    pub(crate) fn set(self, flag: u64) -> State {
+        State(self.0 | flag)
+    }
+    pub(crate) fn clear(self, flag: u64) -> State {
+        State(self.0 & !flag)
+    }
+
+    /// Upcalls that deliver events (`Single`, `Many`) are on.
+    pub(crate) fn delivers(self) -> bool {
+        matches!(self.policy(), Policy::Single | Policy::Many)
+    }
+}
+
+/// What a producer must do after publishing an event.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Wake {
+    /// Schedule this many dispatch runs.
+    pub runs: u64,
+    /// Wake the armed waiter.
+    pub waiter: bool,
+    /// Wake the armed async stream.
+    pub stream: bool,
+    /// Trigger the CNO.
+    pub cno: bool,
+}
+
+impl Wake {
+    pub(crate) fn any(self) -> bool {
+        self.runs > 0 || self.waiter || self.stream || self.cno
+    }
+}
+
+/// How many new runs an EVD in state `s` needs so that its `count` queued
+/// events are delivered, and the state with those runs recorded. Used by
+/// producers (on arrival) and by `OnAny` re-enables (for what is queued).
+pub(crate) fn schedule_runs(s: State, max_runs: u64) -> (State, u64) {
+    let count = s.count() as u64;
+    if count == 0 || s.has(FREED) {
+        return (s, 0);
+    }
+    match s.policy() {
+        Policy::Single if s.runs() == 0 => (s.with_runs(1), 1),
+        Policy::Many => {
+            let want = count.min(max_runs).min(MAX_RUNS);
+            if s.runs() < want {
+                (s.with_runs(want), want - s.runs())
+            } else {
+                (s, 0)
+            }
+        }
+        Policy::Notify if s.has(NOTIFY_ARMED) && s.runs() == 0 => {
+            (s.clear(NOTIFY_ARMED).with_runs(1), 1)
+        }
+        _ => (s, 0),
+    }
+}
+
+/// A producer publishes `n` events that are already in storage.
+pub(crate) fn publish(s: State, n: usize, max_runs: u64) -> (State, Wake) {
+    let count = s.count() + n;
+    let s = s.with_count(count);
+    let (mut s, runs) = schedule_runs(s, max_runs);
+    let mut wake = Wake {
+        runs,
+        ..Wake::default()
+    };
+    if s.has(WAIT_ARMED) && count >= s.threshold() {
+        s = s.clear(WAIT_ARMED);
+        wake.waiter = true;
+    }
+    if s.has(STREAM_ARMED) {
+        s = s.clear(STREAM_ARMED);
+        wake.stream = true;
+    }
+    // A blocked waiter owns the EVD: the CNO is not triggered (uDAT 1.2).
+    wake.cno = s.has(CNO_ENABLED) && !s.has(WAITER) && !s.has(FREED);
+    (s, wake)
+}
+
+/// Outcome of one step of a dispatch run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RunStep {
+    /// An event was claimed for the upcall; `more` = events still queued.
+    Deliver { more: bool },
+    /// Notify-only: call the upcall once with no event.
+    Notify,
+    /// The run ends. `idle`: no upcall of this EVD is running any more, so a
+    /// `Teardown` caller waiting for that may return.
+    Exit { idle: bool },
+}
+
+/// One step of a dispatch run. `in_upcall`: this run is returning from an
+/// upcall (its `inup` slot is released in the same step). `first`: the run
+/// has not done anything yet (a notify-only run fires only then).
+pub(crate) fn run_step(s: State, in_upcall: bool, first: bool) -> (State, RunStep) {
+    let mut s = s;
+    if in_upcall {
+        s = s.with_inup(s.inup() - 1);
+    }
+    let live = !s.has(FREED);
+    if live && s.delivers() && s.count() > 0 {
+        let count = s.count() - 1;
+        let s = s.with_count(count).with_inup(s.inup() + 1);
+        return (s, RunStep::Deliver { more: count > 0 });
+    }
+    if live && first && s.policy() == Policy::Notify {
+        return (s.with_inup(s.inup() + 1), RunStep::Notify);
+    }
+    let s = s.with_runs(s.runs() - 1);
+    let idle = s.inup() == 0;
+    (s, RunStep::Exit { idle })
+}
+
+/// Re-enable semantics of `modify_upcall` (see the crate docs).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ReEnable {
+    /// Refuse with `Busy(pending)` while events are queued; the policy stays
+    /// as it was (the kDAPL 2005 patch).
+    Strict,
+    /// Enable, and deliver what is already queued by upcall (DAT 2.0
+    /// `DAT_UPCALL_INVOC_ANY`).
+    OnAny,
+    /// Enable for new arrivals only and report the pending count (DAT 2.0
+    /// `DAT_UPCALL_INVOC_NEW`, Linux `IB_CQ_REPORT_MISSED_EVENTS`).
+    OnNew,
+}
+
+/// The enabling part of `modify_upcall`: policy `p` is one of `Single`,
+/// `Many`, `Notify`. Returns the new state, the runs to schedule, and the
+/// pending count seen atomically; `Err(pending)` is a Strict refusal.
+pub(crate) fn enable(
+    s: State,
+    p: Policy,
+    mode: ReEnable,
+    max_runs: u64,
+) -> Result<(State, u64, usize), usize> {
+    let pending = s.count();
+    match mode {
+        ReEnable::Strict if pending > 0 => Err(pending),
+        ReEnable::Strict | ReEnable::OnNew => {
+            let mut n = s.with_policy(p);
+            n = if p == Policy::Notify {
+                n.set(NOTIFY_ARMED)
+            } else {
+                n.clear(NOTIFY_ARMED)
+            };
+            Ok((n, 0, pending))
+        }
+        ReEnable::OnAny => {
+            let mut n = s.with_policy(p);
+            n = if p == Policy::Notify {
+                n.set(NOTIFY_ARMED)
+            } else {
+                n.clear(NOTIFY_ARMED)
+            };
+            let (n, runs) = schedule_runs(n, max_runs);
+            Ok((n, runs, pending))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st() -> State {
+        State(0)
+    }
+
+    #[test]
+    fn fields_round_trip() {
+        let s = st()
+            .with_count(MAX_QLEN)
+            .with_threshold(12345)
+            .with_policy(Policy::Teardown)
+            .with_runs(15)
+            .with_inup(9)
+            .set(WAITER | FREED);
+        assert_eq!(s.count(), MAX_QLEN);
+        assert_eq!(s.threshold(), 12345);
+        assert_eq!(s.policy(), Policy::Teardown);
+        assert_eq!(s.runs(), 15);
+        assert_eq!(s.inup(), 9);
+        assert!(s.has(WAITER) && s.has(FREED) && !s.has(WAIT_ARMED));
+        assert_eq!(s.with_count(0).count(), 0);
+        assert_eq!(s.with_count(0).threshold(), 12345);
+    }
+
+    #[test]
+    fn publish_schedules_single_once() {
+        let s = st().with_policy(Policy::Single);
+        let (s, w) = publish(s, 1, 4);
+        assert_eq!(w.runs, 1);
+        assert_eq!(s.runs(), 1);
+        let (s, w) = publish(s, 1, 4);
+        assert_eq!(w.runs, 0, "a running single-instance run picks it up");
+        assert_eq!(s.count(), 2);
+    }
+
+    #[test]
+    fn publish_disabled_schedules_nothing() {
+        let (s, w) = publish(st(), 1, 4);
+        assert!(!w.any());
+        assert_eq!(s.count(), 1);
+    }
+
+    #[test]
+    fn many_scales_runs_with_queue() {
+        let s = st().with_policy(Policy::Many);
+        let (s, w) = publish(s, 1, 3);
+        assert_eq!(w.runs, 1);
+        let (s, w) = publish(s, 5, 3);
+        assert_eq!(w.runs, 2);
+        assert_eq!(s.runs(), 3);
+        let (_, w) = publish(s, 1, 3);
+        assert_eq!(w.runs, 0);
+    }
+
+    #[test]
+    fn notify_is_one_shot() {
+        let s = st().with_policy(Policy::Notify).set(NOTIFY_ARMED);
+        let (s, w) = publish(s, 1, 4);
+        assert_eq!(w.runs, 1);
+        assert!(!s.has(NOTIFY_ARMED));
+        let (s, step) = run_step(s, false, true);
+        assert_eq!(step, RunStep::Notify);
+        let (s, step) = run_step(s, true, false);
+        assert_eq!(step, RunStep::Exit { idle: true });
+        let (_, w) = publish(s, 1, 4);
+        assert_eq!(w.runs, 0, "not re-armed");
+    }
+
+    #[test]
+    fn waiter_threshold() {
+        let s = st().set(WAITER | WAIT_ARMED).with_threshold(3);
+        let (s, w) = publish(s, 1, 4);
+        assert!(!w.waiter);
+        let (s, w) = publish(s, 1, 4);
+        assert!(!w.waiter);
+        let (s, w) = publish(s, 1, 4);
+        assert!(w.waiter);
+        assert!(!s.has(WAIT_ARMED));
+    }
+
+    #[test]
+    fn cno_not_triggered_while_waiter_owns() {
+        let s = st().set(CNO_ENABLED);
+        assert!(publish(s, 1, 1).1.cno);
+        assert!(!publish(s.set(WAITER), 1, 1).1.cno);
+        assert!(!publish(st(), 1, 1).1.cno);
+    }
+
+    #[test]
+    fn run_drains_then_exits_atomically() {
+        let s = st().with_policy(Policy::Single).with_count(2).with_runs(1);
+        let (s, step) = run_step(s, false, true);
+        assert_eq!(step, RunStep::Deliver { more: true });
+        assert_eq!(s.inup(), 1);
+        let (s, step) = run_step(s, true, false);
+        assert_eq!(step, RunStep::Deliver { more: false });
+        let (s, step) = run_step(s, true, false);
+        assert_eq!(step, RunStep::Exit { idle: true });
+        assert_eq!(s.runs(), 0);
+        assert_eq!(s.inup(), 0);
+    }
+
+    #[test]
+    fn teardown_quiesces_on_last_upcall() {
+        let s = st().with_policy(Policy::Teardown).with_count(3).with_runs(1).with_inup(1);
+        let (s, step) = run_step(s, true, false);
+        assert_eq!(step, RunStep::Exit { idle: true });
+        assert_eq!(s.count(), 3, "teardown leaves events queued");
+    }
+
+    #[test]
+    fn strict_refuses_with_pending() {
+        let s = st().with_count(2);
+        assert_eq!(enable(s, Policy::Single, ReEnable::Strict, 1), Err(2));
+        let (n, runs, p) = enable(st(), Policy::Single, ReEnable::Strict, 1).unwrap();
+        assert_eq!((n.policy(), runs, p), (Policy::Single, 0, 0));
+    }
+
+    #[test]
+    fn on_any_schedules_for_queued() {
+        let s = st().with_count(2);
+        let (n, runs, p) = enable(s, Policy::Single, ReEnable::OnAny, 1).unwrap();
+        assert_eq!((n.runs(), runs, p), (1, 1, 2));
+        let (n, runs, _) = enable(s, Policy::Notify, ReEnable::OnAny, 1).unwrap();
+        assert_eq!(runs, 1);
+        assert!(!n.has(NOTIFY_ARMED));
+    }
+
+    #[test]
+    fn on_new_reports_pending_only() {
+        let s = st().with_count(2);
+        let (n, runs, p) = enable(s, Policy::Notify, ReEnable::OnNew, 1).unwrap();
+        assert_eq!((runs, p), (0, 2));
+        assert!(n.has(NOTIFY_ARMED));
+    }
+}

@@ -1,0 +1,153 @@
+//! The synchronisation primitives rdapl is built on, behind one facade.
+//!
+//! Normal builds use `std`; `RUSTFLAGS="--cfg loom"` builds swap in loom's
+//! model-checked versions, so the EVD and CNO protocols are explored under
+//! every interleaving (within loom's preemption bound) by `tests/loom_*.rs`.
+//! Code in this crate takes atomics, mutexes, condvars, `Arc` and thread
+//! handles only from here.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::Arc;
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::Arc;
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use std::time::{Duration, Instant};
+
+#[cfg(loom)]
+type InnerMutex<T> = loom::sync::Mutex<T>;
+#[cfg(not(loom))]
+type InnerMutex<T> = std::sync::Mutex<T>;
+#[cfg(loom)]
+type InnerCondvar = loom::sync::Condvar;
+#[cfg(not(loom))]
+type InnerCondvar = std::sync::Condvar;
+
+/// A mutex whose `lock` never reports poisoning (a panicking upcall must not
+/// wedge the EVD: the protected data is always left consistent).
+#[derive(Debug, Default)]
+pub(crate) struct Mutex<T>(InnerMutex<T>);
+
+#[cfg(loom)]
+pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+#[cfg(not(loom))]
+pub(crate) type MutexGuard<'a, T> = std::sync::MutexGuard<'a, T>;
+
+impl<T> Mutex<T> {
+    pub(crate) fn new(v: T) -> Self {
+        Mutex(InnerMutex::new(v))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A condition variable paired with [`Mutex`].
+#[derive(Debug, Default)]
+pub(crate) struct Condvar(InnerCondvar);
+
+impl Condvar {
+    pub(crate) fn new() -> Self {
+        Condvar(InnerCondvar::new())
+    }
+
+    pub(crate) fn wait<'a, T>(&self, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+        self.0.wait(g).unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until notified or `deadline` passes (`None`: no deadline).
+    /// Returns the guard and whether the deadline has passed. Under loom
+    /// timeouts are not modelled: this is a plain wait.
+    pub(crate) fn wait_until<'a, T>(
+        &self,
+        g: MutexGuard<'a, T>,
+        deadline: Option<Instant>,
+    ) -> (MutexGuard<'a, T>, bool) {
+        match deadline {
+            None => (self.wait(g), false),
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return (g, true);
+                }
+                let (g, _) = self
+                    .0
+                    .wait_timeout(g, d - now)
+                    .unwrap_or_else(|e| e.into_inner());
+                (g, Instant::now() >= d)
+            }
+        }
+    }
+
+    pub(crate) fn notify_one(&self) {
+        self.0.notify_one()
+    }
+
+    pub(crate) fn notify_all(&self) {
+        self.0.notify_all()
+    }
+}
+
+/// A sticky binary signal: `raise` is remembered until one `wait` consumes it,
+/// so a wake-up sent before the waiter sleeps is never lost.
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    raised: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Signal {
+    pub(crate) fn new() -> Self {
+        Signal {
+            raised: Mutex::new(false),
+            cv: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn raise(&self) {
+        let mut r = self.raised.lock();
+        *r = true;
+        drop(r);
+        self.cv.notify_one();
+    }
+
+    /// Waits for a raise (consuming it) or the deadline. Returns true if a
+    /// raise was consumed.
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>) -> bool {
+        let mut r = self.raised.lock();
+        loop {
+            if *r {
+                *r = false;
+                return true;
+            }
+            let (g, expired) = self.cv.wait_until(r, deadline);
+            r = g;
+            if expired && !*r {
+                return false;
+            }
+        }
+    }
+}
+
+/// Converts a DAT-style timeout (`None` = infinite) into a deadline.
+pub(crate) fn deadline(timeout: Option<Duration>) -> Option<Instant> {
+    timeout.map(|t| Instant::now().checked_add(t).unwrap_or_else(far_future))
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365)
+}
+
+/// A spin-then-yield hint for the rare bounded waits on another thread's
+/// in-flight step.
+pub(crate) fn spin_yield() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+}
