@@ -20,7 +20,7 @@
 
 use crate::error::{Error, Result};
 use crate::event::EvdHandle;
-use crate::sync::{self, Arc, AtomicBool, Condvar, Mutex, Ordering};
+use crate::sync::{self, Arc, AtomicBool, Condvar, Mutex, Ordering, fence};
 use std::fmt;
 use std::time::Duration;
 
@@ -119,7 +119,11 @@ impl Cno {
     /// is remembered until the next `wait`.
     pub fn trigger(&self, evd: EvdHandle) {
         let inner = &*self.inner;
-        // Fast path: already triggered, this trigger coalesces.
+        // Fast path: already triggered, this trigger coalesces. The fence
+        // pairs with the one in `wait`: either this load sees the waiter's
+        // reset, or the waiter's drain (which follows its fence) sees the
+        // event this producer published before calling us.
+        fence(Ordering::SeqCst);
         if inner.triggered.load(Ordering::SeqCst) {
             return;
         }
@@ -152,6 +156,8 @@ impl Cno {
                 return Err(Error::Abort("the CNO was freed"));
             }
             if inner.triggered.swap(false, Ordering::SeqCst) {
+                // See `trigger`: orders the reset before the caller's drain.
+                fence(Ordering::SeqCst);
                 // The slot is always set with the flag, under this lock.
                 return slot
                     .take()

@@ -46,7 +46,13 @@ impl DatReturn {
 
 impl fmt::Debug for DatReturn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DatReturn({:#010x} {:?}|{:?})", self.0, self.ty(), self.subtype())
+        write!(
+            f,
+            "DatReturn({:#010x} {:?}|{:?})",
+            self.0,
+            self.ty(),
+            self.subtype()
+        )
     }
 }
 

@@ -156,7 +156,9 @@ impl EvdFlags {
 
     /// The streams these flags enable.
     pub fn streams(self) -> impl Iterator<Item = EventStream> {
-        EventStream::ALL.into_iter().filter(move |s| self.accepts(*s))
+        EventStream::ALL
+            .into_iter()
+            .filter(move |s| self.accepts(*s))
     }
 }
 
@@ -479,8 +481,9 @@ impl Event {
             Event::Dto(_) => EventNumber::DtoCompletion,
             Event::RmrBind(_) => EventNumber::RmrBindCompletion,
             Event::ConnectionRequest(_) => EventNumber::ConnectionRequest,
-            Event::Connection(c) => EventNumber::from_dat(c.kind.to_dat())
-                .unwrap_or(EventNumber::ConnectionBroken),
+            Event::Connection(c) => {
+                EventNumber::from_dat(c.kind.to_dat()).unwrap_or(EventNumber::ConnectionBroken)
+            }
             Event::AsyncError(a) => EventNumber::from_dat(a.kind.to_dat())
                 .unwrap_or(EventNumber::AsyncProviderInternalError),
             Event::Software(_) => EventNumber::Software,
@@ -517,9 +520,15 @@ mod tests {
         }
         assert_eq!(EventNumber::DtoCompletion.to_dat(), 0x1);
         assert_eq!(EventNumber::Software.to_dat(), 0x10001);
-        assert_eq!(EventNumber::ConnectionUnreachable.stream(), EventStream::Connection);
+        assert_eq!(
+            EventNumber::ConnectionUnreachable.stream(),
+            EventStream::Connection
+        );
         assert_eq!(EventNumber::AsyncEvdOverflow.stream(), EventStream::Async);
-        assert_eq!(EventNumber::ConnectionRequest.stream(), EventStream::ConnectionRequest);
+        assert_eq!(
+            EventNumber::ConnectionRequest.stream(),
+            EventStream::ConnectionRequest
+        );
         assert!(EventNumber::from_dat(0x4009).is_none());
         assert!(EventNumber::try_from(0x20000).is_err());
         // Every connection and async kind names an event number of its stream.

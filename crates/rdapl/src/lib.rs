@@ -35,8 +35,8 @@
 pub mod cno;
 pub mod dispatch;
 pub mod error;
-pub mod event;
 pub mod evd;
+pub mod event;
 #[cfg(not(loom))]
 pub mod poller;
 #[cfg(feature = "stream")]
@@ -48,11 +48,13 @@ pub use cno::{Cno, CnoHandle};
 pub use dispatch::Dispatcher;
 pub use dispatch::{Dispatch, DispatchRun};
 pub use error::{DatReturn, Error, Result};
+pub use evd::{
+    Evd, EvdBuilder, EvdParam, Feeder, Overflowed, ReEnable, Reservation, Upcall, UpcallPolicy,
+};
 pub use event::{
     AsyncError, AsyncErrorKind, ConnectionEvent, ConnectionEventKind, CrArrival, DatObject,
-    DtoCompletion, DtoOp, DtoStatus, Event, EventNumber, EventStream, EvdFlags, EvdHandle,
+    DtoCompletion, DtoOp, DtoStatus, EvdFlags, EvdHandle, Event, EventNumber, EventStream,
     RmrBindCompletion,
 };
-pub use evd::{Evd, EvdBuilder, EvdParam, Feeder, Overflowed, ReEnable, Reservation, Upcall, UpcallPolicy};
 #[cfg(not(loom))]
 pub use poller::{Poller, PollerConfig, PollerEntry};

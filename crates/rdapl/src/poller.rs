@@ -27,8 +27,8 @@
 //! * **Bounded time per run**: at most `budget` events per run.
 
 use crate::error::{Error, Result, Subtype};
-use crate::event::Event;
 use crate::evd::{Evd, ReEnable, Upcall, UpcallPolicy};
+use crate::event::Event;
 use std::fmt;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -242,7 +242,9 @@ pub struct Poller {
 
 impl fmt::Debug for Poller {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Poller").field("config", &self.config).finish()
+        f.debug_struct("Poller")
+            .field("config", &self.config)
+            .finish()
     }
 }
 
@@ -294,7 +296,11 @@ impl Poller {
     /// Attaches `evd`: from now on its events go to `handler`, in a poller
     /// thread. Takes over the EVD's upcall (notify-only); events already
     /// queued are handled at once.
-    pub fn add(&self, evd: &Evd, handler: impl FnMut(Event) + Send + 'static) -> Result<PollerEntry> {
+    pub fn add(
+        &self,
+        evd: &Evd,
+        handler: impl FnMut(Event) + Send + 'static,
+    ) -> Result<PollerEntry> {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let task = Arc::new(Task {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
@@ -350,7 +356,10 @@ fn close(task: &Arc<Task>) -> Result<()> {
         ));
     }
     // No new notifications; waits for a notify upcall in progress.
-    match task.evd.modify_upcall(UpcallPolicy::Teardown, None, ReEnable::OnNew) {
+    match task
+        .evd
+        .modify_upcall(UpcallPolicy::Teardown, None, ReEnable::OnNew)
+    {
         Ok(_) | Err(Error::InvalidHandle(_)) => {}
         Err(e) => return Err(e),
     }
@@ -380,7 +389,10 @@ fn close(task: &Arc<Task>) -> Result<()> {
     }
     drop(g);
     // A run that ended meanwhile may have re-armed: leave upcalls off.
-    match task.evd.modify_upcall(UpcallPolicy::Disable, None, ReEnable::OnNew) {
+    match task
+        .evd
+        .modify_upcall(UpcallPolicy::Disable, None, ReEnable::OnNew)
+    {
         Ok(_) | Err(Error::InvalidHandle(_)) => Ok(()),
         Err(e) => Err(e),
     }

@@ -6,8 +6,8 @@
 //! "armed" always wakes the task. The stream ends when the EVD is freed.
 
 use crate::error::{Error, Result};
-use crate::event::Event;
 use crate::evd::Evd;
+use crate::event::Event;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 

@@ -9,12 +9,12 @@
 #[cfg(loom)]
 pub(crate) use loom::sync::Arc;
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::Arc;
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 
 use std::time::{Duration, Instant};
 
@@ -143,6 +143,7 @@ fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86400 * 365)
 }
 
+#[cfg_attr(loom, allow(dead_code))]
 /// A spin-then-yield hint for the rare bounded waits on another thread's
 /// in-flight step.
 pub(crate) fn spin_yield() {

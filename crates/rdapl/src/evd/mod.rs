@@ -46,10 +46,13 @@ pub use state::{MAX_QLEN, ReEnable};
 use crate::cno::Cno;
 use crate::dispatch::{Dispatch, DispatchRun};
 use crate::error::{Error, Result, Subtype};
-use crate::event::{Event, EventStream, EvdFlags, EvdHandle};
-use crate::sync::{self, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, Signal};
+use crate::event::{EvdFlags, EvdHandle, Event, EventStream};
+use crate::sync::{
+    self, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, Signal,
+};
 use state::{
-    CNO_ENABLED, FREED, Policy, RunStep, STREAM_ARMED, State, UNWAITABLE, WAIT_ARMED, WAITER,
+    CNO_ENABLED, FREED, Policy, RunStep, STREAM_ARMED, State, TD_WAITING, UNWAITABLE, WAIT_ARMED,
+    WAITER,
 };
 use std::fmt;
 use std::time::Duration;
@@ -201,7 +204,6 @@ pub(crate) struct EvdInner {
     waiter: Signal,
     teardown_lock: Mutex<()>,
     teardown_cv: Condvar,
-    teardown_waiters: AtomicUsize,
     cno: Mutex<Option<Cno>>,
     enabled: AtomicBool,
     async_evd: Option<Evd>,
@@ -302,7 +304,6 @@ impl EvdBuilder {
             waiter: Signal::new(),
             teardown_lock: Mutex::new(()),
             teardown_cv: Condvar::new(),
-            teardown_waiters: AtomicUsize::new(0),
             cno: Mutex::new(self.cno),
             enabled: AtomicBool::new(true),
             async_evd: self.async_evd,
@@ -325,7 +326,10 @@ fn default_dispatch() -> Result<Arc<dyn Dispatch>> {
 
 #[cfg(loom)]
 fn default_dispatch() -> Result<Arc<dyn Dispatch>> {
-    Err(Error::param(1, "loom builds need an explicit dispatch context"))
+    Err(Error::param(
+        1,
+        "loom builds need an explicit dispatch context",
+    ))
 }
 
 fn enabling_policy(p: UpcallPolicy) -> Option<Policy> {
@@ -376,12 +380,10 @@ impl EvdInner {
             if occ + n > qlen {
                 return false;
             }
-            match self.cap.compare_exchange_weak(
-                cur,
-                cur + n,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
+            match self
+                .cap
+                .compare_exchange_weak(cur, cur + n, Ordering::SeqCst, Ordering::SeqCst)
+            {
                 Ok(_) => return true,
                 Err(a) => cur = a,
             }
@@ -390,39 +392,6 @@ impl EvdInner {
 
     fn free_slots(&self, n: u64) {
         self.cap.fetch_sub(n, Ordering::SeqCst);
-    }
-
-    /// Publishes `n` events already pushed to storage and acts on the result.
-    fn publish(self: &Arc<Self>, n: usize) {
-        let max_runs = self.max_runs;
-        let wake = match self.update::<_, ()>(|s| Ok(state::publish(s, n, max_runs))) {
-            Ok(w) => w,
-            Err(()) => return,
-        };
-        if wake.any() {
-            self.act(wake);
-        }
-    }
-
-    fn act(self: &Arc<Self>, wake: state::Wake) {
-        for _ in 0..wake.runs {
-            self.dispatch.schedule(DispatchRun(self.clone()));
-        }
-        if wake.waiter {
-            self.waiter.raise();
-        }
-        #[cfg(feature = "stream")]
-        if wake.stream {
-            if let Some(w) = self.stream_waker.lock().take() {
-                w.wake();
-            }
-        }
-        if wake.cno {
-            let cno = self.cno.lock().clone();
-            if let Some(cno) = cno {
-                cno.trigger(self.id);
-            }
-        }
     }
 
     /// Claims up to `max` published events for a consumer that is not the
@@ -460,6 +429,39 @@ impl EvdInner {
     }
 }
 
+/// Publishes `n` events already pushed to storage and acts on the result.
+fn publish(inner: &Arc<EvdInner>, n: usize) {
+    let max_runs = inner.max_runs;
+    let wake = match inner.update::<_, ()>(|s| Ok(state::publish(s, n, max_runs))) {
+        Ok(w) => w,
+        Err(()) => return,
+    };
+    if wake.any() {
+        act(inner, wake);
+    }
+}
+
+fn act(inner: &Arc<EvdInner>, wake: state::Wake) {
+    for _ in 0..wake.runs {
+        inner.dispatch.schedule(DispatchRun(inner.clone()));
+    }
+    if wake.waiter {
+        inner.waiter.raise();
+    }
+    #[cfg(feature = "stream")]
+    if wake.stream {
+        if let Some(w) = inner.stream_waker.lock().take() {
+            w.wake();
+        }
+    }
+    if wake.cno {
+        let cno = inner.cno.lock().clone();
+        if let Some(cno) = cno {
+            cno.trigger(inner.id);
+        }
+    }
+}
+
 /// Executes one dispatch run of `evd` (see [`DispatchRun`]).
 pub(crate) fn run(evd: &Arc<EvdInner>) {
     let handle = Evd { inner: evd.clone() };
@@ -468,11 +470,15 @@ pub(crate) fn run(evd: &Arc<EvdInner>) {
     loop {
         let step = evd
             .update::<_, ()>(|s| Ok(state::run_step(s, in_upcall, first)))
-            .unwrap_or(RunStep::Exit { idle: false });
+            .unwrap_or(RunStep::Exit {
+                wake_teardown: false,
+            });
         first = false;
         let (event, more) = match step {
-            RunStep::Exit { idle } => {
-                if idle && evd.teardown_waiters.load(Ordering::SeqCst) > 0 {
+            RunStep::Exit { wake_teardown } => {
+                if wake_teardown {
+                    // Taking the lock orders this notify after the waiter's
+                    // check of `inup` (it checks under the same lock).
                     let _g = evd.teardown_lock.lock();
                     evd.teardown_cv.notify_all();
                 }
@@ -569,7 +575,10 @@ impl Evd {
     pub fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<(Event, usize)> {
         let inner = &self.inner;
         if threshold == 0 || threshold > inner.qlen() {
-            return Err(Error::param(3, "threshold must be between 1 and the queue length"));
+            return Err(Error::param(
+                3,
+                "threshold must be between 1 and the queue length",
+            ));
         }
         // Take ownership.
         inner.update(|s| {
@@ -660,7 +669,7 @@ impl Evd {
             return Err(Error::QueueFull);
         }
         self.inner.storage.push(Event::Software(value));
-        self.inner.publish(1);
+        publish(&self.inner, 1);
         Ok(())
     }
 
@@ -686,7 +695,10 @@ impl Evd {
                     *inner.upcall.lock() = Some(u);
                 }
                 inner.update::<_, Error>(|s| {
-                    Ok((s.with_policy(Policy::Disabled).clear(state::NOTIFY_ARMED), s.count()))
+                    Ok((
+                        s.with_policy(Policy::Disabled).clear(state::NOTIFY_ARMED),
+                        s.count(),
+                    ))
                 })
             }
             UpcallPolicy::Teardown => {
@@ -697,16 +709,21 @@ impl Evd {
                     ));
                 }
                 let pending = inner.update::<_, Error>(|s| {
-                    Ok((s.with_policy(Policy::Teardown).clear(state::NOTIFY_ARMED), s.count()))
+                    let n = s.with_policy(Policy::Teardown).clear(state::NOTIFY_ARMED);
+                    let n = if s.inup() > 0 { n.set(TD_WAITING) } else { n };
+                    Ok((n, s.count()))
                 })?;
-                inner.teardown_waiters.fetch_add(1, Ordering::SeqCst);
                 {
                     let mut g = inner.teardown_lock.lock();
-                    while inner.load().inup() > 0 {
+                    loop {
+                        let s = inner.load();
+                        if s.inup() == 0 || s.has(FREED) || s.policy() != Policy::Teardown {
+                            break;
+                        }
                         g = inner.teardown_cv.wait(g);
                     }
                 }
-                inner.teardown_waiters.fetch_sub(1, Ordering::SeqCst);
+                let _ = inner.update::<_, ()>(|s| Ok((s.clear(TD_WAITING), ())));
                 if let Some(u) = upcall {
                     *inner.upcall.lock() = Some(u);
                 }
@@ -723,12 +740,11 @@ impl Evd {
                     }
                 }
                 let max_runs = inner.max_runs;
-                let (runs, pending) = inner.update(|s| {
-                    match state::enable(s, p, mode, max_runs) {
+                let (runs, pending) =
+                    inner.update(|s| match state::enable(s, p, mode, max_runs) {
                         Ok((n, runs, pending)) => Ok((n, (runs, pending))),
                         Err(pending) => Err(Error::Busy { pending }),
-                    }
-                })?;
+                    })?;
                 for _ in 0..runs {
                     inner.dispatch.schedule(DispatchRun(inner.clone()));
                 }
@@ -824,7 +840,7 @@ impl Evd {
         // Queued events become unreachable and are dropped with the last
         // handle; storage is not cleared here because a consumer may be
         // between its claim and its pop.
-        if inner.teardown_waiters.load(Ordering::SeqCst) > 0 {
+        if prev.has(TD_WAITING) {
             let _g = inner.teardown_lock.lock();
             inner.teardown_cv.notify_all();
         }
@@ -883,7 +899,14 @@ impl Evd {
         let slot = self.inner.cno.lock();
         let on = slot.is_some() && self.inner.enabled.load(Ordering::SeqCst);
         let _ = self.inner.update::<_, ()>(|s| {
-            Ok((if on { s.set(CNO_ENABLED) } else { s.clear(CNO_ENABLED) }, ()))
+            Ok((
+                if on {
+                    s.set(CNO_ENABLED)
+                } else {
+                    s.clear(CNO_ENABLED)
+                },
+                (),
+            ))
         });
         drop(slot);
     }
@@ -914,7 +937,7 @@ impl Evd {
             return;
         }
         self.inner.storage.push(event);
-        self.inner.publish(1);
+        publish(&self.inner, 1);
     }
 
     /// Returns an unused reservation (e.g. a suppressed successful completion).
@@ -937,7 +960,7 @@ impl Evd {
         );
         if !inner.load().has(FREED) && inner.take_slots(1) {
             inner.storage.push(event);
-            inner.publish(1);
+            publish(inner, 1);
             if inner.overflow_reported.load(Ordering::Relaxed) {
                 inner.overflow_reported.store(false, Ordering::SeqCst);
             }

@@ -18,6 +18,7 @@
 //! | 55    | `UNWAITABLE`   | `wait` is refused |
 //! | 56    | `CNO_ENABLED`  | arrivals trigger the attached CNO |
 //! | 57    | `FREED`        | the EVD was freed |
+//! | 58    | `TD_WAITING`   | a `Teardown` caller waits for running upcalls to return |
 //!
 //! The functions here are pure: they take a state and return the next state
 //! plus what the caller must do once its CAS has succeeded. `evd/mod.rs` runs
@@ -44,6 +45,7 @@ pub(crate) const STREAM_ARMED: u64 = 1 << 54;
 pub(crate) const UNWAITABLE: u64 = 1 << 55;
 pub(crate) const CNO_ENABLED: u64 = 1 << 56;
 pub(crate) const FREED: u64 = 1 << 57;
+pub(crate) const TD_WAITING: u64 = 1 << 58;
 
 /// Upcall policy as stored in the state word. `UpcallPolicy` in the public
 /// API maps onto it one to one.
@@ -209,9 +211,9 @@ pub(crate) enum RunStep {
     Deliver { more: bool },
     /// Notify-only: call the upcall once with no event.
     Notify,
-    /// The run ends. `idle`: no upcall of this EVD is running any more, so a
-    /// `Teardown` caller waiting for that may return.
-    Exit { idle: bool },
+    /// The run ends. `wake_teardown`: no upcall of this EVD is running any
+    /// more and a `Teardown` caller waits for exactly that.
+    Exit { wake_teardown: bool },
 }
 
 /// One step of a dispatch run. `in_upcall`: this run is returning from an
@@ -232,8 +234,8 @@ pub(crate) fn run_step(s: State, in_upcall: bool, first: bool) -> (State, RunSte
         return (s.with_inup(s.inup() + 1), RunStep::Notify);
     }
     let s = s.with_runs(s.runs() - 1);
-    let idle = s.inup() == 0;
-    (s, RunStep::Exit { idle })
+    let wake_teardown = s.inup() == 0 && s.has(TD_WAITING);
+    (s, RunStep::Exit { wake_teardown })
 }
 
 /// Re-enable semantics of `modify_upcall` (see the crate docs).
@@ -263,7 +265,7 @@ pub(crate) fn enable(
     match mode {
         ReEnable::Strict if pending > 0 => Err(pending),
         ReEnable::Strict | ReEnable::OnNew => {
-            let mut n = s.with_policy(p);
+            let mut n = s.with_policy(p).clear(TD_WAITING);
             n = if p == Policy::Notify {
                 n.set(NOTIFY_ARMED)
             } else {
@@ -272,7 +274,7 @@ pub(crate) fn enable(
             Ok((n, 0, pending))
         }
         ReEnable::OnAny => {
-            let mut n = s.with_policy(p);
+            let mut n = s.with_policy(p).clear(TD_WAITING);
             n = if p == Policy::Notify {
                 n.set(NOTIFY_ARMED)
             } else {
@@ -350,7 +352,12 @@ mod tests {
         let (s, step) = run_step(s, false, true);
         assert_eq!(step, RunStep::Notify);
         let (s, step) = run_step(s, true, false);
-        assert_eq!(step, RunStep::Exit { idle: true });
+        assert_eq!(
+            step,
+            RunStep::Exit {
+                wake_teardown: false
+            }
+        );
         let (_, w) = publish(s, 1, 4);
         assert_eq!(w.runs, 0, "not re-armed");
     }
@@ -384,17 +391,42 @@ mod tests {
         let (s, step) = run_step(s, true, false);
         assert_eq!(step, RunStep::Deliver { more: false });
         let (s, step) = run_step(s, true, false);
-        assert_eq!(step, RunStep::Exit { idle: true });
+        assert_eq!(
+            step,
+            RunStep::Exit {
+                wake_teardown: false
+            }
+        );
         assert_eq!(s.runs(), 0);
         assert_eq!(s.inup(), 0);
     }
 
     #[test]
     fn teardown_quiesces_on_last_upcall() {
-        let s = st().with_policy(Policy::Teardown).with_count(3).with_runs(1).with_inup(1);
+        let s = st()
+            .with_policy(Policy::Teardown)
+            .set(TD_WAITING)
+            .with_count(3)
+            .with_runs(2)
+            .with_inup(2);
         let (s, step) = run_step(s, true, false);
-        assert_eq!(step, RunStep::Exit { idle: true });
+        assert_eq!(
+            step,
+            RunStep::Exit {
+                wake_teardown: false
+            },
+            "another upcall still runs"
+        );
+        let (s, step) = run_step(s, true, false);
+        assert_eq!(
+            step,
+            RunStep::Exit {
+                wake_teardown: true
+            }
+        );
         assert_eq!(s.count(), 3, "teardown leaves events queued");
+        let (n, _, _) = enable(s, Policy::Single, ReEnable::OnNew, 1).unwrap();
+        assert!(!n.has(TD_WAITING), "re-enabling ends the teardown wait");
     }
 
     #[test]

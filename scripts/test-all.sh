@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the whole rdapl test suite: format and lint checks, every unit,
+# integration and doc test of the workspace (all features), and the loom
+# models of the EVD and CNO protocols.
+#
+# Tests that need an outside program skip with a printed reason unless
+# RDAPL_REQUIRE_EXTERNAL=1 (set by .ci/run), which turns a skip into a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy (all targets, all features, -D warnings)"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+echo "== cargo test (workspace, all features)"
+cargo test --workspace --all-features
+
+echo "== loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-3})"
+LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" RUSTFLAGS="--cfg loom" \
+  CARGO_TARGET_DIR=target/loom \
+  cargo test -p rdapl --test loom_evd --release
