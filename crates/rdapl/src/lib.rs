@@ -34,11 +34,23 @@
 
 pub mod cno;
 pub mod dispatch;
+#[cfg(not(loom))]
+pub mod ep;
 pub mod error;
 pub mod evd;
 pub mod event;
 #[cfg(not(loom))]
+pub mod ia;
+#[cfg(not(loom))]
+pub mod mem;
+#[cfg(not(loom))]
 pub mod poller;
+#[cfg(not(loom))]
+pub mod provider;
+#[cfg(not(loom))]
+pub mod pz;
+#[cfg(not(loom))]
+pub mod sp;
 #[cfg(feature = "stream")]
 pub mod stream;
 mod sync;
@@ -58,3 +70,12 @@ pub use event::{
 };
 #[cfg(not(loom))]
 pub use poller::{Poller, PollerConfig, PollerEntry};
+#[cfg(not(loom))]
+pub use {
+    ep::{CompletionFlags, Ep, EpAttr, EpParam, EpState},
+    ia::{CloseFlags, Ia, IaAttr, IaOptions, ProviderAttr},
+    mem::{LmrTriplet, MemPriv, Region, RmrTriplet},
+    provider::loopback::Loopback,
+    pz::{Lmr, Pz, Rmr},
+    sp::{Cr, CrState, Psp, Rsp},
+};

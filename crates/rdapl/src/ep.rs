@@ -1,0 +1,972 @@
+//! Endpoints (reliable connected): the DAT endpoint state machine, work
+//! request posting, and the provider-independent half of completion and
+//! connection handling.
+//!
+//! # Guarantees
+//!
+//! * Posting checks the endpoint's state, the scatter/gather and size
+//!   limits, and reserves the completion's slot on its EVD before the work
+//!   request exists; a request that could not complete is refused at once.
+//! * Work requests complete in the order they were posted on a queue.
+//! * A DTO error breaks the connection (reliable-connected semantics): every
+//!   outstanding request on both sides completes with `Flushed` and both
+//!   sides get a `Broken` connection event. A disconnect flushes the same
+//!   way and raises `Disconnected` on both sides.
+//! * Every work request completes exactly once: with its status, flushed, or
+//!   (for suppressed/unsignalled successes) silently released.
+
+use crate::error::{Error, Result, Subtype};
+use crate::evd::{Evd, Feeder, Reservation};
+use crate::event::{
+    ConnectionEvent, ConnectionEventKind, DtoCompletion, DtoOp, DtoStatus, EpHandle, Event,
+};
+use crate::ia::{Ia, IaInner};
+use crate::mem::{LmrTriplet, MemPriv, Region, RmrTriplet};
+use crate::pz::{Lmr, Pz, Rmr};
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::VecDeque;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// Endpoint attributes (`DAT_EP_ATTR`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct EpAttr {
+    /// Largest send/receive message.
+    pub max_message_size: u64,
+    /// Largest RDMA transfer.
+    pub max_rdma_size: u64,
+    /// Most outstanding receives.
+    pub max_recv_dtos: usize,
+    /// Most outstanding requests (sends, RDMA, binds).
+    pub max_request_dtos: usize,
+    /// Most scatter/gather entries per receive.
+    pub max_recv_iov: usize,
+    /// Most scatter/gather entries per request.
+    pub max_request_iov: usize,
+    /// Most RDMA reads in flight as target.
+    pub max_rdma_read_in: usize,
+    /// Most RDMA reads in flight as initiator.
+    pub max_rdma_read_out: usize,
+}
+
+impl Default for EpAttr {
+    fn default() -> Self {
+        EpAttr {
+            max_message_size: 1 << 30,
+            max_rdma_size: 1 << 30,
+            max_recv_dtos: 256,
+            max_request_dtos: 256,
+            max_recv_iov: 16,
+            max_request_iov: 16,
+            max_rdma_read_in: 16,
+            max_rdma_read_out: 16,
+        }
+    }
+}
+
+/// `DAT_EP_STATE` (values as in `dat.h`).
+#[allow(missing_docs)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum EpState {
+    Unconnected = 0,
+    Reserved = 2,
+    PassiveConnectionPending = 4,
+    ActiveConnectionPending = 6,
+    TentativeConnectionPending = 7,
+    Connected = 9,
+    DisconnectPending = 10,
+    Disconnected = 11,
+}
+
+impl EpState {
+    /// The `DAT_INVALID_STATE_EP_*` subtype naming this state.
+    pub fn subtype(self) -> Subtype {
+        match self {
+            EpState::Unconnected => Subtype::InvalidStateEpUnconnected,
+            EpState::Reserved => Subtype::InvalidStateEpReserved,
+            EpState::PassiveConnectionPending => Subtype::InvalidStateEpPassconnpending,
+            EpState::ActiveConnectionPending => Subtype::InvalidStateEpActconnpending,
+            EpState::TentativeConnectionPending => Subtype::InvalidStateEpTentconnpending,
+            EpState::Connected => Subtype::InvalidStateEpConnected,
+            EpState::DisconnectPending => Subtype::InvalidStateEpDiscpending,
+            EpState::Disconnected => Subtype::InvalidStateEpDisconnected,
+        }
+    }
+}
+
+/// `DAT_COMPLETION_FLAGS` of a posted work request.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct CompletionFlags(pub u32);
+
+impl CompletionFlags {
+    /// `DAT_COMPLETION_DEFAULT_FLAG`.
+    pub const DEFAULT: CompletionFlags = CompletionFlags(0x00);
+    /// `DAT_COMPLETION_SUPPRESS_FLAG`: no completion event if successful.
+    pub const SUPPRESS: CompletionFlags = CompletionFlags(0x01);
+    /// `DAT_COMPLETION_SOLICITED_WAIT_FLAG` (receives). Accepted; rdapl
+    /// queues the completion as usual.
+    pub const SOLICITED_WAIT: CompletionFlags = CompletionFlags(0x02);
+    /// `DAT_COMPLETION_UNSIGNALLED_FLAG`: no completion event if successful.
+    pub const UNSIGNALLED: CompletionFlags = CompletionFlags(0x04);
+    /// `DAT_COMPLETION_BARRIER_FENCE_FLAG`: start only after earlier RDMA
+    /// reads completed (always true: requests execute in order).
+    pub const BARRIER_FENCE: CompletionFlags = CompletionFlags(0x08);
+
+    /// True if every flag of `o` is set.
+    pub fn contains(self, o: CompletionFlags) -> bool {
+        self.0 & o.0 == o.0
+    }
+    fn quiet_on_success(self) -> bool {
+        self.0 & (Self::SUPPRESS.0 | Self::UNSIGNALLED.0) != 0
+    }
+}
+
+impl std::ops::BitOr for CompletionFlags {
+    type Output = CompletionFlags;
+    fn bitor(self, rhs: CompletionFlags) -> CompletionFlags {
+        CompletionFlags(self.0 | rhs.0)
+    }
+}
+
+/// What a work request does.
+pub(crate) enum WrOp {
+    Send,
+    Recv,
+    RdmaWrite(RmrTriplet),
+    RdmaRead(RmrTriplet),
+    /// Bind (or unbind, `len == 0`) a window; `new_ctx` is its next key.
+    Bind {
+        target: Option<(u32, LmrTriplet)>,
+        privs: MemPriv,
+        new_ctx: u32,
+    },
+    /// Map a fast-registration LMR onto a region.
+    Fmr {
+        lmr: Lmr,
+        region: Arc<Region>,
+        privs: MemPriv,
+        new_ctx: u32,
+    },
+    /// Invalidate a fast-registration LMR (its key was rotated at post time).
+    Invalidate,
+}
+
+impl WrOp {
+    fn dto_op(&self) -> DtoOp {
+        match self {
+            WrOp::Send => DtoOp::Send,
+            WrOp::Recv => DtoOp::Receive,
+            WrOp::RdmaWrite(_) => DtoOp::RdmaWrite,
+            WrOp::RdmaRead(_) => DtoOp::RdmaRead,
+            WrOp::Bind { .. } => DtoOp::BindMw,
+            WrOp::Fmr { .. } => DtoOp::LmrFmr,
+            WrOp::Invalidate => DtoOp::LmrInvalidate,
+        }
+    }
+}
+
+/// A posted work request.
+pub(crate) struct Wr {
+    pub op: WrOp,
+    pub iov: Vec<LmrTriplet>,
+    pub cookie: u64,
+    pub flags: CompletionFlags,
+    pub res: Reservation,
+    /// Fault injection: do not start before this instant.
+    pub not_before: Option<Instant>,
+}
+
+/// Mutable endpoint state, under the endpoint's lock. Providers lock two
+/// endpoints in handle order.
+pub(crate) struct EpCore {
+    pub state: EpState,
+    /// Loopback: the connected peer.
+    pub peer: Option<Weak<EpInner>>,
+    pub remote: Option<(IpAddr, u64)>,
+    pub sends: VecDeque<Wr>,
+    pub recvs: VecDeque<Wr>,
+    /// The head send waits for a receive until this instant.
+    pub rnr_deadline: Option<Instant>,
+    /// Fault injection: the next executed request fails with this status.
+    pub fail_next: Option<DtoStatus>,
+    /// Fault injection: requests posted from now on start this much later.
+    pub delay: Option<Duration>,
+    /// Active side: the connection request in flight.
+    pub pending_cr: Option<Arc<crate::sp::CrInner>>,
+    /// Private data received from the peer (accept on the active side).
+    pub peer_private: Option<Box<[u8]>>,
+}
+
+/// An endpoint. Cloning gives another handle to the same endpoint.
+#[derive(Clone)]
+pub struct Ep {
+    pub(crate) inner: Arc<EpInner>,
+}
+
+/// The shared part of an endpoint (what providers work on).
+pub struct EpInner {
+    pub(crate) id: EpHandle,
+    pub(crate) ia: Arc<IaInner>,
+    pub(crate) pz: Pz,
+    pub(crate) attr: EpAttr,
+    pub(crate) recv_evd: Option<Evd>,
+    pub(crate) request_evd: Option<Evd>,
+    pub(crate) conn_evd: Option<Evd>,
+    feeders: Mutex<Vec<Feeder>>,
+    pub(crate) core: Mutex<EpCore>,
+    freed: AtomicBool,
+}
+
+impl fmt::Debug for Ep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ep")
+            .field("handle", &self.inner.id)
+            .field("state", &self.inner.core.lock().state)
+            .finish()
+    }
+}
+
+/// What `Ep::query` reports (`DAT_EP_PARAM`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpParam {
+    /// The endpoint's handle.
+    pub handle: EpHandle,
+    /// Current state.
+    pub state: EpState,
+    /// Attributes.
+    pub attr: EpAttr,
+    /// Remote IA address and connection qualifier, once connecting.
+    pub remote: Option<(IpAddr, u64)>,
+    /// Outstanding requests and receives.
+    pub outstanding: (usize, usize),
+    /// Private data the peer sent with its accept (active side).
+    pub peer_private_data: Option<Box<[u8]>>,
+}
+
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Ep {
+    pub(crate) fn create(
+        ia: &Ia,
+        pz: &Pz,
+        recv_evd: Option<&Evd>,
+        request_evd: Option<&Evd>,
+        connect_evd: Option<&Evd>,
+        attr: Option<EpAttr>,
+    ) -> Result<Ep> {
+        pz.check_live()?;
+        if !Arc::ptr_eq(&pz.inner.ia, &ia.inner) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandlePz));
+        }
+        let check = |e: Option<&Evd>, s: crate::event::EventStream, sub: Subtype| -> Result<()> {
+            if let Some(e) = e {
+                if e.is_freed() || !e.flags().accepts(s) {
+                    return Err(Error::InvalidHandle(sub));
+                }
+            }
+            Ok(())
+        };
+        use crate::event::EventStream as S;
+        check(recv_evd, S::Dto, Subtype::InvalidHandleEvdRecv)?;
+        check(request_evd, S::Dto, Subtype::InvalidHandleEvdRequest)?;
+        check(connect_evd, S::Connection, Subtype::InvalidHandleEvdConn)?;
+        let attr = attr.unwrap_or_default();
+        let ia_attr = &ia.inner.attr;
+        if attr.max_request_iov > ia_attr.max_iov_segments_per_dto
+            || attr.max_recv_iov > ia_attr.max_iov_segments_per_dto
+            || attr.max_recv_dtos > ia_attr.max_dto_per_ep
+            || attr.max_request_dtos > ia_attr.max_dto_per_ep
+            || attr.max_message_size > ia_attr.max_message_size
+            || attr.max_rdma_size > ia_attr.max_rdma_size
+        {
+            return Err(Error::param(
+                6,
+                "endpoint attributes exceed the IA's limits",
+            ));
+        }
+        let feeders = [recv_evd, request_evd, connect_evd]
+            .into_iter()
+            .flatten()
+            .map(|e| e.feeder())
+            .collect();
+        let inner = Arc::new(EpInner {
+            id: EpHandle(next_id()),
+            ia: ia.inner.clone(),
+            pz: pz.clone(),
+            attr,
+            recv_evd: recv_evd.cloned(),
+            request_evd: request_evd.cloned(),
+            conn_evd: connect_evd.cloned(),
+            feeders: Mutex::new(feeders),
+            core: Mutex::new(EpCore {
+                state: EpState::Unconnected,
+                peer: None,
+                remote: None,
+                sends: VecDeque::new(),
+                recvs: VecDeque::new(),
+                rnr_deadline: None,
+                fail_next: None,
+                delay: None,
+                pending_cr: None,
+                peer_private: None,
+            }),
+            freed: AtomicBool::new(false),
+        });
+        pz.inner.users.fetch_add(1, Ordering::SeqCst);
+        ia.inner.live.eps.fetch_add(1, Ordering::Relaxed);
+        ia.inner.eps.lock().push(Arc::downgrade(&inner));
+        Ok(Ep { inner })
+    }
+
+    /// The endpoint's handle.
+    pub fn handle(&self) -> EpHandle {
+        self.inner.id
+    }
+
+    /// Current state.
+    pub fn state(&self) -> EpState {
+        self.inner.core.lock().state
+    }
+
+    /// The endpoint's parameters (`dat_ep_query`).
+    pub fn query(&self) -> Result<EpParam> {
+        self.inner.check_live()?;
+        let c = self.inner.core.lock();
+        Ok(EpParam {
+            handle: self.inner.id,
+            state: c.state,
+            attr: self.inner.attr,
+            remote: c.remote,
+            outstanding: (c.sends.len(), c.recvs.len()),
+            peer_private_data: c.peer_private.clone(),
+        })
+    }
+
+    /// Connects to `conn_qual` at `remote` (`dat_ep_connect`). The outcome
+    /// arrives on the connection EVD: `Established` (with the accept's
+    /// private data), `PeerRejected`, `NonPeerRejected`, `Unreachable` or
+    /// `TimedOut` (`timeout: None` waits forever).
+    pub fn connect(
+        &self,
+        remote: IpAddr,
+        conn_qual: u64,
+        timeout: Option<Duration>,
+        private_data: &[u8],
+    ) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_live()?;
+        if inner.conn_evd.is_none() {
+            return Err(Error::state(
+                Subtype::InvalidStateEpEvdConnect,
+                "the endpoint has no connection EVD",
+            ));
+        }
+        if private_data.len() > inner.ia.attr.max_private_data_size {
+            return Err(Error::param(
+                5,
+                "private data larger than max_private_data_size",
+            ));
+        }
+        {
+            let mut c = inner.core.lock();
+            if c.state != EpState::Unconnected {
+                return Err(Error::state(
+                    c.state.subtype(),
+                    "connect needs an unconnected endpoint",
+                ));
+            }
+            c.state = EpState::ActiveConnectionPending;
+            c.remote = Some((remote, conn_qual));
+        }
+        let r =
+            inner
+                .ia
+                .transport
+                .connect(inner, remote, conn_qual, private_data.to_vec(), timeout);
+        if r.is_err() {
+            let mut c = inner.core.lock();
+            if c.state == EpState::ActiveConnectionPending {
+                c.state = EpState::Unconnected;
+                c.remote = None;
+            }
+        }
+        r
+    }
+
+    /// Disconnects (`dat_ep_disconnect`). Outstanding requests and receives
+    /// on both sides complete with `Flushed`; both connection EVDs get
+    /// `Disconnected`. On a pending active connection it aborts the attempt.
+    /// A no-op on an already disconnected endpoint.
+    pub fn disconnect(&self, graceful: bool) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_live()?;
+        let state = inner.core.lock().state;
+        match state {
+            EpState::Connected | EpState::DisconnectPending => {
+                inner.core.lock().state = EpState::DisconnectPending;
+                inner.ia.transport.disconnect(inner, graceful);
+                Ok(())
+            }
+            EpState::ActiveConnectionPending => {
+                let cr = {
+                    let mut c = inner.core.lock();
+                    c.state = EpState::Disconnected;
+                    c.pending_cr.take()
+                };
+                if let Some(cr) = cr {
+                    cr.cancel();
+                }
+                inner.flush_all();
+                inner.connection_event(ConnectionEventKind::Disconnected, None);
+                Ok(())
+            }
+            EpState::Disconnected => Ok(()),
+            s => Err(Error::state(s.subtype(), "the endpoint is not connected")),
+        }
+    }
+
+    /// Returns a disconnected endpoint to `Unconnected` (`dat_ep_reset`),
+    /// flushing anything still posted.
+    pub fn reset(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_live()?;
+        let mut g = inner.core.lock();
+        match g.state {
+            EpState::Disconnected | EpState::Unconnected => {
+                let wrs: Vec<Wr> = {
+                    let c = &mut *g;
+                    c.state = EpState::Unconnected;
+                    c.peer = None;
+                    c.remote = None;
+                    c.rnr_deadline = None;
+                    c.peer_private = None;
+                    c.sends.drain(..).chain(c.recvs.drain(..)).collect()
+                };
+                drop(g);
+                for wr in wrs {
+                    inner.complete(wr, DtoStatus::Flushed, 0);
+                }
+                Ok(())
+            }
+            s => {
+                drop(g);
+                Err(Error::state(
+                    s.subtype(),
+                    "reset needs a disconnected endpoint",
+                ))
+            }
+        }
+    }
+
+    /// Frees the endpoint (`dat_ep_free`): an abrupt disconnect if needed,
+    /// everything outstanding flushed, its EVDs released.
+    pub fn free(&self) -> Result<()> {
+        self.inner.check_live()?;
+        let ia = self.inner.ia.clone();
+        self.inner.abort(&ia);
+        Ok(())
+    }
+
+    /// Posts a receive (`dat_ep_post_recv`). Allowed before the connection
+    /// is established.
+    pub fn post_recv(&self, iov: &[LmrTriplet], cookie: u64, flags: CompletionFlags) -> Result<()> {
+        self.inner.post(WrOp::Recv, iov, cookie, flags)
+    }
+
+    /// Posts a send (`dat_ep_post_send`).
+    pub fn post_send(&self, iov: &[LmrTriplet], cookie: u64, flags: CompletionFlags) -> Result<()> {
+        self.inner.post(WrOp::Send, iov, cookie, flags)
+    }
+
+    /// Posts an RDMA write of `iov` to `remote` (`dat_ep_post_rdma_write`).
+    pub fn post_rdma_write(
+        &self,
+        iov: &[LmrTriplet],
+        remote: RmrTriplet,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<()> {
+        self.inner.post(WrOp::RdmaWrite(remote), iov, cookie, flags)
+    }
+
+    /// Posts an RDMA read of `remote` into `iov` (`dat_ep_post_rdma_read`).
+    pub fn post_rdma_read(
+        &self,
+        iov: &[LmrTriplet],
+        remote: RmrTriplet,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<()> {
+        self.inner.post(WrOp::RdmaRead(remote), iov, cookie, flags)
+    }
+
+    /// Binds `rmr` to `target` (a range of `lmr`) with remote rights
+    /// `privs` (`dat_rmr_bind`). Returns the window's new `rmr_context`,
+    /// valid once the bind completes (a `BindMw` DTO on the request EVD);
+    /// the previous context dies at once.
+    pub fn post_rmr_bind(
+        &self,
+        rmr: &Rmr,
+        lmr: &Lmr,
+        target: LmrTriplet,
+        privs: MemPriv,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<u32> {
+        self.rmr_rebind(rmr, Some((lmr, target)), privs, cookie, flags)
+    }
+
+    /// Unbinds `rmr` (a bind of length zero). Returns its new context.
+    pub fn post_rmr_unbind(&self, rmr: &Rmr, cookie: u64, flags: CompletionFlags) -> Result<u32> {
+        self.rmr_rebind(rmr, None, MemPriv::NONE, cookie, flags)
+    }
+
+    fn rmr_rebind(
+        &self,
+        rmr: &Rmr,
+        target: Option<(&Lmr, LmrTriplet)>,
+        privs: MemPriv,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<u32> {
+        let inner = &self.inner;
+        let mem = &inner.ia.mem;
+        let old = rmr.context()?;
+        if !Arc::ptr_eq(&rmr.inner.pz.inner, &inner.pz.inner) {
+            return Err(Error::ProtectionViolation(Subtype::NoSubtype));
+        }
+        if privs.contains(MemPriv::LOCAL_READ) || privs.contains(MemPriv::LOCAL_WRITE) {
+            return Err(Error::param(4, "a window grants remote rights only"));
+        }
+        let target = match target {
+            Some((lmr, t)) => {
+                let lctx = lmr.context()?;
+                if lctx != t.lmr_context {
+                    return Err(Error::param(2, "the triplet does not name this LMR"));
+                }
+                let e = mem
+                    .get(lctx)
+                    .ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))?;
+                if e.pz != inner.pz.inner.id {
+                    return Err(Error::ProtectionViolation(Subtype::NoSubtype));
+                }
+                let end = t.virtual_address.checked_add(t.segment_length);
+                if t.virtual_address < e.start || end.is_none_or(|x| x > e.start + e.len) {
+                    return Err(Error::param(2, "the window range is outside the LMR"));
+                }
+                if !e.privs.contains(privs) {
+                    return Err(Error::PrivilegesViolation(Subtype::NoSubtype));
+                }
+                Some((lctx, t))
+            }
+            None => None,
+        };
+        // Rotate the key now: the old context is dead from here on; the new
+        // one is unbound until the work request executes.
+        let new_ctx = mem
+            .rekey(old, |e| {
+                if let Some(p) = e.parent.take() {
+                    mem_unbind_parent(p, &inner.ia);
+                }
+                e.region = None;
+                e.len = 0;
+                e.privs = MemPriv::NONE;
+            })
+            .ok_or(Error::InsufficientResources {
+                resource: Subtype::ResourceMemoryRegion,
+                what: "the window ran out of keys",
+            })?;
+        *rmr.inner.ctx.lock() = Some(new_ctx);
+        let op = WrOp::Bind {
+            target,
+            privs,
+            new_ctx,
+        };
+        inner.post(op, &[], cookie, flags)?;
+        Ok(new_ctx)
+    }
+
+    /// Maps the fast-registration `lmr` onto `region` with `privs` by a work
+    /// request (DAT 2.0 `dat_lmr_kcreate` FMR style). Returns the new
+    /// context, valid once the `LmrFmr` DTO completes.
+    pub fn post_lmr_fmr(
+        &self,
+        lmr: &Lmr,
+        region: Arc<Region>,
+        privs: MemPriv,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<u32> {
+        let inner = &self.inner;
+        if lmr.inner.kind != crate::mem::EntryKind::Fmr {
+            return Err(Error::param(1, "not a fast-registration LMR"));
+        }
+        let old = lmr.context()?;
+        let e = inner
+            .ia
+            .mem
+            .get(old)
+            .ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))?;
+        if region.len() as u64 > e.len && e.region.is_none() {
+            return Err(Error::Length("region larger than the FMR's maximum"));
+        }
+        let max = if e.region.is_none() { e.len } else { u64::MAX };
+        if region.len() as u64 > max {
+            return Err(Error::Length("region larger than the FMR's maximum"));
+        }
+        let new_ctx = self.fmr_rekey(lmr, old)?;
+        inner.post(
+            WrOp::Fmr {
+                lmr: lmr.clone(),
+                region,
+                privs,
+                new_ctx,
+            },
+            &[],
+            cookie,
+            flags,
+        )?;
+        Ok(new_ctx)
+    }
+
+    /// Invalidates the fast-registration `lmr` by a work request
+    /// (`dat_lmr_invalidate`): its key dies at once, the mapping when the
+    /// `LmrInvalidate` DTO completes. Returns the (unmapped) next context.
+    pub fn post_lmr_invalidate(
+        &self,
+        lmr: &Lmr,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<u32> {
+        if lmr.inner.kind != crate::mem::EntryKind::Fmr {
+            return Err(Error::param(1, "not a fast-registration LMR"));
+        }
+        let old = lmr.context()?;
+        let new_ctx = self.fmr_rekey(lmr, old)?;
+        self.inner.post(WrOp::Invalidate, &[], cookie, flags)?;
+        Ok(new_ctx)
+    }
+
+    fn fmr_rekey(&self, lmr: &Lmr, old: u32) -> Result<u32> {
+        let new_ctx = self
+            .inner
+            .ia
+            .mem
+            .rekey(old, |e| {
+                e.region = None;
+                e.privs = MemPriv::NONE;
+            })
+            .ok_or(Error::InsufficientResources {
+                resource: Subtype::ResourceMemoryRegion,
+                what: "the fast-registration LMR ran out of keys",
+            })?;
+        lmr.set_mapping(new_ctx, None, MemPriv::NONE);
+        Ok(new_ctx)
+    }
+
+    /// Fault injection (providers that support it, the loopback provider):
+    /// the next request to execute fails with `status` and breaks the
+    /// connection.
+    pub fn inject_failure(&self, status: DtoStatus) {
+        self.inner.core.lock().fail_next = Some(status);
+    }
+
+    /// Fault injection: requests posted from now on start `delay` later
+    /// (`None` ends it).
+    pub fn inject_delay(&self, delay: Option<Duration>) {
+        self.inner.core.lock().delay = delay;
+    }
+
+    /// Fault injection: the connection breaks now, as if the link failed.
+    pub fn inject_break(&self) {
+        let peer = self.inner.core.lock().peer.as_ref().and_then(Weak::upgrade);
+        self.inner.break_connection(peer.as_ref(), None);
+    }
+}
+
+fn mem_unbind_parent(parent: u32, ia: &IaInner) {
+    ia.mem
+        .with_mut(parent, |l| l.bound_rmrs = l.bound_rmrs.saturating_sub(1));
+}
+
+impl EpInner {
+    pub(crate) fn is_freed(&self) -> bool {
+        self.freed.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn check_live(&self) -> Result<()> {
+        if self.is_freed() {
+            Err(Error::InvalidHandle(Subtype::InvalidHandleEp))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn post(
+        self: &Arc<Self>,
+        op: WrOp,
+        iov: &[LmrTriplet],
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<()> {
+        self.check_live()?;
+        let is_recv = matches!(op, WrOp::Recv);
+        let (evd, max_iov, max_dtos) = if is_recv {
+            (
+                &self.recv_evd,
+                self.attr.max_recv_iov,
+                self.attr.max_recv_dtos,
+            )
+        } else {
+            (
+                &self.request_evd,
+                self.attr.max_request_iov,
+                self.attr.max_request_dtos,
+            )
+        };
+        let evd = evd.as_ref().ok_or(Error::state(
+            if is_recv {
+                Subtype::InvalidStateEpEvdRecv
+            } else {
+                Subtype::InvalidStateEpEvdRequest
+            },
+            "the endpoint has no EVD for this queue",
+        ))?;
+        if iov.len() > max_iov {
+            return Err(Error::param(
+                2,
+                "more scatter/gather entries than the endpoint allows",
+            ));
+        }
+        let len: u64 = iov.iter().map(|t| t.segment_length).sum();
+        let limit = match op {
+            WrOp::RdmaWrite(_) | WrOp::RdmaRead(_) => self.attr.max_rdma_size,
+            _ => self.attr.max_message_size,
+        };
+        if len > limit {
+            return Err(Error::Length("transfer larger than the endpoint's maximum"));
+        }
+        if let WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) = &op {
+            if r.segment_length < len {
+                return Err(Error::Length("remote buffer shorter than the local list"));
+            }
+        }
+        {
+            let mut c = self.core.lock();
+            let ok = if is_recv {
+                !matches!(c.state, EpState::Disconnected | EpState::DisconnectPending)
+            } else {
+                c.state == EpState::Connected
+            };
+            if !ok {
+                return Err(Error::state(
+                    c.state.subtype(),
+                    "the endpoint cannot take this work request now",
+                ));
+            }
+            let q = if is_recv { &c.recvs } else { &c.sends };
+            if q.len() >= max_dtos {
+                return Err(Error::InsufficientResources {
+                    resource: Subtype::ResourceTep,
+                    what: "the endpoint's queue is full",
+                });
+            }
+            let res = evd.reserve()?;
+            let not_before = c.delay.map(|d| Instant::now() + d);
+            let wr = Wr {
+                op,
+                iov: iov.to_vec(),
+                cookie,
+                flags,
+                res,
+                not_before,
+            };
+            if is_recv {
+                c.recvs.push_back(wr);
+            } else {
+                c.sends.push_back(wr);
+            }
+        }
+        self.ia.transport.kick(self);
+        Ok(())
+    }
+
+    /// Completes a work request with `status` and `len` bytes transferred.
+    pub(crate) fn complete(&self, wr: Wr, status: DtoStatus, len: u64) {
+        let evd = if matches!(wr.op, WrOp::Recv) {
+            self.recv_evd.as_ref()
+        } else {
+            self.request_evd.as_ref()
+        };
+        let Some(evd) = evd else { return };
+        if status.is_success() && wr.flags.quiet_on_success() {
+            evd.release(wr.res);
+            return;
+        }
+        let ev = Event::Dto(DtoCompletion {
+            ep: self.id,
+            cookie: wr.cookie,
+            status,
+            transferred_length: if status.is_success() { len } else { 0 },
+            operation: wr.op.dto_op(),
+            rmr_context: 0,
+        });
+        evd.complete(wr.res, ev);
+    }
+
+    /// Executes a local memory work request (bind, map, invalidate).
+    pub(crate) fn execute_local(&self, wr: Wr) -> DtoStatus {
+        let mem = &self.ia.mem;
+        let status = match &wr.op {
+            WrOp::Bind { target: None, .. } => DtoStatus::Success,
+            WrOp::Bind {
+                target: Some((lctx, t)),
+                privs,
+                new_ctx,
+                ..
+            } => match mem.get(*lctx) {
+                Some(l) if l.region.is_some() => {
+                    let region = l.region.clone();
+                    let bound = mem.with_mut(*new_ctx, |e| {
+                        e.region = region;
+                        e.start = t.virtual_address;
+                        e.len = t.segment_length;
+                        e.privs = *privs;
+                        e.parent = Some(*lctx);
+                    });
+                    if bound.is_some() {
+                        mem.with_mut(*lctx, |l| l.bound_rmrs += 1);
+                        DtoStatus::Success
+                    } else {
+                        DtoStatus::RmrOperationFailed
+                    }
+                }
+                _ => DtoStatus::RmrOperationFailed,
+            },
+            WrOp::Fmr {
+                lmr,
+                region,
+                privs,
+                new_ctx,
+            } => {
+                let r = region.clone();
+                let ok = mem.with_mut(*new_ctx, |e| {
+                    e.start = r.address();
+                    e.len = r.len() as u64;
+                    e.region = Some(r.clone());
+                    e.privs = *privs;
+                });
+                if ok.is_some() {
+                    lmr.set_mapping(*new_ctx, Some(region.clone()), *privs);
+                    DtoStatus::Success
+                } else {
+                    DtoStatus::LocalMmError
+                }
+            }
+            WrOp::Invalidate => DtoStatus::Success,
+            _ => DtoStatus::LocalEp,
+        };
+        self.finish(wr, status)
+    }
+
+    fn finish(&self, wr: Wr, status: DtoStatus) -> DtoStatus {
+        self.complete(wr, status, 0);
+        status
+    }
+
+    /// Posts a connection event on the connection EVD.
+    pub(crate) fn connection_event(&self, kind: ConnectionEventKind, private: Option<Box<[u8]>>) {
+        if let Some(evd) = &self.conn_evd {
+            let _ = evd.post_event(Event::Connection(ConnectionEvent {
+                kind,
+                ep: self.id,
+                private_data: private,
+            }));
+        }
+    }
+
+    /// Flushes every outstanding work request of this endpoint.
+    pub(crate) fn flush_all(&self) {
+        let wrs: Vec<Wr> = {
+            let mut g = self.core.lock();
+            let c = &mut *g;
+            c.rnr_deadline = None;
+            c.sends.drain(..).chain(c.recvs.drain(..)).collect()
+        };
+        for wr in wrs {
+            self.complete(wr, DtoStatus::Flushed, 0);
+        }
+    }
+
+    /// Ends the connection on both sides: states to `Disconnected`, every
+    /// outstanding request flushed, and `kind` (default `Broken`) raised on
+    /// both connection EVDs. Idempotent per side.
+    pub(crate) fn break_connection(
+        &self,
+        peer: Option<&Arc<EpInner>>,
+        kind: Option<ConnectionEventKind>,
+    ) {
+        let kind = kind.unwrap_or(ConnectionEventKind::Broken);
+        for side in std::iter::once(self).chain(peer.map(|p| &**p)) {
+            let was_connected = {
+                let mut c = side.core.lock();
+                let was = matches!(c.state, EpState::Connected | EpState::DisconnectPending);
+                if was {
+                    c.state = EpState::Disconnected;
+                    c.peer = None;
+                }
+                was
+            };
+            if was_connected {
+                side.flush_all();
+                side.connection_event(kind, None);
+            }
+        }
+    }
+
+    /// Tears the endpoint down (free, or abrupt IA close).
+    pub(crate) fn abort(self: &Arc<Self>, ia: &Arc<IaInner>) {
+        if self.freed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (peer, cr) = {
+            let mut c = self.core.lock();
+            (c.peer.as_ref().and_then(Weak::upgrade), c.pending_cr.take())
+        };
+        if let Some(cr) = cr {
+            cr.cancel();
+        }
+        let state = self.core.lock().state;
+        if matches!(state, EpState::Connected | EpState::DisconnectPending) {
+            self.break_connection(peer.as_ref(), Some(ConnectionEventKind::Disconnected));
+        }
+        self.flush_all();
+        self.core.lock().state = EpState::Disconnected;
+        self.feeders.lock().clear();
+        self.pz.inner.users.fetch_sub(1, Ordering::SeqCst);
+        ia.live.eps.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Locks this endpoint and `other` in handle order.
+    pub(crate) fn lock_pair<'a>(
+        a: &'a EpInner,
+        b: &'a EpInner,
+    ) -> (MutexGuard<'a, EpCore>, MutexGuard<'a, EpCore>) {
+        if a.id <= b.id {
+            let ga = a.core.lock();
+            let gb = b.core.lock();
+            (ga, gb)
+        } else {
+            let gb = b.core.lock();
+            let ga = a.core.lock();
+            (ga, gb)
+        }
+    }
+}

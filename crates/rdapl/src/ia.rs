@@ -1,0 +1,356 @@
+//! The interface adapter (IA): the root of every other object.
+//!
+//! [`Ia::open`] picks a provider by name (the in-process loopback provider is
+//! the default, `"loopback"`), creates the IA's async EVD unless the caller
+//! brings one, and owns the registration table, the dispatch context and
+//! the lists of live objects that [`Ia::close`] checks or tears down.
+
+use crate::cno::Cno;
+use crate::dispatch::{Dispatch, Dispatcher};
+use crate::ep::{Ep, EpAttr, EpInner};
+use crate::error::{Error, Result, Subtype};
+use crate::evd::{Evd, MAX_QLEN};
+use crate::event::{EvdFlags, IaHandle};
+use crate::mem::MemTable;
+use crate::provider::{Provider, Transport};
+use crate::pz::Pz;
+use crate::sp::{Psp, Rsp, SpInner};
+use parking_lot::Mutex;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+/// IA attributes (`DAT_IA_ATTR`, the fields rdapl reports).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IaAttr {
+    /// Adapter name.
+    pub adapter_name: String,
+    /// Vendor name.
+    pub vendor_name: String,
+    /// The IA's address.
+    pub address: IpAddr,
+    /// Most endpoints.
+    pub max_eps: usize,
+    /// Most outstanding DTOs per endpoint and queue.
+    pub max_dto_per_ep: usize,
+    /// Most RDMA reads in flight per endpoint, as target and as initiator.
+    pub max_rdma_read_per_ep: usize,
+    /// Most EVDs.
+    pub max_evds: usize,
+    /// Longest EVD queue.
+    pub max_evd_qlen: usize,
+    /// Most scatter/gather entries per DTO.
+    pub max_iov_segments_per_dto: usize,
+    /// Most LMRs.
+    pub max_lmrs: usize,
+    /// Largest LMR.
+    pub max_lmr_block_size: u64,
+    /// Most protection zones.
+    pub max_pzs: usize,
+    /// Largest message.
+    pub max_message_size: u64,
+    /// Largest RDMA transfer.
+    pub max_rdma_size: u64,
+    /// Most RMRs.
+    pub max_rmrs: usize,
+    /// Largest private data in connection management.
+    pub max_private_data_size: usize,
+}
+
+/// Provider attributes (`DAT_PROVIDER_ATTR`, the fields rdapl reports).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderAttr {
+    /// Provider name (what `Ia::open` takes).
+    pub name: String,
+    /// One-line description.
+    pub description: String,
+    /// Provider version.
+    pub version: (u32, u32),
+    /// DAT API version implemented.
+    pub dapl_version: (u32, u32),
+    /// Upcall policies supported.
+    pub upcall_policies: Vec<crate::evd::UpcallPolicy>,
+    /// `evd_stream_merging_supported[6][6]`.
+    pub evd_stream_merging: [[bool; 6]; 6],
+    /// Completion flags supported (`DAT_COMPLETION_FLAGS` bits).
+    pub completion_flags: u32,
+    /// Thread safe.
+    pub thread_safe: bool,
+    /// Fast registration (DAT 2.0 LMR FMR/invalidate work requests).
+    pub fmr_supported: bool,
+    /// Shared receive queues.
+    pub srq_supported: bool,
+    /// Connection requests carry and accept/reject private data.
+    pub max_private_data_size: usize,
+}
+
+/// How [`Ia::close`] treats live objects (`DAT_CLOSE_FLAGS`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CloseFlags {
+    /// `DAT_CLOSE_ABRUPT_FLAG`: tear everything down.
+    Abrupt,
+    /// `DAT_CLOSE_GRACEFUL_FLAG`: refuse while objects are alive.
+    Graceful,
+}
+
+/// An open interface adapter. Cloning gives another handle to the same IA.
+#[derive(Clone)]
+pub struct Ia {
+    pub(crate) inner: Arc<IaInner>,
+}
+
+pub(crate) struct IaInner {
+    pub(crate) id: IaHandle,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) provider_attr: ProviderAttr,
+    pub(crate) attr: IaAttr,
+    pub(crate) async_evd: Evd,
+    pub(crate) mem: MemTable,
+    pub(crate) dispatch: Arc<dyn Dispatch>,
+    pub(crate) eps: Mutex<Vec<Weak<EpInner>>>,
+    pub(crate) sps: Mutex<Vec<Weak<SpInner>>>,
+    pub(crate) live: LiveCounts,
+    pub(crate) closed: AtomicBool,
+}
+
+/// Live object counts (for `close` and the `max_*` limits).
+#[derive(Default)]
+pub(crate) struct LiveCounts {
+    pub evds: AtomicUsize,
+    pub pzs: AtomicUsize,
+    pub lmrs: AtomicUsize,
+    pub rmrs: AtomicUsize,
+    pub eps: AtomicUsize,
+}
+
+impl fmt::Debug for Ia {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ia")
+            .field("handle", &self.inner.id)
+            .field("provider", &self.inner.provider_attr.name)
+            .field("address", &self.inner.attr.address)
+            .finish()
+    }
+}
+
+/// The providers rdapl knows by name.
+pub fn providers() -> Vec<Arc<dyn Provider>> {
+    vec![crate::provider::loopback::Loopback::global()]
+}
+
+/// Options of [`Ia::open_with`].
+pub struct IaOptions {
+    /// Provider parameters (provider specific; loopback: `addr=127.0.0.2`).
+    pub params: String,
+    /// Use this EVD as the async EVD instead of creating one.
+    pub async_evd: Option<Evd>,
+    /// Queue length of the async EVD rdapl creates.
+    pub async_qlen: usize,
+    /// Dispatch context for upcalls of this IA's EVDs.
+    pub dispatch: Option<Arc<dyn Dispatch>>,
+}
+
+impl Default for IaOptions {
+    fn default() -> Self {
+        IaOptions {
+            params: String::new(),
+            async_evd: None,
+            async_qlen: 64,
+            dispatch: None,
+        }
+    }
+}
+
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Ia {
+    /// Opens an IA of the named provider with default options
+    /// (`dat_ia_open`). `""` or `"loopback"` is the loopback provider.
+    pub fn open(name: &str) -> Result<Ia> {
+        Ia::open_with(name, IaOptions::default())
+    }
+
+    /// Opens an IA of the named provider.
+    pub fn open_with(name: &str, opts: IaOptions) -> Result<Ia> {
+        let name = if name.is_empty() { "loopback" } else { name };
+        let provider = providers()
+            .into_iter()
+            .find(|p| p.attr().name == name)
+            .ok_or_else(|| Error::ProviderNotFound(name.to_string()))?;
+        Ia::open_provider(provider, opts)
+    }
+
+    /// Opens an IA of a provider given as a value (rustls style: the
+    /// application chooses the provider object).
+    pub fn open_provider(provider: Arc<dyn Provider>, opts: IaOptions) -> Result<Ia> {
+        let transport = provider.open(&opts.params)?;
+        let provider_attr = provider.attr();
+        let attr = provider.ia_attr(transport.address());
+        let dispatch = opts
+            .dispatch
+            .unwrap_or_else(|| Dispatcher::global() as Arc<dyn Dispatch>);
+        let async_evd = match opts.async_evd {
+            Some(e) => {
+                if !e.flags().contains(EvdFlags::ASYNC) {
+                    return Err(Error::param(3, "the async EVD must have the ASYNC stream"));
+                }
+                e
+            }
+            None => {
+                if opts.async_qlen == 0 || opts.async_qlen > MAX_QLEN {
+                    return Err(Error::param(2, "async_evd_min_qlen out of range"));
+                }
+                Evd::builder(opts.async_qlen, EvdFlags::ASYNC)
+                    .dispatch(dispatch.clone())
+                    .build()?
+            }
+        };
+        Ok(Ia {
+            inner: Arc::new(IaInner {
+                id: IaHandle(next_id()),
+                transport,
+                provider_attr,
+                attr,
+                async_evd,
+                mem: MemTable::default(),
+                dispatch,
+                eps: Mutex::new(Vec::new()),
+                sps: Mutex::new(Vec::new()),
+                live: LiveCounts::default(),
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The IA's handle.
+    pub fn handle(&self) -> IaHandle {
+        self.inner.id
+    }
+
+    /// The IA's address (what a peer connects to).
+    pub fn address(&self) -> IpAddr {
+        self.inner.attr.address
+    }
+
+    /// The async EVD.
+    pub fn async_evd(&self) -> &Evd {
+        &self.inner.async_evd
+    }
+
+    /// IA and provider attributes (`dat_ia_query`).
+    pub fn query(&self) -> Result<(IaAttr, ProviderAttr)> {
+        self.check_open()?;
+        Ok((self.inner.attr.clone(), self.inner.provider_attr.clone()))
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            Err(Error::InvalidHandle(Subtype::InvalidHandleIa))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Creates an EVD of this IA (`dat_evd_create`): its overflows are
+    /// reported on the IA's async EVD and its upcalls run in the IA's
+    /// dispatch context.
+    pub fn evd_create(&self, qlen: usize, flags: EvdFlags) -> Result<Evd> {
+        self.evd_create_with(qlen, flags, None)
+    }
+
+    /// Creates an EVD attached to a CNO.
+    pub fn evd_create_with(&self, qlen: usize, flags: EvdFlags, cno: Option<&Cno>) -> Result<Evd> {
+        self.check_open()?;
+        if qlen > self.inner.attr.max_evd_qlen {
+            return Err(Error::InsufficientResources {
+                resource: Subtype::ResourceTevd,
+                what: "evd_min_qlen above max_evd_qlen",
+            });
+        }
+        let mut b = Evd::builder(qlen, flags)
+            .dispatch(self.inner.dispatch.clone())
+            .async_evd(&self.inner.async_evd);
+        if let Some(c) = cno {
+            b = b.cno(c);
+        }
+        let evd = b.build()?;
+        self.inner.live.evds.fetch_add(1, Ordering::Relaxed);
+        Ok(evd)
+    }
+
+    /// Creates a protection zone (`dat_pz_create`).
+    pub fn pz_create(&self) -> Result<Pz> {
+        self.check_open()?;
+        Ok(Pz::new(self))
+    }
+
+    /// Creates an endpoint (`dat_ep_create`). Any EVD may be `None` if the
+    /// endpoint will not use that stream; `attr: None` takes the defaults.
+    pub fn ep_create(
+        &self,
+        pz: &Pz,
+        recv_evd: Option<&Evd>,
+        request_evd: Option<&Evd>,
+        connect_evd: Option<&Evd>,
+        attr: Option<EpAttr>,
+    ) -> Result<Ep> {
+        self.check_open()?;
+        Ep::create(self, pz, recv_evd, request_evd, connect_evd, attr)
+    }
+
+    /// Creates a public service point listening on `conn_qual`
+    /// (`dat_psp_create`); connection requests arrive on `cr_evd`.
+    pub fn psp_create(&self, conn_qual: u64, cr_evd: &Evd) -> Result<Psp> {
+        self.check_open()?;
+        Psp::create(self, conn_qual, cr_evd)
+    }
+
+    /// Creates a reserved service point for `ep` on `conn_qual`
+    /// (`dat_rsp_create`).
+    pub fn rsp_create(&self, conn_qual: u64, ep: &Ep, cr_evd: &Evd) -> Result<Rsp> {
+        self.check_open()?;
+        Rsp::create(self, conn_qual, ep, cr_evd)
+    }
+
+    /// Closes the IA (`dat_ia_close`). `Graceful` is refused with
+    /// `InvalidState(IA_IN_USE)` while endpoints or service points live;
+    /// `Abrupt` disconnects every endpoint and frees every service point.
+    pub fn close(&self, flags: CloseFlags) -> Result<()> {
+        self.check_open()?;
+        let eps: Vec<_> = self
+            .inner
+            .eps
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let sps: Vec<_> = self
+            .inner
+            .sps
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let live_eps = eps.iter().filter(|e| !e.is_freed()).count();
+        let live_sps = sps.iter().filter(|s| !s.is_freed()).count();
+        if flags == CloseFlags::Graceful && (live_eps > 0 || live_sps > 0) {
+            return Err(Error::state(
+                Subtype::InvalidStateIaInUse,
+                "endpoints or service points are still alive",
+            ));
+        }
+        for sp in sps {
+            sp.shutdown();
+        }
+        for ep in eps {
+            ep.abort(&self.inner);
+        }
+        self.inner.closed.store(true, Ordering::SeqCst);
+        self.inner.transport.close();
+        Ok(())
+    }
+}

@@ -1,0 +1,706 @@
+//! Registered memory: protection-checked regions, keys, and the one copy that
+//! moves data between them.
+//!
+//! # Guarantees
+//!
+//! * **Keys die for good.** A key (`lmr_context` / `rmr_context`) is a 24-bit
+//!   slot index and an 8-bit key byte. Freeing, invalidating, re-binding or
+//!   re-mapping an entry rotates its key byte; a slot whose key byte has
+//!   cycled through all 256 values is retired and never handed out again.
+//!   So a key, once dead, is never valid again in this IA.
+//! * **No access outside the grant.** Every access is checked against the
+//!   entry's protection zone, its range and its rights before a byte moves;
+//!   a refused access moves nothing.
+//! * **Safe memory.** Region memory is owned (`Box<[u8]>`) behind a
+//!   read/write lock; the data mover takes read locks on sources and write
+//!   locks on sinks in a fixed order, so concurrent transfers neither race
+//!   nor deadlock. Raw (caller-owned) memory for the C ABI is registered
+//!   through the one `unsafe` constructor, [`Region::from_raw`].
+
+use crate::error::{Error, Result, Subtype};
+use crate::event::{DtoStatus, PzHandle};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// `DAT_MEM_PRIV_FLAGS`: access rights of a registration.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Default)]
+pub struct MemPriv(u32);
+
+impl MemPriv {
+    /// `DAT_MEM_PRIV_NONE_FLAG`.
+    pub const NONE: MemPriv = MemPriv(0x00);
+    /// `DAT_MEM_PRIV_LOCAL_READ_FLAG`.
+    pub const LOCAL_READ: MemPriv = MemPriv(0x01);
+    /// `DAT_MEM_PRIV_REMOTE_READ_FLAG`.
+    pub const REMOTE_READ: MemPriv = MemPriv(0x02);
+    /// `DAT_MEM_PRIV_LOCAL_WRITE_FLAG`.
+    pub const LOCAL_WRITE: MemPriv = MemPriv(0x10);
+    /// `DAT_MEM_PRIV_REMOTE_WRITE_FLAG`.
+    pub const REMOTE_WRITE: MemPriv = MemPriv(0x20);
+    /// `DAT_MEM_PRIV_ALL_FLAG`.
+    pub const ALL: MemPriv = MemPriv(0x33);
+
+    /// From raw bits; `None` if an unknown bit is set.
+    pub fn from_bits(bits: u32) -> Option<MemPriv> {
+        (bits & !Self::ALL.0 == 0).then_some(MemPriv(bits))
+    }
+    /// The raw bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+    /// True if every right of `other` is granted here.
+    pub fn contains(self, other: MemPriv) -> bool {
+        self.0 & other.0 == other.0
+    }
+    /// True if any remote right is granted.
+    pub fn any_remote(self) -> bool {
+        self.0 & (Self::REMOTE_READ.0 | Self::REMOTE_WRITE.0) != 0
+    }
+}
+
+impl std::ops::BitOr for MemPriv {
+    type Output = MemPriv;
+    fn bitor(self, rhs: MemPriv) -> MemPriv {
+        MemPriv(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for MemPriv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        for (p, n) in [
+            (Self::LOCAL_READ, "LOCAL_READ"),
+            (Self::REMOTE_READ, "REMOTE_READ"),
+            (Self::LOCAL_WRITE, "LOCAL_WRITE"),
+            (Self::REMOTE_WRITE, "REMOTE_WRITE"),
+        ] {
+            if self.contains(p) {
+                parts.push(n);
+            }
+        }
+        write!(f, "MemPriv({})", parts.join("|"))
+    }
+}
+
+/// A local scatter/gather entry (`DAT_LMR_TRIPLET`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LmrTriplet {
+    /// The LMR's `lmr_context`.
+    pub lmr_context: u32,
+    /// Start address inside the LMR.
+    pub virtual_address: u64,
+    /// Length in bytes.
+    pub segment_length: u64,
+}
+
+/// A remote buffer (`DAT_RMR_TRIPLET`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RmrTriplet {
+    /// The remote LMR's or RMR's `rmr_context`.
+    pub rmr_context: u32,
+    /// Start address on the remote side.
+    pub target_address: u64,
+    /// Length in bytes.
+    pub segment_length: u64,
+}
+
+enum Backing {
+    Owned(RwLock<Box<[u8]>>),
+    Raw {
+        ptr: *mut u8,
+        len: usize,
+        lock: RwLock<()>,
+    },
+}
+
+// SAFETY: a raw backing is only created by `Region::from_raw`, whose caller
+// guarantees the memory stays valid and is only accessed through this region
+// (or not concurrently with it) while the region lives; every access goes
+// through `lock`.
+#[allow(unsafe_code)]
+unsafe impl Send for Backing {}
+// SAFETY: as above; shared access is serialised by the read/write lock.
+#[allow(unsafe_code)]
+unsafe impl Sync for Backing {}
+
+/// A block of registrable memory with a fixed address.
+pub struct Region {
+    id: u64,
+    base: u64,
+    len: usize,
+    backing: Backing,
+}
+
+impl fmt::Debug for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Region(#{}, {:#x}+{})", self.id, self.base, self.len)
+    }
+}
+
+fn next_region_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Read access to a region's bytes.
+pub enum RegionRead<'a> {
+    /// Owned memory.
+    Owned(RwLockReadGuard<'a, Box<[u8]>>),
+    /// Raw memory.
+    Raw(RwLockReadGuard<'a, ()>, &'a [u8]),
+}
+
+impl std::ops::Deref for RegionRead<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            RegionRead::Owned(g) => g,
+            RegionRead::Raw(_, s) => s,
+        }
+    }
+}
+
+/// Write access to a region's bytes.
+pub enum RegionWrite<'a> {
+    /// Owned memory.
+    Owned(RwLockWriteGuard<'a, Box<[u8]>>),
+    /// Raw memory.
+    Raw(RwLockWriteGuard<'a, ()>, &'a mut [u8]),
+}
+
+impl std::ops::Deref for RegionWrite<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            RegionWrite::Owned(g) => g,
+            RegionWrite::Raw(_, s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for RegionWrite<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            RegionWrite::Owned(g) => g,
+            RegionWrite::Raw(_, s) => s,
+        }
+    }
+}
+
+impl Region {
+    /// A zero-filled region of `len` bytes owned by rdapl.
+    pub fn zeroed(len: usize) -> Arc<Region> {
+        Region::from_vec(vec![0; len])
+    }
+
+    /// A region owning `data`.
+    pub fn from_vec(data: Vec<u8>) -> Arc<Region> {
+        let b = data.into_boxed_slice();
+        let base = b.as_ptr() as u64;
+        Arc::new(Region {
+            id: next_region_id(),
+            base,
+            len: b.len(),
+            backing: Backing::Owned(RwLock::new(b)),
+        })
+    }
+
+    /// A region over caller-owned memory (the C ABI's `dat_lmr_create` of
+    /// `DAT_MEM_TYPE_VIRTUAL`).
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr+len` must be valid for reads and writes for as long as the
+    /// returned region (and any registration of it) lives, and must not be
+    /// accessed other than through this region while a transfer may run.
+    #[allow(unsafe_code)]
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Arc<Region> {
+        Arc::new(Region {
+            id: next_region_id(),
+            base: ptr as u64,
+            len,
+            backing: Backing::Raw {
+                ptr,
+                len,
+                lock: RwLock::new(()),
+            },
+        })
+    }
+
+    /// The address of the first byte (what LMR and RMR triplets refer to).
+    pub fn address(&self) -> u64 {
+        self.base
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if the region has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Locks the region for reading.
+    pub fn read(&self) -> RegionRead<'_> {
+        match &self.backing {
+            Backing::Owned(l) => RegionRead::Owned(l.read()),
+            Backing::Raw { ptr, len, lock } => {
+                let g = lock.read();
+                // SAFETY: `from_raw`'s contract: the memory is valid for
+                // `len` bytes while the region lives; the read lock keeps
+                // rdapl's own writers out.
+                #[allow(unsafe_code)]
+                let s = unsafe { std::slice::from_raw_parts(*ptr as *const u8, *len) };
+                RegionRead::Raw(g, s)
+            }
+        }
+    }
+
+    /// Locks the region for writing.
+    pub fn write(&self) -> RegionWrite<'_> {
+        match &self.backing {
+            Backing::Owned(l) => RegionWrite::Owned(l.write()),
+            Backing::Raw { ptr, len, lock } => {
+                let g = lock.write();
+                // SAFETY: `from_raw`'s contract, and the write lock makes this
+                // the only rdapl access to the memory.
+                #[allow(unsafe_code)]
+                let s = unsafe { std::slice::from_raw_parts_mut(*ptr, *len) };
+                RegionWrite::Raw(g, s)
+            }
+        }
+    }
+}
+
+/// What a registration entry is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum EntryKind {
+    /// A plain LMR.
+    Lmr,
+    /// An RMR (memory window).
+    Rmr,
+    /// A fast-registration LMR (mapped and invalidated by work requests).
+    Fmr,
+}
+
+#[derive(Clone)]
+pub(crate) struct Entry {
+    pub kind: EntryKind,
+    pub key: u8,
+    pub pz: PzHandle,
+    /// `None` while unbound / unmapped / invalidated.
+    pub region: Option<Arc<Region>>,
+    pub start: u64,
+    pub len: u64,
+    pub privs: MemPriv,
+    /// For RMRs: the LMR slot they are bound to.
+    pub parent: Option<u32>,
+    /// LMRs: number of RMRs bound to them.
+    pub bound_rmrs: u32,
+}
+
+struct Slot {
+    entry: Option<Entry>,
+    next_key: u16,
+}
+
+/// A memory access grant resolved from a key: a range of a region.
+#[derive(Clone, Debug)]
+pub struct Span {
+    /// The region.
+    pub region: Arc<Region>,
+    /// Offset into the region.
+    pub offset: usize,
+    /// Length.
+    pub len: usize,
+}
+
+/// The registration table of one IA: keys to entries.
+#[derive(Default)]
+pub(crate) struct MemTable {
+    slots: RwLock<Vec<Slot>>,
+    free: Mutex<Vec<u32>>,
+}
+
+const MAX_SLOTS: usize = 1 << 24;
+
+/// Errors of the access check, before they become a DTO status.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum AccessError {
+    /// Unknown or dead key.
+    BadKey,
+    /// Wrong protection zone.
+    WrongPz,
+    /// Outside the registered range.
+    Range,
+    /// The right is not granted.
+    Right,
+}
+
+impl MemTable {
+    /// Adds an entry; returns its context (index << 8 | key byte).
+    pub(crate) fn insert(&self, mut entry: Entry) -> Result<u32> {
+        let mut slots = self.slots.write();
+        let idx = match self.free.lock().pop() {
+            Some(i) => i,
+            None => {
+                if slots.len() >= MAX_SLOTS {
+                    return Err(Error::InsufficientResources {
+                        resource: Subtype::ResourceMemoryRegion,
+                        what: "registration table full",
+                    });
+                }
+                slots.push(Slot {
+                    entry: None,
+                    next_key: 0,
+                });
+                (slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut slots[idx as usize];
+        entry.key = slot.next_key as u8;
+        slot.next_key += 1;
+        let ctx = (idx << 8) | entry.key as u32;
+        slot.entry = Some(entry);
+        Ok(ctx)
+    }
+
+    fn slot_of(ctx: u32) -> (usize, u8) {
+        ((ctx >> 8) as usize, (ctx & 0xff) as u8)
+    }
+
+    /// The live entry of `ctx`.
+    pub(crate) fn get(&self, ctx: u32) -> Option<Entry> {
+        let (i, k) = Self::slot_of(ctx);
+        let slots = self.slots.read();
+        let e = slots.get(i)?.entry.as_ref()?;
+        (e.key == k).then(|| e.clone())
+    }
+
+    /// Runs `f` on the live entry of `ctx`.
+    pub(crate) fn with_mut<T>(&self, ctx: u32, f: impl FnOnce(&mut Entry) -> T) -> Option<T> {
+        let (i, k) = Self::slot_of(ctx);
+        let mut slots = self.slots.write();
+        let e = slots.get_mut(i)?.entry.as_mut()?;
+        (e.key == k).then(|| f(e))
+    }
+
+    /// Gives the entry of `ctx` a new key (the old one dies for good) and
+    /// applies `f` to it. Returns the new context, or `None` if `ctx` is not
+    /// live or the slot ran out of keys (then the entry is removed).
+    pub(crate) fn rekey(&self, ctx: u32, f: impl FnOnce(&mut Entry)) -> Option<u32> {
+        let (i, k) = Self::slot_of(ctx);
+        let mut slots = self.slots.write();
+        let slot = slots.get_mut(i)?;
+        let e = slot.entry.as_mut()?;
+        if e.key != k {
+            return None;
+        }
+        if slot.next_key > 255 {
+            slot.entry = None; // retired: no key left in this slot
+            return None;
+        }
+        f(e);
+        e.key = slot.next_key as u8;
+        slot.next_key += 1;
+        Some(((i as u32) << 8) | e.key as u32)
+    }
+
+    /// Removes the entry of `ctx`; its key dies for good.
+    pub(crate) fn remove(&self, ctx: u32) -> Option<Entry> {
+        let (i, k) = Self::slot_of(ctx);
+        let mut slots = self.slots.write();
+        let slot = slots.get_mut(i)?;
+        if slot.entry.as_ref()?.key != k {
+            return None;
+        }
+        let e = slot.entry.take();
+        if slot.next_key <= 255 {
+            self.free.lock().push(i as u32);
+        }
+        e
+    }
+
+    /// Checks an access of `len` bytes at `addr` through `ctx`, needing
+    /// `right`, from protection zone `pz`; returns the span to copy.
+    pub(crate) fn resolve(
+        &self,
+        ctx: u32,
+        addr: u64,
+        len: u64,
+        right: MemPriv,
+        pz: PzHandle,
+    ) -> std::result::Result<Span, AccessError> {
+        let e = self.get(ctx).ok_or(AccessError::BadKey)?;
+        let region = e.region.clone().ok_or(AccessError::BadKey)?;
+        if e.pz != pz {
+            return Err(AccessError::WrongPz);
+        }
+        if !e.privs.contains(right) {
+            return Err(AccessError::Right);
+        }
+        let end = addr.checked_add(len).ok_or(AccessError::Range)?;
+        if addr < e.start || end > e.start + e.len {
+            return Err(AccessError::Range);
+        }
+        let offset = addr - region.address();
+        if offset
+            .checked_add(len)
+            .is_none_or(|x| x > region.len() as u64)
+        {
+            return Err(AccessError::Range);
+        }
+        Ok(Span {
+            region,
+            offset: offset as usize,
+            len: len as usize,
+        })
+    }
+
+    /// Resolves a local scatter/gather list (`LocalProtection` on failure).
+    pub(crate) fn resolve_local(
+        &self,
+        iov: &[LmrTriplet],
+        right: MemPriv,
+        pz: PzHandle,
+    ) -> std::result::Result<Vec<Span>, DtoStatus> {
+        iov.iter()
+            .filter(|t| t.segment_length > 0)
+            .map(|t| {
+                // A window's key is for remote access only.
+                if self
+                    .get(t.lmr_context)
+                    .is_some_and(|e| e.kind == EntryKind::Rmr)
+                {
+                    return Err(DtoStatus::LocalProtection);
+                }
+                self.resolve(
+                    t.lmr_context,
+                    t.virtual_address,
+                    t.segment_length,
+                    right,
+                    pz,
+                )
+                .map_err(|_| DtoStatus::LocalProtection)
+            })
+            .collect()
+    }
+}
+
+/// Total length of spans.
+pub(crate) fn total(spans: &[Span]) -> usize {
+    spans.iter().map(|s| s.len).sum()
+}
+
+/// Copies `min(total(src), total(dst))` bytes from the `src` spans into the
+/// `dst` spans, in order, with one copy per contiguous piece. Regions are
+/// locked in id order (sinks for writing, sources for reading), so
+/// concurrent copies cannot deadlock. Returns the bytes copied.
+pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> usize {
+    let n = total(src).min(total(dst));
+    if n == 0 {
+        return 0;
+    }
+    // Distinct regions, each with the strongest access it needs.
+    let mut regions: Vec<(u64, &Arc<Region>, bool)> = Vec::new();
+    for (s, write) in src
+        .iter()
+        .map(|s| (s, false))
+        .chain(dst.iter().map(|d| (d, true)))
+    {
+        match regions.iter_mut().find(|r| r.0 == s.region.id) {
+            Some(r) => r.2 |= write,
+            None => regions.push((s.region.id, &s.region, write)),
+        }
+    }
+    regions.sort_by_key(|r| r.0);
+    enum G<'a> {
+        R(RegionRead<'a>),
+        W(RegionWrite<'a>),
+    }
+    let mut guards: Vec<(u64, G<'_>)> = regions
+        .iter()
+        .map(|(id, r, w)| (*id, if *w { G::W(r.write()) } else { G::R(r.read()) }))
+        .collect();
+    let find = |id: u64, gs: &[(u64, G<'_>)]| gs.iter().position(|g| g.0 == id).unwrap_or(0);
+
+    let (mut si, mut so) = (0usize, 0usize);
+    let (mut di, mut doff) = (0usize, 0usize);
+    let mut left = n;
+    while left > 0 {
+        let s = &src[si];
+        let d = &dst[di];
+        let chunk = (s.len - so).min(d.len - doff).min(left);
+        let gs = find(s.region.id, &guards);
+        let gd = find(d.region.id, &guards);
+        let (src_at, dst_at) = (s.offset + so, d.offset + doff);
+        if gs == gd {
+            if let G::W(w) = &mut guards[gd].1 {
+                w.copy_within(src_at..src_at + chunk, dst_at);
+            }
+        } else {
+            let (a, b) = if gs < gd {
+                let (l, r) = guards.split_at_mut(gd);
+                (&l[gs].1, &mut r[0].1)
+            } else {
+                let (l, r) = guards.split_at_mut(gs);
+                (&r[0].1, &mut l[gd].1)
+            };
+            let from: &[u8] = match a {
+                G::R(g) => &g[src_at..src_at + chunk],
+                G::W(g) => &g[src_at..src_at + chunk],
+            };
+            if let G::W(w) = b {
+                w[dst_at..dst_at + chunk].copy_from_slice(from);
+            }
+        }
+        left -= chunk;
+        so += chunk;
+        doff += chunk;
+        if so == s.len {
+            si += 1;
+            so = 0;
+        }
+        if doff == d.len {
+            di += 1;
+            doff = 0;
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(region: &Arc<Region>, privs: MemPriv) -> Entry {
+        Entry {
+            kind: EntryKind::Lmr,
+            key: 0,
+            pz: PzHandle(1),
+            region: Some(region.clone()),
+            start: region.address(),
+            len: region.len() as u64,
+            privs,
+            parent: None,
+            bound_rmrs: 0,
+        }
+    }
+
+    #[test]
+    fn resolve_checks_key_pz_range_and_right() {
+        let t = MemTable::default();
+        let r = Region::from_vec((0..100u8).collect());
+        let ctx = t
+            .insert(entry(&r, MemPriv::LOCAL_READ | MemPriv::REMOTE_READ))
+            .unwrap();
+        let a = r.address();
+        assert!(
+            t.resolve(ctx, a + 10, 20, MemPriv::REMOTE_READ, PzHandle(1))
+                .is_ok()
+        );
+        assert_eq!(
+            t.resolve(ctx, a + 90, 20, MemPriv::REMOTE_READ, PzHandle(1))
+                .unwrap_err(),
+            AccessError::Range
+        );
+        assert_eq!(
+            t.resolve(ctx, a - 1, 2, MemPriv::REMOTE_READ, PzHandle(1))
+                .unwrap_err(),
+            AccessError::Range
+        );
+        assert_eq!(
+            t.resolve(ctx, a, 1, MemPriv::REMOTE_WRITE, PzHandle(1))
+                .unwrap_err(),
+            AccessError::Right
+        );
+        assert_eq!(
+            t.resolve(ctx, a, 1, MemPriv::REMOTE_READ, PzHandle(2))
+                .unwrap_err(),
+            AccessError::WrongPz
+        );
+        assert_eq!(
+            t.resolve(ctx ^ 1, a, 1, MemPriv::REMOTE_READ, PzHandle(1))
+                .unwrap_err(),
+            AccessError::BadKey
+        );
+        assert_eq!(
+            t.resolve(ctx, u64::MAX, 2, MemPriv::REMOTE_READ, PzHandle(1))
+                .unwrap_err(),
+            AccessError::Range
+        );
+    }
+
+    #[test]
+    fn keys_die_for_good() {
+        let t = MemTable::default();
+        let r = Region::zeroed(8);
+        let mut seen = std::collections::HashSet::new();
+        let mut ctx = t.insert(entry(&r, MemPriv::ALL)).unwrap();
+        seen.insert(ctx);
+        // Re-key the slot until it retires; every key is new.
+        while let Some(n) = t.rekey(ctx, |_| {}) {
+            assert!(t.get(ctx).is_none(), "old key still valid");
+            assert!(seen.insert(n), "key {n:#x} reused");
+            ctx = n;
+        }
+        assert_eq!(seen.len(), 256);
+        assert!(t.get(ctx).is_none());
+        // A removed entry's key is dead, and its slot gives a fresh key.
+        let c1 = t.insert(entry(&r, MemPriv::ALL)).unwrap();
+        t.remove(c1).unwrap();
+        assert!(t.get(c1).is_none());
+        let c2 = t.insert(entry(&r, MemPriv::ALL)).unwrap();
+        assert_ne!(c1, c2);
+        assert!(!seen.contains(&c2));
+    }
+
+    #[test]
+    fn copy_gathers_and_scatters() {
+        let a = Region::from_vec((0..10u8).collect());
+        let b = Region::zeroed(10);
+        let src = vec![
+            Span {
+                region: a.clone(),
+                offset: 0,
+                len: 3,
+            },
+            Span {
+                region: a.clone(),
+                offset: 5,
+                len: 5,
+            },
+        ];
+        let dst = vec![
+            Span {
+                region: b.clone(),
+                offset: 1,
+                len: 4,
+            },
+            Span {
+                region: b.clone(),
+                offset: 6,
+                len: 4,
+            },
+        ];
+        assert_eq!(copy_spans(&src, &dst), 8);
+        assert_eq!(&*b.read(), &[0, 0, 1, 2, 5, 0, 6, 7, 8, 9]);
+        // Same region source and sink.
+        let s = vec![Span {
+            region: a.clone(),
+            offset: 0,
+            len: 4,
+        }];
+        let d = vec![Span {
+            region: a.clone(),
+            offset: 6,
+            len: 4,
+        }];
+        assert_eq!(copy_spans(&s, &d), 4);
+        assert_eq!(&*a.read(), &[0, 1, 2, 3, 4, 5, 0, 1, 2, 3]);
+    }
+}

@@ -1,0 +1,606 @@
+//! The in-process loopback provider: the embedded default.
+//!
+//! Endpoints of one process connect through an in-process namespace of
+//! (IA address, connection qualifier) pairs. Data moves by one copy straight
+//! from the source's registered region into the sink's (as a NIC's DMA
+//! would), with every key, range, right and protection zone checked first.
+//! Work requests execute in order per endpoint, in the poster's thread (or
+//! in the provider's timer thread for delayed work); completions flow
+//! through the EVD engine, so upcalls still run in the dispatch context,
+//! never on the poster's stack.
+//!
+//! Reliable-connected semantics:
+//!
+//! * a send with no receive posted waits up to the receiver-not-ready time
+//!   ([`Loopback::set_rnr_timeout`], default 200 ms) for one, then fails with
+//!   `ReceiverNotReady`;
+//! * a receive too small: `LocalLength` on the receiver, `RemoteResponder`
+//!   on the sender;
+//! * a bad remote key, range, right or zone: `RemoteAccess`, no byte moved;
+//! * any DTO error breaks the connection: everything outstanding on both
+//!   sides is flushed and both get `Broken`.
+//!
+//! Fault injection (used by the tests): `Ep::inject_failure`,
+//! `Ep::inject_delay`, `Ep::inject_break`.
+
+use crate::ep::{EpInner, EpState, Wr, WrOp};
+use crate::error::{Error, Result, Subtype};
+use crate::evd::{MAX_QLEN, UpcallPolicy};
+use crate::event::{ConnectionEventKind, DtoStatus};
+use crate::ia::{IaAttr, ProviderAttr};
+use crate::mem::{self, MemPriv};
+use crate::provider::{Provider, Transport};
+use crate::sp::{CrInner, CrState, SpInner};
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A one-thread timer: runs jobs at their deadlines.
+struct Timer {
+    jobs: Mutex<Vec<(Instant, Job)>>,
+    cv: Condvar,
+}
+
+impl Timer {
+    fn start() -> Arc<Timer> {
+        let t = Arc::new(Timer {
+            jobs: Mutex::new(Vec::new()),
+            cv: Condvar::new(),
+        });
+        let t2 = t.clone();
+        std::thread::Builder::new()
+            .name("rdapl-loopback-timer".into())
+            .spawn(move || t2.run())
+            .expect("spawning the loopback timer thread");
+        t
+    }
+
+    fn at(&self, when: Instant, job: Job) {
+        self.jobs.lock().push((when, job));
+        self.cv.notify_one();
+    }
+
+    fn run(&self) {
+        let mut jobs = self.jobs.lock();
+        loop {
+            let now = Instant::now();
+            if let Some(i) = jobs.iter().position(|(w, _)| *w <= now) {
+                let (_, job) = jobs.swap_remove(i);
+                drop(jobs);
+                job();
+                jobs = self.jobs.lock();
+                continue;
+            }
+            match jobs.iter().map(|(w, _)| *w).min() {
+                Some(next) => {
+                    self.cv.wait_until(&mut jobs, next);
+                }
+                None => self.cv.wait(&mut jobs),
+            }
+        }
+    }
+}
+
+/// The loopback provider.
+pub struct Loopback {
+    listeners: Mutex<HashMap<(IpAddr, u64), Weak<SpInner>>>,
+    addresses: Mutex<HashMap<IpAddr, usize>>,
+    timer: Arc<Timer>,
+    rnr_timeout_us: AtomicU64,
+}
+
+impl Loopback {
+    /// The process-wide loopback provider.
+    pub fn global() -> Arc<Loopback> {
+        static G: OnceLock<Arc<Loopback>> = OnceLock::new();
+        G.get_or_init(|| {
+            Arc::new(Loopback {
+                listeners: Mutex::new(HashMap::new()),
+                addresses: Mutex::new(HashMap::new()),
+                timer: Timer::start(),
+                rnr_timeout_us: AtomicU64::new(200_000),
+            })
+        })
+        .clone()
+    }
+
+    /// Sets how long a send waits for a receive before failing with
+    /// `ReceiverNotReady`.
+    pub fn set_rnr_timeout(&self, t: Duration) {
+        self.rnr_timeout_us.store(
+            t.as_micros().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    fn rnr_timeout(&self) -> Duration {
+        Duration::from_micros(self.rnr_timeout_us.load(Ordering::Relaxed))
+    }
+}
+
+const MAX_PRIVATE_DATA: usize = 512;
+
+impl Provider for Loopback {
+    fn attr(&self) -> ProviderAttr {
+        ProviderAttr {
+            name: "loopback".into(),
+            description: "in-process loopback: one copy between registered regions, no setup"
+                .into(),
+            version: (0, 1),
+            dapl_version: (2, 0),
+            upcall_policies: vec![
+                UpcallPolicy::Disable,
+                UpcallPolicy::SingleInstance,
+                UpcallPolicy::Many,
+                UpcallPolicy::NotifyOnly,
+                UpcallPolicy::Teardown,
+            ],
+            evd_stream_merging: [[true; 6]; 6],
+            completion_flags: 0x0F,
+            thread_safe: true,
+            fmr_supported: true,
+            srq_supported: false,
+            max_private_data_size: MAX_PRIVATE_DATA,
+        }
+    }
+
+    fn ia_attr(&self, address: IpAddr) -> IaAttr {
+        IaAttr {
+            adapter_name: "loopback0".into(),
+            vendor_name: "rdapl".into(),
+            address,
+            max_eps: 1 << 16,
+            max_dto_per_ep: 1 << 14,
+            max_rdma_read_per_ep: 64,
+            max_evds: 1 << 16,
+            max_evd_qlen: MAX_QLEN,
+            max_iov_segments_per_dto: 64,
+            max_lmrs: 1 << 24,
+            max_lmr_block_size: 1 << 40,
+            max_pzs: 1 << 16,
+            max_message_size: 1 << 30,
+            max_rdma_size: 1 << 30,
+            max_rmrs: 1 << 24,
+            max_private_data_size: MAX_PRIVATE_DATA,
+        }
+    }
+
+    fn open(&self, params: &str) -> Result<Arc<dyn Transport>> {
+        let mut addr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        for kv in params.split([' ', ',']).filter(|s| !s.is_empty()) {
+            match kv.split_once('=') {
+                Some(("addr", v)) => {
+                    addr = v
+                        .parse()
+                        .map_err(|_| Error::param(1, "loopback: addr= is not an IP address"))?
+                }
+                _ => {
+                    return Err(Error::param(
+                        1,
+                        "loopback: unknown parameter (known: addr=IP)",
+                    ));
+                }
+            }
+        }
+        *self.addresses.lock().entry(addr).or_insert(0) += 1;
+        Ok(Arc::new(LoopbackIa {
+            lb: Loopback::global(),
+            addr,
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }))
+    }
+}
+
+struct LoopbackIa {
+    lb: Arc<Loopback>,
+    addr: IpAddr,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Transport for LoopbackIa {
+    fn address(&self) -> IpAddr {
+        self.addr
+    }
+
+    fn listen(&self, sp: &Arc<SpInner>) -> Result<()> {
+        let mut l = self.lb.listeners.lock();
+        let key = (self.addr, sp.conn_qual);
+        if l.get(&key)
+            .and_then(Weak::upgrade)
+            .is_some_and(|s| !s.is_freed())
+        {
+            return Err(Error::ConnQualInUse(sp.conn_qual));
+        }
+        l.insert(key, Arc::downgrade(sp));
+        Ok(())
+    }
+
+    fn unlisten(&self, sp: &SpInner) {
+        let mut l = self.lb.listeners.lock();
+        let key = (self.addr, sp.conn_qual);
+        if l.get(&key).is_some_and(|w| std::ptr::eq(w.as_ptr(), sp)) {
+            l.remove(&key);
+        }
+    }
+
+    fn connect(
+        &self,
+        ep: &Arc<EpInner>,
+        remote: IpAddr,
+        conn_qual: u64,
+        private_data: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        let sp = self
+            .lb
+            .listeners
+            .lock()
+            .get(&(remote, conn_qual))
+            .and_then(Weak::upgrade)
+            .filter(|s| !s.is_freed());
+        let Some(sp) = sp else {
+            let reachable = self
+                .lb
+                .addresses
+                .lock()
+                .get(&remote)
+                .is_some_and(|n| *n > 0);
+            fail_active(
+                ep,
+                if reachable {
+                    ConnectionEventKind::PeerRejected
+                } else {
+                    ConnectionEventKind::Unreachable
+                },
+                None,
+            );
+            return Ok(());
+        };
+        let cr = CrInner::new(&sp, private_data, self.addr, Arc::downgrade(ep));
+        ep.core.lock().pending_cr = Some(cr.clone());
+        if sp.deliver(&cr).is_err() {
+            cr.cancel();
+            fail_active(ep, ConnectionEventKind::NonPeerRejected, None);
+            return Ok(());
+        }
+        if let Some(t) = timeout {
+            let (cr, ep) = (cr.clone(), Arc::downgrade(ep));
+            self.lb.timer.at(
+                Instant::now() + t,
+                Box::new(move || {
+                    if cr.settle(CrState::Cancelled) {
+                        if let Some(ep) = ep.upgrade() {
+                            fail_active(&ep, ConnectionEventKind::TimedOut, None);
+                        }
+                    }
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
+        let active = cr.active.upgrade();
+        if !cr.settle(CrState::Accepted) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
+        }
+        let Some(active) = active else {
+            return Err(Error::Abort("the connecting endpoint went away"));
+        };
+        {
+            let (mut cp, mut ca) = EpInner::lock_pair(ep, &active);
+            if ca.state != EpState::ActiveConnectionPending {
+                return Err(Error::Abort("the connecting endpoint gave up"));
+            }
+            cp.state = EpState::Connected;
+            cp.peer = Some(Arc::downgrade(&active));
+            cp.remote = Some((cr.remote_address, cr.conn_qual));
+            ca.state = EpState::Connected;
+            ca.peer = Some(Arc::downgrade(ep));
+            ca.pending_cr = None;
+            ca.peer_private = Some(private_data.clone().into_boxed_slice());
+        }
+        ep.connection_event(ConnectionEventKind::Established, None);
+        active.connection_event(
+            ConnectionEventKind::Established,
+            Some(private_data.into_boxed_slice()),
+        );
+        self.progress_both(ep);
+        Ok(())
+    }
+
+    fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
+        if !cr.settle(CrState::Rejected) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
+        }
+        if let Some(active) = cr.active.upgrade() {
+            fail_active(
+                &active,
+                ConnectionEventKind::PeerRejected,
+                Some(private_data.into_boxed_slice()),
+            );
+        }
+        Ok(())
+    }
+
+    fn disconnect(&self, ep: &Arc<EpInner>, _graceful: bool) {
+        // Requests execute as soon as they can, so a graceful disconnect
+        // has nothing left to wait for but requests blocked on the peer:
+        // those are flushed, as an abrupt one does.
+        let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
+        ep.break_connection(peer.as_ref(), Some(ConnectionEventKind::Disconnected));
+    }
+
+    fn kick(&self, ep: &Arc<EpInner>) {
+        self.progress_both(ep);
+    }
+
+    fn close(&self) {
+        if !self.closed.swap(true, Ordering::SeqCst) {
+            let mut a = self.lb.addresses.lock();
+            if let Some(n) = a.get_mut(&self.addr) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// The active side's connection attempt failed with `kind`.
+fn fail_active(ep: &Arc<EpInner>, kind: ConnectionEventKind, private: Option<Box<[u8]>>) {
+    {
+        let mut c = ep.core.lock();
+        if c.state != EpState::ActiveConnectionPending {
+            return;
+        }
+        c.state = EpState::Disconnected;
+        c.pending_cr = None;
+    }
+    ep.flush_all();
+    ep.connection_event(kind, private);
+}
+
+impl LoopbackIa {
+    /// Progresses `ep`'s requests, then its peer's (which may wait for a
+    /// receive `ep` just posted).
+    fn progress_both(&self, ep: &Arc<EpInner>) {
+        progress(&self.lb, ep);
+        let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
+        if let Some(p) = peer {
+            progress(&self.lb, &p);
+        }
+    }
+}
+
+/// What to do after releasing the endpoint locks.
+enum After {
+    Done,
+    /// Complete these (endpoint, request, status, length), then continue
+    /// (or, with `broken`, break the connection and stop).
+    Complete(Vec<(bool, Wr, DtoStatus, u64)>, bool),
+    Local(Wr),
+}
+
+/// Executes `a`'s send queue, in order, until it is empty or blocked.
+fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
+    loop {
+        let Some(b) = a.core.lock().peer.as_ref().and_then(Weak::upgrade) else {
+            return;
+        };
+        let after = {
+            let (mut ca, mut cb) = EpInner::lock_pair(a, &b);
+            if ca.state != EpState::Connected || ca.sends.is_empty() {
+                return;
+            }
+            let now = Instant::now();
+            if let Some(nb) = ca.sends.front().and_then(|w| w.not_before) {
+                if nb > now {
+                    let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
+                    lb.timer.at(
+                        nb,
+                        Box::new(move || {
+                            if let Some(a) = a2.upgrade() {
+                                progress(&lb2, &a);
+                            }
+                        }),
+                    );
+                    return;
+                }
+            }
+            if let Some(st) = ca.fail_next.take() {
+                let wr = ca.sends.pop_front().expect("head");
+                After::Complete(vec![(true, wr, st, 0)], true)
+            } else {
+                let head_is_local = matches!(
+                    ca.sends.front().map(|w| &w.op),
+                    Some(WrOp::Bind { .. } | WrOp::Fmr { .. } | WrOp::Invalidate)
+                );
+                if head_is_local {
+                    After::Local(ca.sends.pop_front().expect("head"))
+                } else {
+                    execute(lb, a, &b, &mut ca, &mut cb, now)
+                }
+            }
+        };
+        match after {
+            After::Done => return,
+            After::Local(wr) => {
+                a.execute_local(wr);
+            }
+            After::Complete(list, broken) => {
+                for (on_a, wr, st, len) in list {
+                    if on_a {
+                        a.complete(wr, st, len);
+                    } else {
+                        b.complete(wr, st, len);
+                    }
+                }
+                if broken {
+                    a.break_connection(Some(&b), None);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Executes the head request of `a` (a send, RDMA write or RDMA read)
+/// against peer `b`, both locked.
+fn execute(
+    lb: &Arc<Loopback>,
+    a: &Arc<EpInner>,
+    b: &Arc<EpInner>,
+    ca: &mut crate::ep::EpCore,
+    cb: &mut crate::ep::EpCore,
+    now: Instant,
+) -> After {
+    let head = ca.sends.front().expect("head");
+    match &head.op {
+        WrOp::Send => {
+            if cb.recvs.is_empty() {
+                if ca.rnr_deadline.is_none() {
+                    let deadline = now + lb.rnr_timeout();
+                    ca.rnr_deadline = Some(deadline);
+                    let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
+                    lb.timer
+                        .at(deadline, Box::new(move || rnr_expired(&lb2, a2, deadline)));
+                }
+                return After::Done;
+            }
+            ca.rnr_deadline = None;
+            let wr = ca.sends.pop_front().expect("head");
+            let rwr = cb.recvs.pop_front().expect("recv");
+            let src = match a
+                .ia
+                .mem
+                .resolve_local(&wr.iov, MemPriv::LOCAL_READ, a.pz.inner.id)
+            {
+                Ok(s) => s,
+                Err(st) => {
+                    cb.recvs.push_front(rwr);
+                    return After::Complete(vec![(true, wr, st, 0)], true);
+                }
+            };
+            let dst = match b
+                .ia
+                .mem
+                .resolve_local(&rwr.iov, MemPriv::LOCAL_WRITE, b.pz.inner.id)
+            {
+                Ok(d) => d,
+                Err(st) => {
+                    return After::Complete(
+                        vec![
+                            (true, wr, DtoStatus::RemoteResponder, 0),
+                            (false, rwr, st, 0),
+                        ],
+                        true,
+                    );
+                }
+            };
+            let len = mem::total(&src);
+            if len > mem::total(&dst) {
+                return After::Complete(
+                    vec![
+                        (true, wr, DtoStatus::RemoteResponder, 0),
+                        (false, rwr, DtoStatus::LocalLength, 0),
+                    ],
+                    true,
+                );
+            }
+            mem::copy_spans(&src, &dst);
+            After::Complete(
+                vec![
+                    (true, wr, DtoStatus::Success, len as u64),
+                    (false, rwr, DtoStatus::Success, len as u64),
+                ],
+                false,
+            )
+        }
+        WrOp::RdmaWrite(r) => {
+            let r = *r;
+            let wr = ca.sends.pop_front().expect("head");
+            let src = match a
+                .ia
+                .mem
+                .resolve_local(&wr.iov, MemPriv::LOCAL_READ, a.pz.inner.id)
+            {
+                Ok(s) => s,
+                Err(st) => return After::Complete(vec![(true, wr, st, 0)], true),
+            };
+            let len = mem::total(&src) as u64;
+            if len == 0 {
+                return After::Complete(vec![(true, wr, DtoStatus::Success, 0)], false);
+            }
+            match b.ia.mem.resolve(
+                r.rmr_context,
+                r.target_address,
+                len,
+                MemPriv::REMOTE_WRITE,
+                b.pz.inner.id,
+            ) {
+                Ok(dst) => {
+                    mem::copy_spans(&src, std::slice::from_ref(&dst));
+                    After::Complete(vec![(true, wr, DtoStatus::Success, len)], false)
+                }
+                Err(_) => After::Complete(vec![(true, wr, DtoStatus::RemoteAccess, 0)], true),
+            }
+        }
+        WrOp::RdmaRead(r) => {
+            let r = *r;
+            let wr = ca.sends.pop_front().expect("head");
+            let dst = match a
+                .ia
+                .mem
+                .resolve_local(&wr.iov, MemPriv::LOCAL_WRITE, a.pz.inner.id)
+            {
+                Ok(d) => d,
+                Err(st) => return After::Complete(vec![(true, wr, st, 0)], true),
+            };
+            let len = mem::total(&dst) as u64;
+            if len == 0 {
+                return After::Complete(vec![(true, wr, DtoStatus::Success, 0)], false);
+            }
+            match b.ia.mem.resolve(
+                r.rmr_context,
+                r.target_address,
+                len,
+                MemPriv::REMOTE_READ,
+                b.pz.inner.id,
+            ) {
+                Ok(src) => {
+                    mem::copy_spans(std::slice::from_ref(&src), &dst);
+                    After::Complete(vec![(true, wr, DtoStatus::Success, len)], false)
+                }
+                Err(_) => After::Complete(vec![(true, wr, DtoStatus::RemoteAccess, 0)], true),
+            }
+        }
+        _ => {
+            let wr = ca.sends.pop_front().expect("head");
+            After::Complete(vec![(true, wr, DtoStatus::LocalEp, 0)], true)
+        }
+    }
+}
+
+/// The head send of `a` waited `deadline` for a receive: fail it.
+fn rnr_expired(lb: &Arc<Loopback>, a: Weak<EpInner>, deadline: Instant) {
+    let Some(a) = a.upgrade() else { return };
+    // The receive may have been posted just now: progress first.
+    progress(lb, &a);
+    let (wr, peer) = {
+        let mut c = a.core.lock();
+        if c.rnr_deadline != Some(deadline) || c.state != EpState::Connected {
+            return;
+        }
+        c.rnr_deadline = None;
+        let Some(wr) = c.sends.pop_front() else {
+            return;
+        };
+        (wr, c.peer.as_ref().and_then(Weak::upgrade))
+    };
+    a.complete(wr, DtoStatus::ReceiverNotReady, 0);
+    a.break_connection(peer.as_ref(), None);
+}

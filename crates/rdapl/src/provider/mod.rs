@@ -1,0 +1,68 @@
+//! Providers: the transports under the object model.
+//!
+//! A [`Provider`] is a plain value the application may pick (rustls style);
+//! [`crate::Ia::open`] finds one by name. Opening it yields a [`Transport`]
+//! for one IA. The object model ([`crate::ep`], [`crate::sp`]) keeps every
+//! provider-independent rule: handles, the endpoint state machine, argument
+//! checks, completion reservations on EVDs, flushing. A transport only
+//! moves connection-management messages and data, and reports back through
+//! the endpoint's methods (`complete`, `connection_event`, `break_connection`).
+//!
+//! The in-process [`loopback`] provider is the embedded default. A network
+//! provider (TCP/iWARP) plugs in the same way: its progress thread drives
+//! connection setup and the wire, resolves remote keys against the IA's
+//! registration table when a write or read request arrives, and completes
+//! work requests from that thread; nothing here assumes that both endpoints
+//! live in one process except inside `loopback`.
+
+pub mod loopback;
+
+use crate::ep::EpInner;
+use crate::error::Result;
+use crate::ia::{IaAttr, ProviderAttr};
+use crate::sp::{CrInner, SpInner};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A provider: a named factory of transports.
+pub trait Provider: Send + Sync + 'static {
+    /// Provider attributes (name, capabilities).
+    fn attr(&self) -> ProviderAttr;
+    /// IA attributes of an IA at `address`.
+    fn ia_attr(&self, address: IpAddr) -> IaAttr;
+    /// Opens a transport for one IA; `params` is provider specific.
+    fn open(&self, params: &str) -> Result<Arc<dyn Transport>>;
+}
+
+/// One IA's view of a provider. Every method is called with no object-model
+/// lock held; the transport may call back into the endpoint at once or later
+/// from its own thread.
+#[allow(missing_docs)]
+pub trait Transport: Send + Sync + 'static {
+    /// The IA's address.
+    fn address(&self) -> IpAddr;
+    /// Start listening for `sp`'s connection qualifier.
+    fn listen(&self, sp: &Arc<SpInner>) -> Result<()>;
+    /// Stop listening.
+    fn unlisten(&self, sp: &SpInner);
+    /// Start an active connection; the outcome arrives as a connection event.
+    fn connect(
+        &self,
+        ep: &Arc<EpInner>,
+        remote: IpAddr,
+        conn_qual: u64,
+        private_data: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Result<()>;
+    /// Accept a connection request on `ep`.
+    fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()>;
+    /// Reject a connection request.
+    fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()>;
+    /// Tear the connection of `ep` down (both sides get `Disconnected`).
+    fn disconnect(&self, ep: &Arc<EpInner>, graceful: bool);
+    /// New work was queued on `ep` (send queue or receive queue): progress it.
+    fn kick(&self, ep: &Arc<EpInner>);
+    /// The IA is closing.
+    fn close(&self);
+}

@@ -1,0 +1,401 @@
+//! Service points and connection requests.
+//!
+//! A public service point ([`Psp`]) listens on a connection qualifier; each
+//! connection request that arrives becomes a [`Cr`] and a
+//! `ConnectionRequest` event (carrying the CR's handle) on the PSP's CR EVD.
+//! The consumer looks the CR up with [`crate::Ia::cr`], reads its private
+//! data, and accepts it on an endpoint (with private data of its own) or
+//! rejects it. A reserved service point ([`Rsp`]) binds one endpoint to a
+//! qualifier; it serves one request and is consumed by it.
+
+use crate::ep::{Ep, EpInner, EpState};
+use crate::error::{Error, Result, Subtype};
+use crate::evd::{Evd, Feeder};
+use crate::event::{CrArrival, CrHandle, Event, EventStream, SpHandle};
+use crate::ia::{Ia, IaInner};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Which kind of service point.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SpKind {
+    /// Public service point.
+    Public,
+    /// Reserved service point.
+    Reserved,
+}
+
+/// The shared part of a service point (what providers work on).
+pub struct SpInner {
+    pub(crate) id: SpHandle,
+    pub(crate) kind: SpKind,
+    pub(crate) ia: Arc<IaInner>,
+    pub(crate) conn_qual: u64,
+    pub(crate) cr_evd: Evd,
+    feeder: Mutex<Option<Feeder>>,
+    /// Reserved SP: the endpoint it was created for.
+    pub(crate) rsp_ep: Option<Arc<EpInner>>,
+    pub(crate) crs: Mutex<HashMap<CrHandle, Arc<CrInner>>>,
+    freed: AtomicBool,
+}
+
+/// State of a connection request.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CrState {
+    /// Waiting for accept or reject.
+    Pending,
+    /// Accepted.
+    Accepted,
+    /// Rejected.
+    Rejected,
+    /// The active side gave up (timeout, disconnect, free).
+    Cancelled,
+}
+
+/// The shared part of a connection request.
+pub struct CrInner {
+    pub(crate) id: CrHandle,
+    pub(crate) sp: Arc<SpInner>,
+    pub(crate) conn_qual: u64,
+    pub(crate) private_data: Box<[u8]>,
+    pub(crate) remote_address: IpAddr,
+    /// Loopback: the active endpoint.
+    pub(crate) active: Weak<EpInner>,
+    pub(crate) state: Mutex<CrState>,
+}
+
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl CrInner {
+    /// A new pending request (made by a transport on arrival).
+    pub(crate) fn new(
+        sp: &Arc<SpInner>,
+        private_data: Vec<u8>,
+        remote_address: IpAddr,
+        active: Weak<EpInner>,
+    ) -> Arc<CrInner> {
+        Arc::new(CrInner {
+            id: CrHandle(next_id()),
+            sp: sp.clone(),
+            conn_qual: sp.conn_qual,
+            private_data: private_data.into_boxed_slice(),
+            remote_address,
+            active,
+            state: Mutex::new(CrState::Pending),
+        })
+    }
+
+    /// Moves a pending request to `to`; false if it was no longer pending.
+    pub(crate) fn settle(&self, to: CrState) -> bool {
+        let mut s = self.state.lock();
+        if *s != CrState::Pending {
+            return false;
+        }
+        *s = to;
+        drop(s);
+        self.sp.crs.lock().remove(&self.id);
+        true
+    }
+
+    /// The active side gave up.
+    pub(crate) fn cancel(&self) {
+        self.settle(CrState::Cancelled);
+    }
+}
+
+impl SpInner {
+    pub(crate) fn is_freed(&self) -> bool {
+        self.freed.load(Ordering::SeqCst)
+    }
+
+    /// Delivers a connection request: registers it and posts the
+    /// `ConnectionRequest` event. Fails if the CR EVD overflowed (the
+    /// transport then rejects the request as a non-peer reject).
+    pub(crate) fn deliver(self: &Arc<Self>, cr: &Arc<CrInner>) -> Result<()> {
+        if self.is_freed() {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandlePsp));
+        }
+        self.crs.lock().insert(cr.id, cr.clone());
+        let ev = Event::ConnectionRequest(CrArrival {
+            sp: (self.kind == SpKind::Public).then_some(self.id),
+            conn_qual: self.conn_qual,
+            cr: cr.id,
+            truncated: false,
+        });
+        if self.cr_evd.post_event(ev).is_err() {
+            self.crs.lock().remove(&cr.id);
+            return Err(Error::QueueFull);
+        }
+        if self.kind == SpKind::Reserved {
+            if let Some(ep) = &self.rsp_ep {
+                ep.core.lock().state = EpState::TentativeConnectionPending;
+            }
+            // A reserved SP serves one request.
+            self.shutdown();
+        }
+        Ok(())
+    }
+
+    /// Stops listening and releases the CR EVD.
+    pub(crate) fn shutdown(&self) {
+        if self.freed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.ia.transport.unlisten(self);
+        self.feeder.lock().take();
+    }
+}
+
+fn create_sp(
+    ia: &Ia,
+    kind: SpKind,
+    conn_qual: u64,
+    cr_evd: &Evd,
+    rsp_ep: Option<&Ep>,
+) -> Result<Arc<SpInner>> {
+    if cr_evd.is_freed() || !cr_evd.flags().accepts(EventStream::ConnectionRequest) {
+        return Err(Error::InvalidHandle(Subtype::InvalidHandleEvdCr));
+    }
+    let sp = Arc::new(SpInner {
+        id: SpHandle(next_id()),
+        kind,
+        ia: ia.inner.clone(),
+        conn_qual,
+        cr_evd: cr_evd.clone(),
+        feeder: Mutex::new(Some(cr_evd.feeder())),
+        rsp_ep: rsp_ep.map(|e| e.inner.clone()),
+        crs: Mutex::new(HashMap::new()),
+        freed: AtomicBool::new(false),
+    });
+    ia.inner.transport.listen(&sp)?;
+    ia.inner.sps.lock().push(Arc::downgrade(&sp));
+    Ok(sp)
+}
+
+/// A public service point.
+#[derive(Clone)]
+pub struct Psp {
+    pub(crate) inner: Arc<SpInner>,
+}
+
+impl fmt::Debug for Psp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Psp")
+            .field("handle", &self.inner.id)
+            .field("conn_qual", &self.inner.conn_qual)
+            .finish()
+    }
+}
+
+impl Psp {
+    pub(crate) fn create(ia: &Ia, conn_qual: u64, cr_evd: &Evd) -> Result<Psp> {
+        Ok(Psp {
+            inner: create_sp(ia, SpKind::Public, conn_qual, cr_evd, None)?,
+        })
+    }
+
+    /// The PSP's handle.
+    pub fn handle(&self) -> SpHandle {
+        self.inner.id
+    }
+
+    /// The connection qualifier it listens on.
+    pub fn conn_qual(&self) -> u64 {
+        self.inner.conn_qual
+    }
+
+    /// Stops listening (`dat_psp_free`). Pending requests stay valid.
+    pub fn free(&self) -> Result<()> {
+        if self.inner.is_freed() {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandlePsp));
+        }
+        self.inner.shutdown();
+        Ok(())
+    }
+}
+
+/// A reserved service point.
+#[derive(Clone)]
+pub struct Rsp {
+    pub(crate) inner: Arc<SpInner>,
+}
+
+impl fmt::Debug for Rsp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rsp")
+            .field("handle", &self.inner.id)
+            .field("conn_qual", &self.inner.conn_qual)
+            .finish()
+    }
+}
+
+impl Rsp {
+    pub(crate) fn create(ia: &Ia, conn_qual: u64, ep: &Ep, cr_evd: &Evd) -> Result<Rsp> {
+        {
+            let mut c = ep.inner.core.lock();
+            if c.state != EpState::Unconnected {
+                return Err(Error::state(
+                    c.state.subtype(),
+                    "an RSP needs an unconnected endpoint",
+                ));
+            }
+            c.state = EpState::Reserved;
+        }
+        match create_sp(ia, SpKind::Reserved, conn_qual, cr_evd, Some(ep)) {
+            Ok(inner) => Ok(Rsp { inner }),
+            Err(e) => {
+                ep.inner.core.lock().state = EpState::Unconnected;
+                Err(e)
+            }
+        }
+    }
+
+    /// The RSP's handle.
+    pub fn handle(&self) -> SpHandle {
+        self.inner.id
+    }
+
+    /// Frees the RSP (`dat_rsp_free`); its endpoint returns to `Unconnected`.
+    pub fn free(&self) -> Result<()> {
+        if self.inner.is_freed() {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleRsp));
+        }
+        self.inner.shutdown();
+        if let Some(ep) = &self.inner.rsp_ep {
+            let mut c = ep.core.lock();
+            if c.state == EpState::Reserved {
+                c.state = EpState::Unconnected;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A connection request.
+#[derive(Clone)]
+pub struct Cr {
+    pub(crate) inner: Arc<CrInner>,
+}
+
+impl fmt::Debug for Cr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cr")
+            .field("handle", &self.inner.id)
+            .field("conn_qual", &self.inner.conn_qual)
+            .field("state", &*self.inner.state.lock())
+            .finish()
+    }
+}
+
+impl Ia {
+    /// The pending connection request named by a `ConnectionRequest` event.
+    pub fn cr(&self, handle: CrHandle) -> Result<Cr> {
+        for sp in self.inner.sps.lock().iter().filter_map(Weak::upgrade) {
+            if let Some(cr) = sp.crs.lock().get(&handle) {
+                return Ok(Cr { inner: cr.clone() });
+            }
+        }
+        Err(Error::InvalidHandle(Subtype::InvalidHandleCr))
+    }
+}
+
+impl Cr {
+    /// The request's handle.
+    pub fn handle(&self) -> CrHandle {
+        self.inner.id
+    }
+
+    /// Private data sent by the active side (`dat_cr_query`).
+    pub fn private_data(&self) -> &[u8] {
+        &self.inner.private_data
+    }
+
+    /// The active side's IA address.
+    pub fn remote_address(&self) -> IpAddr {
+        self.inner.remote_address
+    }
+
+    /// The connection qualifier the request arrived on.
+    pub fn conn_qual(&self) -> u64 {
+        self.inner.conn_qual
+    }
+
+    /// The request's state.
+    pub fn state(&self) -> CrState {
+        *self.inner.state.lock()
+    }
+
+    /// Accepts the request on `ep` with `private_data` (`dat_cr_accept`).
+    /// Both sides then get `Established`; the active side receives the
+    /// private data. Refused if the request is no longer pending or the
+    /// endpoint is not unconnected (or reserved for this request).
+    pub fn accept(&self, ep: &Ep, private_data: &[u8]) -> Result<()> {
+        let sp = &self.inner.sp;
+        ep.inner.check_live()?;
+        if private_data.len() > sp.ia.attr.max_private_data_size {
+            return Err(Error::param(
+                3,
+                "private data larger than max_private_data_size",
+            ));
+        }
+        if ep.inner.conn_evd.is_none() {
+            return Err(Error::state(
+                Subtype::InvalidStateEpEvdConnect,
+                "the endpoint has no connection EVD",
+            ));
+        }
+        if *self.inner.state.lock() != CrState::Pending {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
+        }
+        {
+            let mut c = ep.inner.core.lock();
+            let ok = c.state == EpState::Unconnected
+                || (c.state == EpState::TentativeConnectionPending
+                    && sp
+                        .rsp_ep
+                        .as_ref()
+                        .is_some_and(|e| Arc::ptr_eq(e, &ep.inner)));
+            if !ok {
+                return Err(Error::state(
+                    c.state.subtype(),
+                    "accept needs an unconnected endpoint",
+                ));
+            }
+            c.state = EpState::PassiveConnectionPending;
+        }
+        let r = sp
+            .ia
+            .transport
+            .accept(&self.inner, &ep.inner, private_data.to_vec());
+        if r.is_err() {
+            let mut c = ep.inner.core.lock();
+            if c.state == EpState::PassiveConnectionPending {
+                c.state = EpState::Unconnected;
+            }
+        }
+        r
+    }
+
+    /// Rejects the request (`dat_cr_reject`); the active side gets
+    /// `PeerRejected` with `private_data`.
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        let sp = &self.inner.sp;
+        if *self.inner.state.lock() != CrState::Pending {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
+        }
+        if let Some(ep) = &sp.rsp_ep {
+            let mut c = ep.core.lock();
+            if c.state == EpState::TentativeConnectionPending {
+                c.state = EpState::Unconnected;
+            }
+        }
+        sp.ia.transport.reject(&self.inner, private_data.to_vec())
+    }
+}
