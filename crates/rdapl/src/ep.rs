@@ -216,6 +216,7 @@ pub struct EpInner {
     pub(crate) recv_evd: Option<Evd>,
     pub(crate) request_evd: Option<Evd>,
     pub(crate) conn_evd: Option<Evd>,
+    pub(crate) srq: Option<crate::srq::Srq>,
     feeders: Mutex<Vec<Feeder>>,
     pub(crate) core: Mutex<EpCore>,
     freed: AtomicBool,
@@ -260,8 +261,14 @@ impl Ep {
         request_evd: Option<&Evd>,
         connect_evd: Option<&Evd>,
         attr: Option<EpAttr>,
+        srq: Option<&crate::srq::Srq>,
     ) -> Result<Ep> {
         pz.check_live()?;
+        if let Some(srq) = srq {
+            if srq.inner.is_freed() || !Arc::ptr_eq(&srq.inner.ia, &ia.inner) {
+                return Err(Error::InvalidHandle(Subtype::InvalidHandleSrq));
+            }
+        }
         if !Arc::ptr_eq(&pz.inner.ia, &ia.inner) {
             return Err(Error::InvalidHandle(Subtype::InvalidHandlePz));
         }
@@ -304,6 +311,7 @@ impl Ep {
             recv_evd: recv_evd.cloned(),
             request_evd: request_evd.cloned(),
             conn_evd: connect_evd.cloned(),
+            srq: srq.cloned(),
             feeders: Mutex::new(feeders),
             core: Mutex::new(EpCore {
                 state: EpState::Unconnected,
@@ -322,6 +330,9 @@ impl Ep {
         pz.inner.users.fetch_add(1, Ordering::SeqCst);
         ia.inner.live.eps.fetch_add(1, Ordering::Relaxed);
         ia.inner.eps.lock().push(Arc::downgrade(&inner));
+        if let Some(srq) = srq {
+            srq.inner.eps.lock().push(Arc::downgrade(&inner));
+        }
         Ok(Ep { inner })
     }
 
@@ -718,6 +729,12 @@ impl EpInner {
     ) -> Result<()> {
         self.check_live()?;
         let is_recv = matches!(op, WrOp::Recv);
+        if is_recv && self.srq.is_some() {
+            return Err(Error::state(
+                Subtype::InvalidStateEpEvdRecv,
+                "the endpoint takes its receives from a shared receive queue",
+            ));
+        }
         let (evd, max_iov, max_dtos) = if is_recv {
             (
                 &self.recv_evd,

@@ -299,7 +299,30 @@ impl Ia {
         attr: Option<EpAttr>,
     ) -> Result<Ep> {
         self.check_open()?;
-        Ep::create(self, pz, recv_evd, request_evd, connect_evd, attr)
+        Ep::create(self, pz, recv_evd, request_evd, connect_evd, attr, None)
+    }
+
+    /// Creates an endpoint whose receives come from `srq`
+    /// (`dat_ep_create_with_srq`); `Ep::post_recv` is refused on it.
+    pub fn ep_create_with_srq(
+        &self,
+        pz: &Pz,
+        recv_evd: &Evd,
+        request_evd: Option<&Evd>,
+        connect_evd: Option<&Evd>,
+        srq: &crate::srq::Srq,
+        attr: Option<EpAttr>,
+    ) -> Result<Ep> {
+        self.check_open()?;
+        Ep::create(
+            self,
+            pz,
+            Some(recv_evd),
+            request_evd,
+            connect_evd,
+            attr,
+            Some(srq),
+        )
     }
 
     /// Creates a public service point listening on `conn_qual`

@@ -51,6 +51,8 @@ pub mod provider;
 pub mod pz;
 #[cfg(not(loom))]
 pub mod sp;
+#[cfg(not(loom))]
+pub mod srq;
 #[cfg(feature = "stream")]
 pub mod stream;
 mod sync;
@@ -78,4 +80,5 @@ pub use {
     provider::loopback::Loopback,
     pz::{Lmr, Pz, Rmr},
     sp::{Cr, CrState, Psp, Rsp},
+    srq::{Srq, SrqParam},
 };

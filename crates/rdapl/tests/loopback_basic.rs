@@ -152,3 +152,86 @@ fn connect_send_rdma_disconnect() {
     c.ep.reset().unwrap();
     assert_eq!(c.ep.state(), EpState::Unconnected);
 }
+
+/// Two server endpoints share one SRQ: receives are matched in post order
+/// across both, completions land on each endpoint's receive EVD, and the
+/// low watermark fires once on the async EVD.
+#[test]
+fn shared_receive_queue_and_low_watermark() {
+    let s = side("127.0.11.1");
+    let c1 = side("127.0.11.2");
+    let c2 = side("127.0.11.3");
+    let srq = s.ia.srq_create(&s.pz, 8, 2).unwrap();
+    let sevd =
+        s.ia.evd_create(64, EvdFlags::DTO | EvdFlags::CONNECTION)
+            .unwrap();
+    let e1 =
+        s.ia.ep_create_with_srq(&s.pz, &sevd, Some(&sevd), Some(&sevd), &srq, None)
+            .unwrap();
+    let e2 =
+        s.ia.ep_create_with_srq(&s.pz, &sevd, Some(&sevd), Some(&sevd), &srq, None)
+            .unwrap();
+    assert!(
+        e1.post_recv(&[], 0, CompletionFlags::DEFAULT).is_err(),
+        "receives go to the SRQ"
+    );
+    let _psp = s.ia.psp_create(4100, &s.evd).unwrap();
+    for (c, e) in [(&c1, &e1), (&c2, &e2)] {
+        c.ep.connect(s.ia.address(), 4100, T, b"").unwrap();
+        let cr = match next(&s.evd) {
+            Event::ConnectionRequest(a) => s.ia.cr(a.cr).unwrap(),
+            ev => panic!("{ev:?}"),
+        };
+        cr.accept(e, b"").unwrap();
+        assert!(matches!(next(&c.evd), Event::Connection(_)));
+        assert!(matches!(next(&sevd), Event::Connection(_)));
+    }
+    let rb =
+        s.pz.lmr_create(Region::zeroed(4 * 16), MemPriv::ALL)
+            .unwrap();
+    for i in 0..4u64 {
+        srq.post_recv(
+            &[rb.triplet(i * 16, 16).unwrap()],
+            100 + i,
+            CompletionFlags::DEFAULT,
+        )
+        .unwrap();
+    }
+    srq.set_low_watermark(Some(2)).unwrap();
+    let sb1 = c1
+        .pz
+        .lmr_create_from(b"from-one".to_vec(), MemPriv::ALL)
+        .unwrap();
+    let sb2 = c2
+        .pz
+        .lmr_create_from(b"from-two".to_vec(), MemPriv::ALL)
+        .unwrap();
+    c1.ep
+        .post_send(&[sb1.triplet(0, 8).unwrap()], 1, CompletionFlags::DEFAULT)
+        .unwrap();
+    c2.ep
+        .post_send(&[sb2.triplet(0, 8).unwrap()], 2, CompletionFlags::DEFAULT)
+        .unwrap();
+    let a = dto(&sevd);
+    let b = dto(&sevd);
+    assert_eq!((a.cookie, a.ep), (100, e1.handle()));
+    assert_eq!((b.cookie, b.ep), (101, e2.handle()));
+    let data = rb.to_vec().unwrap();
+    assert_eq!(&data[0..8], b"from-one");
+    assert_eq!(&data[16..24], b"from-two");
+    // Two left: not below 2 yet. One more send crosses it.
+    assert!(s.ia.async_evd().dequeue().unwrap().is_none());
+    c1.ep
+        .post_send(&[sb1.triplet(0, 8).unwrap()], 3, CompletionFlags::DEFAULT)
+        .unwrap();
+    assert_eq!(dto(&sevd).cookie, 102);
+    match s.ia.async_evd().wait(T, 1).unwrap().0 {
+        Event::AsyncError(e) => {
+            assert_eq!(e.object, DatObject::Srq(srq.handle()));
+            assert_eq!(e.reason, rdapl::srq::DAT_SRQ_LOW_WATERMARK_EVENT);
+        }
+        ev => panic!("{ev:?}"),
+    }
+    assert_eq!(srq.query().unwrap().available, 1);
+    assert!(srq.free().is_err(), "endpoints still use it");
+}

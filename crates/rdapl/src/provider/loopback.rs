@@ -340,6 +340,15 @@ impl Transport for LoopbackIa {
         self.progress_both(ep);
     }
 
+    fn srq_posted(&self, srq: &crate::srq::SrqInner) {
+        for ep in srq.endpoints() {
+            let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
+            if let Some(p) = peer {
+                progress(&self.lb, &p);
+            }
+        }
+    }
+
     fn close(&self) {
         if !self.closed.swap(true, Ordering::SeqCst) {
             let mut a = self.lb.addresses.lock();
@@ -461,7 +470,7 @@ fn execute(
     let head = ca.sends.front().expect("head");
     match &head.op {
         WrOp::Send => {
-            if cb.recvs.is_empty() {
+            let Some(rwr) = take_recv(b, cb) else {
                 if ca.rnr_deadline.is_none() {
                     let deadline = now + lb.rnr_timeout();
                     ca.rnr_deadline = Some(deadline);
@@ -470,10 +479,9 @@ fn execute(
                         .at(deadline, Box::new(move || rnr_expired(&lb2, a2, deadline)));
                 }
                 return After::Done;
-            }
+            };
             ca.rnr_deadline = None;
             let wr = ca.sends.pop_front().expect("head");
-            let rwr = cb.recvs.pop_front().expect("recv");
             let src = match a
                 .ia
                 .mem
@@ -481,7 +489,7 @@ fn execute(
             {
                 Ok(s) => s,
                 Err(st) => {
-                    cb.recvs.push_front(rwr);
+                    untake_recv(b, cb, rwr);
                     return After::Complete(vec![(true, wr, st, 0)], true);
                 }
             };
@@ -582,6 +590,49 @@ fn execute(
             let wr = ca.sends.pop_front().expect("head");
             After::Complete(vec![(true, wr, DtoStatus::LocalEp, 0)], true)
         }
+    }
+}
+
+/// The receive a send to `b` lands in: `b`'s own queue, or one of its SRQ
+/// (reserving the completion on `b`'s receive EVD now; if that EVD is full
+/// the receive stays posted and the send waits, as for no receive).
+fn take_recv(b: &EpInner, cb: &mut crate::ep::EpCore) -> Option<Wr> {
+    let Some(srq) = &b.srq else {
+        return cb.recvs.pop_front();
+    };
+    let evd = b.recv_evd.as_ref()?;
+    let wr = {
+        let mut q = srq.inner.recvs.lock();
+        if q.is_empty() {
+            return None;
+        }
+        let res = evd.reserve().ok()?;
+        let s = q.pop_front().expect("non-empty");
+        Wr {
+            op: WrOp::Recv,
+            iov: s.iov,
+            cookie: s.cookie,
+            flags: s.flags,
+            res,
+            not_before: None,
+        }
+    };
+    srq.inner.check_watermark();
+    Some(wr)
+}
+
+/// Puts back a receive taken by [`take_recv`] that was not used.
+fn untake_recv(b: &EpInner, cb: &mut crate::ep::EpCore, wr: Wr) {
+    match (&b.srq, &b.recv_evd) {
+        (Some(srq), Some(evd)) => {
+            evd.release(wr.res);
+            srq.inner.recvs.lock().push_front(crate::srq::SrqWr {
+                iov: wr.iov,
+                cookie: wr.cookie,
+                flags: wr.flags,
+            });
+        }
+        _ => cb.recvs.push_front(wr),
     }
 }
 

@@ -63,6 +63,8 @@ pub trait Transport: Send + Sync + 'static {
     fn disconnect(&self, ep: &Arc<EpInner>, graceful: bool);
     /// New work was queued on `ep` (send queue or receive queue): progress it.
     fn kick(&self, ep: &Arc<EpInner>);
+    /// Receives were posted to `srq`: progress senders waiting on its endpoints.
+    fn srq_posted(&self, srq: &crate::srq::SrqInner);
     /// The IA is closing.
     fn close(&self);
 }

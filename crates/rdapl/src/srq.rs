@@ -1,0 +1,232 @@
+//! Shared receive queues (SRQ): one pool of posted receives serving many
+//! endpoints (`dat_srq_*`, `dat_ep_create_with_srq`).
+//!
+//! A receive posted to an SRQ has no endpoint, hence no EVD, until a send
+//! arrives for one of the SRQ's endpoints: only then is it matched, and its
+//! completion slot reserved on that endpoint's receive EVD. If that EVD is
+//! full the send is treated as finding no receive (receiver not ready): the
+//! message waits, it is never dropped.
+//!
+//! Low watermark: when the number of available receives falls below the
+//! armed watermark, one asynchronous event (object `Srq`, reason
+//! `DAT_SRQ_LOW_WATERMARK_EVENT`) is posted to the IA's async EVD and the
+//! watermark disarms (re-arm with [`Srq::set_low_watermark`]), like the
+//! limit event of IB SRQs. DAT 2.0 defines no event number of its own for
+//! it; rdapl reports it under `DAT_ASYNC_ERROR_PROVIDER_INTERNAL_ERROR`
+//! with the SRQ handle and that reason.
+
+use crate::ep::CompletionFlags;
+use crate::error::{Error, Result, Subtype};
+use crate::event::{AsyncError, AsyncErrorKind, DatObject, Event, SrqHandle};
+use crate::ia::{Ia, IaInner};
+use crate::mem::LmrTriplet;
+use crate::pz::Pz;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// `DAT_SRQ_LOW_WATERMARK_EVENT`, the reason of the low-watermark event.
+pub const DAT_SRQ_LOW_WATERMARK_EVENT: i32 = 2;
+
+/// A receive posted to an SRQ.
+pub(crate) struct SrqWr {
+    pub iov: Vec<LmrTriplet>,
+    pub cookie: u64,
+    pub flags: CompletionFlags,
+}
+
+/// A shared receive queue. Cloning gives another handle.
+#[derive(Clone)]
+pub struct Srq {
+    pub(crate) inner: Arc<SrqInner>,
+}
+
+/// The shared part of an SRQ (what providers work on).
+pub struct SrqInner {
+    pub(crate) id: SrqHandle,
+    pub(crate) ia: Arc<IaInner>,
+    pub(crate) pz: Pz,
+    pub(crate) max_recv_dtos: usize,
+    pub(crate) max_recv_iov: usize,
+    pub(crate) recvs: Mutex<VecDeque<SrqWr>>,
+    watermark: Mutex<Option<usize>>,
+    pub(crate) eps: Mutex<Vec<std::sync::Weak<crate::ep::EpInner>>>,
+    freed: AtomicBool,
+}
+
+impl fmt::Debug for Srq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Srq")
+            .field("handle", &self.inner.id)
+            .field("available", &self.inner.recvs.lock().len())
+            .finish()
+    }
+}
+
+/// What `Srq::query` reports (`DAT_SRQ_PARAM`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SrqParam {
+    /// Most posted receives.
+    pub max_recv_dtos: usize,
+    /// Most scatter/gather entries per receive.
+    pub max_recv_iov: usize,
+    /// Armed low watermark.
+    pub low_watermark: Option<usize>,
+    /// Receives posted and not yet matched.
+    pub available: usize,
+    /// Endpoints using the SRQ.
+    pub endpoints: usize,
+}
+
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Ia {
+    /// Creates a shared receive queue (`dat_srq_create`).
+    pub fn srq_create(&self, pz: &Pz, max_recv_dtos: usize, max_recv_iov: usize) -> Result<Srq> {
+        self.check_open()?;
+        pz.check_live()?;
+        if max_recv_dtos == 0 || max_recv_dtos > self.inner.attr.max_dto_per_ep {
+            return Err(Error::param(3, "max_recv_dtos out of range"));
+        }
+        if max_recv_iov == 0 || max_recv_iov > self.inner.attr.max_iov_segments_per_dto {
+            return Err(Error::param(3, "max_recv_iov out of range"));
+        }
+        pz.inner.users.fetch_add(1, Ordering::SeqCst);
+        Ok(Srq {
+            inner: Arc::new(SrqInner {
+                id: SrqHandle(next_id()),
+                ia: self.inner.clone(),
+                pz: pz.clone(),
+                max_recv_dtos,
+                max_recv_iov,
+                recvs: Mutex::new(VecDeque::new()),
+                watermark: Mutex::new(None),
+                eps: Mutex::new(Vec::new()),
+                freed: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+impl Srq {
+    /// The SRQ's handle.
+    pub fn handle(&self) -> SrqHandle {
+        self.inner.id
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self.inner.freed.load(Ordering::SeqCst) {
+            Err(Error::InvalidHandle(Subtype::InvalidHandleSrq))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Posts a receive (`dat_srq_post_recv`).
+    pub fn post_recv(&self, iov: &[LmrTriplet], cookie: u64, flags: CompletionFlags) -> Result<()> {
+        self.check_live()?;
+        if iov.len() > self.inner.max_recv_iov {
+            return Err(Error::param(
+                2,
+                "more scatter/gather entries than the SRQ allows",
+            ));
+        }
+        {
+            let mut q = self.inner.recvs.lock();
+            if q.len() >= self.inner.max_recv_dtos {
+                return Err(Error::InsufficientResources {
+                    resource: Subtype::ResourceSrq,
+                    what: "the shared receive queue is full",
+                });
+            }
+            q.push_back(SrqWr {
+                iov: iov.to_vec(),
+                cookie,
+                flags,
+            });
+        }
+        // Sends waiting for a receive on any of the SRQ's endpoints.
+        self.inner.ia.transport.srq_posted(&self.inner);
+        Ok(())
+    }
+
+    /// Arms the low watermark (`dat_srq_set_lw`): one async event when the
+    /// available receives fall below `lw`. `None` disarms.
+    pub fn set_low_watermark(&self, lw: Option<usize>) -> Result<()> {
+        self.check_live()?;
+        *self.inner.watermark.lock() = lw;
+        self.inner.check_watermark();
+        Ok(())
+    }
+
+    /// The SRQ's parameters (`dat_srq_query`).
+    pub fn query(&self) -> Result<SrqParam> {
+        self.check_live()?;
+        Ok(SrqParam {
+            max_recv_dtos: self.inner.max_recv_dtos,
+            max_recv_iov: self.inner.max_recv_iov,
+            low_watermark: *self.inner.watermark.lock(),
+            available: self.inner.recvs.lock().len(),
+            endpoints: self.inner.endpoints().len(),
+        })
+    }
+
+    /// Frees the SRQ (`dat_srq_free`); refused while endpoints use it.
+    /// Receives still posted are discarded (they have no EVD yet).
+    pub fn free(&self) -> Result<()> {
+        self.check_live()?;
+        if !self.inner.endpoints().is_empty() {
+            return Err(Error::state(
+                Subtype::InvalidStateSrqInUse,
+                "endpoints still use this shared receive queue",
+            ));
+        }
+        self.inner.freed.store(true, Ordering::SeqCst);
+        self.inner.recvs.lock().clear();
+        self.inner.pz.inner.users.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl SrqInner {
+    /// The live endpoints using this SRQ.
+    pub(crate) fn endpoints(&self) -> Vec<Arc<crate::ep::EpInner>> {
+        self.eps
+            .lock()
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter(|e| !e.is_freed())
+            .collect()
+    }
+
+    pub(crate) fn is_freed(&self) -> bool {
+        self.freed.load(Ordering::SeqCst)
+    }
+
+    /// Posts the low-watermark event if armed and crossed (then disarms).
+    pub(crate) fn check_watermark(&self) {
+        let available = self.recvs.lock().len();
+        let fire = {
+            let mut w = self.watermark.lock();
+            match *w {
+                Some(lw) if available < lw => {
+                    *w = None;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if fire {
+            let _ = self.ia.async_evd.post_event(Event::AsyncError(AsyncError {
+                kind: AsyncErrorKind::ProviderInternalError,
+                object: DatObject::Srq(self.id),
+                reason: DAT_SRQ_LOW_WATERMARK_EVENT,
+            }));
+        }
+    }
+}
