@@ -431,8 +431,18 @@ impl EvdInner {
 
 /// Publishes `n` events already pushed to storage and acts on the result.
 fn publish(inner: &Arc<EvdInner>, n: usize) {
+    // Fast path: one fetch_add that never retries. `count` cannot carry
+    // into the next field: it never exceeds the slots taken, which never
+    // exceed `MAX_QLEN`. The increment is the linearization point; if the
+    // new state has someone to tell, the flags are updated by a CAS that
+    // re-evaluates the current state (what a concurrent consumer, run or
+    // re-enable did in between is taken into account there).
+    let old = State(inner.state.fetch_add(n as u64, Ordering::SeqCst));
+    if !state::needs_attention(old) {
+        return;
+    }
     let max_runs = inner.max_runs;
-    let wake = match inner.update::<_, ()>(|s| Ok(state::publish(s, n, max_runs))) {
+    let wake = match inner.update::<_, ()>(|s| Ok(state::publish(s, 0, max_runs))) {
         Ok(w) => w,
         Err(()) => return,
     };
@@ -605,6 +615,20 @@ impl Evd {
             Sleep,
         }
         loop {
+            // Spin briefly before arming (as crossbeam's channels do): a
+            // ping-pong partner often answers within microseconds, and
+            // arming costs the producer a wake-up.
+            #[cfg(not(loom))]
+            {
+                let backoff = crossbeam_utils::Backoff::new();
+                while !backoff.is_completed() {
+                    let s = inner.load();
+                    if s.count() >= threshold || s.has(FREED) || s.has(UNWAITABLE) {
+                        break;
+                    }
+                    backoff.snooze();
+                }
+            }
             // Take an event if the threshold is met, else arm: one CAS.
             let step = inner.update(|s| {
                 if s.has(FREED) {
@@ -827,6 +851,8 @@ impl Evd {
                 s,
             ))
         })?;
+        // No more reservations or posts: queue length 0.
+        inner.cap.fetch_and(OCC_MASK, Ordering::SeqCst);
         if prev.has(WAITER) {
             inner.waiter.raise();
         }
@@ -917,10 +943,11 @@ impl Evd {
     /// `InsufficientResources(ResourceTevd)` if the EVD could not take the
     /// completion, so the work request is refused before anything happens.
     pub fn reserve(&self) -> Result<Reservation> {
-        self.inner.check_live()?;
+        // A freed EVD has queue length 0, so this fails for it too.
         if self.inner.take_slots(1) {
             Ok(Reservation { evd: self.inner.id })
         } else {
+            self.inner.check_live()?;
             Err(Error::InsufficientResources {
                 resource: Subtype::ResourceTevd,
                 what: "completion EVD is full (queued plus outstanding completions)",
@@ -929,13 +956,9 @@ impl Evd {
     }
 
     /// Completes a reservation with its event. Never fails, never drops.
-    /// A completion for a freed EVD is discarded.
+    /// (A completion for a freed EVD is unreachable and dropped with it.)
     pub fn complete(&self, res: Reservation, event: Event) {
         debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
-        if self.inner.load().has(FREED) {
-            self.inner.free_slots(1);
-            return;
-        }
         self.inner.storage.push(event);
         publish(&self.inner, 1);
     }

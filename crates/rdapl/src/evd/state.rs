@@ -182,6 +182,15 @@ pub(crate) fn schedule_runs(s: State, max_runs: u64) -> (State, u64) {
     }
 }
 
+/// True if a producer that just published into state `s` (before its
+/// increment) may have someone to tell: upcalls on, an armed waiter or
+/// stream, or a CNO. When false, the increment alone was the whole publish.
+pub(crate) fn needs_attention(s: State) -> bool {
+    s.delivers()
+        || (s.policy() == Policy::Notify && s.has(NOTIFY_ARMED))
+        || s.0 & (WAIT_ARMED | STREAM_ARMED | CNO_ENABLED) != 0
+}
+
 /// A producer publishes `n` events that are already in storage.
 pub(crate) fn publish(s: State, n: usize, max_runs: u64) -> (State, Wake) {
     let count = s.count() + n;
@@ -322,6 +331,24 @@ mod tests {
         let (s, w) = publish(s, 1, 4);
         assert_eq!(w.runs, 0, "a running single-instance run picks it up");
         assert_eq!(s.count(), 2);
+    }
+
+    #[test]
+    fn attention_only_when_someone_listens() {
+        assert!(!needs_attention(st()));
+        assert!(!needs_attention(
+            st().with_policy(Policy::Teardown).with_count(3)
+        ));
+        assert!(!needs_attention(st().with_policy(Policy::Notify)));
+        assert!(needs_attention(
+            st().with_policy(Policy::Notify).set(NOTIFY_ARMED)
+        ));
+        assert!(needs_attention(st().with_policy(Policy::Single)));
+        assert!(needs_attention(st().with_policy(Policy::Many)));
+        assert!(needs_attention(st().set(WAIT_ARMED)));
+        assert!(needs_attention(st().set(STREAM_ARMED)));
+        assert!(needs_attention(st().set(CNO_ENABLED)));
+        assert!(!needs_attention(st().set(WAITER | UNWAITABLE)));
     }
 
     #[test]
