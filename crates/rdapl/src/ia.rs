@@ -340,8 +340,10 @@ impl Ia {
     }
 
     /// Closes the IA (`dat_ia_close`). `Graceful` is refused with
-    /// `InvalidState(IA_IN_USE)` while endpoints or service points live;
-    /// `Abrupt` disconnects every endpoint and frees every service point.
+    /// `InvalidState(IA_IN_USE)` while endpoints, service points, protection
+    /// zones, LMRs or RMRs live (EVDs are not counted: they outlive the IA
+    /// safely); `Abrupt` disconnects every endpoint (peers see
+    /// `Disconnected`) and stops every service point.
     pub fn close(&self, flags: CloseFlags) -> Result<()> {
         self.check_open()?;
         let eps: Vec<_> = self
@@ -360,10 +362,14 @@ impl Ia {
             .collect();
         let live_eps = eps.iter().filter(|e| !e.is_freed()).count();
         let live_sps = sps.iter().filter(|s| !s.is_freed()).count();
-        if flags == CloseFlags::Graceful && (live_eps > 0 || live_sps > 0) {
+        let live = &self.inner.live;
+        let memory = live.pzs.load(Ordering::SeqCst)
+            + live.lmrs.load(Ordering::SeqCst)
+            + live.rmrs.load(Ordering::SeqCst);
+        if flags == CloseFlags::Graceful && (live_eps > 0 || live_sps > 0 || memory > 0) {
             return Err(Error::state(
                 Subtype::InvalidStateIaInUse,
-                "endpoints or service points are still alive",
+                "endpoints, service points, protection zones or memory regions are still alive",
             ));
         }
         for sp in sps {
