@@ -433,3 +433,50 @@ fn many_policy_two_producers() {
         assert_eq!(seen.sorted(), vec![(1, 0), (2, 0)]);
     });
 }
+
+/// Notify-only re-armed while its previous notification's upcall is still
+/// running (the poller's pattern): an event that arrives after the re-arm
+/// must be notified, or the re-arm must report it pending.
+#[test]
+fn notify_rearm_while_upcall_runs_vs_producer() {
+    model(|| {
+        let (d, dt) = DispatchThread::start();
+        let notified = Arc::new(AtomicUsize::new(0));
+        let n2 = notified.clone();
+        let evd = Evd::builder(4, EvdFlags::DTO).dispatch(d).build().unwrap();
+        // The notified consumer drains the EVD (here, inside the upcall).
+        evd.modify_upcall(
+            UpcallPolicy::NotifyOnly,
+            Some(upcall(move |evd, _, _| {
+                n2.fetch_add(1, Ordering::SeqCst);
+                while evd.dequeue().unwrap().is_some() {}
+            })),
+            ReEnable::OnNew,
+        )
+        .unwrap();
+        // e1 fires the first notification (its run may still be in the upcall).
+        produce(&evd, 1, 0);
+        let p = {
+            let evd = evd.clone();
+            thread::spawn(move || produce(&evd, 2, 0))
+        };
+        // The consumer drains what it can see and re-arms.
+        let mut got = 0;
+        while evd.dequeue().unwrap().is_some() {
+            got += 1;
+        }
+        let pending = evd
+            .modify_upcall(UpcallPolicy::NotifyOnly, None, ReEnable::OnNew)
+            .unwrap();
+        p.join().unwrap();
+        dt.finish();
+        let n = notified.load(Ordering::SeqCst);
+        let left = evd.query().unwrap().pending;
+        // Every event still queued was reported at the re-arm (else a
+        // notification after its arrival drained it).
+        assert!(
+            left == 0 || pending > 0,
+            "stranded: {left} queued, pending {pending}, notified {n}, drained {got}"
+        );
+    });
+}

@@ -156,6 +156,8 @@ pub struct EvdParam {
     pub overflows: u64,
     /// Endpoints and service points that feed this EVD.
     pub feeders: usize,
+    /// Upcalls that panicked (caught; the EVD carried on).
+    pub upcall_panics: u64,
 }
 
 /// A slot reserved for one DTO completion. Obtained at post time from
@@ -209,6 +211,7 @@ pub(crate) struct EvdInner {
     async_evd: Option<Evd>,
     overflows: AtomicU64,
     overflow_reported: AtomicBool,
+    upcall_panics: AtomicU64,
     feeders: AtomicUsize,
     #[cfg(feature = "stream")]
     pub(crate) stream_waker: Mutex<Option<std::task::Waker>>,
@@ -309,6 +312,7 @@ impl EvdBuilder {
             async_evd: self.async_evd,
             overflows: AtomicU64::new(0),
             overflow_reported: AtomicBool::new(false),
+            upcall_panics: AtomicU64::new(0),
             feeders: AtomicUsize::new(0),
             #[cfg(feature = "stream")]
             stream_waker: Mutex::new(None),
@@ -501,8 +505,15 @@ pub(crate) fn run(evd: &Arc<EvdInner>) {
         let upcall = evd.upcall.lock().clone();
         if let Some(u) = upcall {
             let prev = IN_UPCALL.with(|c| c.replace(evd.id.0));
-            u.upcall(&handle, event, more);
+            // A panicking upcall must not wedge the EVD (its run and
+            // in-upcall counts would never drop): catch, count, go on.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                u.upcall(&handle, event, more)
+            }));
             IN_UPCALL.with(|c| c.set(prev));
+            if r.is_err() {
+                evd.upcall_panics.fetch_add(1, Ordering::SeqCst);
+            }
         }
         // No upcall object: the event is dropped only if the consumer enabled
         // upcalls without one, which `modify_upcall` refuses.
@@ -584,6 +595,8 @@ impl Evd {
     /// `Abort` if the EVD is freed while waiting.
     pub fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<(Event, usize)> {
         let inner = &self.inner;
+        // Liveness first: a freed EVD has queue length 0.
+        inner.check_live()?;
         if threshold == 0 || threshold > inner.qlen() {
             return Err(Error::param(
                 3,
@@ -662,7 +675,19 @@ impl Evd {
             }
             if !inner.waiter.wait_until(deadline) {
                 // Timed out: disarm and give up, unless the threshold was met
-                // in the meantime (then take the event).
+                // in the meantime (then take the event), or the EVD was freed
+                // or made unwaitable meanwhile (then say so).
+                let s = inner.load();
+                if s.has(FREED) {
+                    return Err(Error::Abort("the EVD was freed while waiting"));
+                }
+                if s.has(UNWAITABLE) {
+                    let _ = inner.update::<_, ()>(|s| Ok((s.clear(WAITER | WAIT_ARMED), ())));
+                    return Err(Error::state(
+                        Subtype::InvalidStateEvdUnwaitable,
+                        "the EVD was made unwaitable",
+                    ));
+                }
                 let out = inner.update(|s| {
                     if s.count() >= threshold && !s.has(FREED) && !s.has(UNWAITABLE) {
                         let left = s.count() - 1;
@@ -791,6 +816,12 @@ impl Evd {
                 what: "evd_min_qlen above the maximum EVD queue length",
             });
         }
+        if self.inner.load().has(WAITER) {
+            return Err(Error::state(
+                Subtype::InvalidStateEvdWaiter,
+                "a waiter owns the EVD (resize would change its threshold's bound)",
+            ));
+        }
         let cap = &self.inner.cap;
         let mut cur = cap.load(Ordering::SeqCst);
         loop {
@@ -825,6 +856,7 @@ impl Evd {
             cno: self.inner.cno.lock().as_ref().map(|c| c.handle()),
             overflows: self.inner.overflows.load(Ordering::SeqCst),
             feeders: self.inner.feeders.load(Ordering::SeqCst),
+            upcall_panics: self.inner.upcall_panics.load(Ordering::SeqCst),
         })
     }
 

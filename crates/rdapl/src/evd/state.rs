@@ -19,6 +19,7 @@
 //! | 56    | `CNO_ENABLED`  | arrivals trigger the attached CNO |
 //! | 57    | `FREED`        | the EVD was freed |
 //! | 58    | `TD_WAITING`   | a `Teardown` caller waits for running upcalls to return |
+//! | 59    | `NOTIFY_DUE`   | notify-only fired while a run was in progress: that run notifies again |
 //!
 //! The functions here are pure: they take a state and return the next state
 //! plus what the caller must do once its CAS has succeeded. `evd/mod.rs` runs
@@ -46,6 +47,7 @@ pub(crate) const UNWAITABLE: u64 = 1 << 55;
 pub(crate) const CNO_ENABLED: u64 = 1 << 56;
 pub(crate) const FREED: u64 = 1 << 57;
 pub(crate) const TD_WAITING: u64 = 1 << 58;
+pub(crate) const NOTIFY_DUE: u64 = 1 << 59;
 
 /// Upcall policy as stored in the state word. `UpcallPolicy` in the public
 /// API maps onto it one to one.
@@ -168,15 +170,21 @@ pub(crate) fn schedule_runs(s: State, max_runs: u64) -> (State, u64) {
     match s.policy() {
         Policy::Single if s.runs() == 0 => (s.with_runs(1), 1),
         Policy::Many => {
-            let want = count.min(max_runs).min(MAX_RUNS);
-            if s.runs() < want {
-                (s.with_runs(want), want - s.runs())
-            } else {
-                (s, 0)
-            }
+            // Runs inside an upcall take no new event until they return:
+            // only the others will claim what is queued.
+            let claiming = s.runs() - s.inup().min(s.runs());
+            let room = max_runs.min(MAX_RUNS).saturating_sub(s.runs());
+            let new = (count.saturating_sub(claiming)).min(room);
+            (s.with_runs(s.runs() + new), new)
         }
-        Policy::Notify if s.has(NOTIFY_ARMED) && s.runs() == 0 => {
-            (s.clear(NOTIFY_ARMED).with_runs(1), 1)
+        Policy::Notify if s.has(NOTIFY_ARMED) => {
+            if s.runs() == 0 {
+                (s.clear(NOTIFY_ARMED).with_runs(1), 1)
+            } else {
+                // A run is in (or just past) its notify upcall and will not
+                // look at NOTIFY_ARMED again: it must notify once more.
+                (s.clear(NOTIFY_ARMED).set(NOTIFY_DUE), 0)
+            }
         }
         _ => (s, 0),
     }
@@ -239,8 +247,8 @@ pub(crate) fn run_step(s: State, in_upcall: bool, first: bool) -> (State, RunSte
         let s = s.with_count(count).with_inup(s.inup() + 1);
         return (s, RunStep::Deliver { more: count > 0 });
     }
-    if live && first && s.policy() == Policy::Notify {
-        return (s.with_inup(s.inup() + 1), RunStep::Notify);
+    if live && s.policy() == Policy::Notify && (first || s.has(NOTIFY_DUE)) {
+        return (s.clear(NOTIFY_DUE).with_inup(s.inup() + 1), RunStep::Notify);
     }
     let s = s.with_runs(s.runs() - 1);
     let wake_teardown = s.inup() == 0 && s.has(TD_WAITING);
@@ -274,7 +282,7 @@ pub(crate) fn enable(
     match mode {
         ReEnable::Strict if pending > 0 => Err(pending),
         ReEnable::Strict | ReEnable::OnNew => {
-            let mut n = s.with_policy(p).clear(TD_WAITING);
+            let mut n = s.with_policy(p).clear(TD_WAITING | NOTIFY_DUE);
             n = if p == Policy::Notify {
                 n.set(NOTIFY_ARMED)
             } else {
@@ -283,7 +291,7 @@ pub(crate) fn enable(
             Ok((n, 0, pending))
         }
         ReEnable::OnAny => {
-            let mut n = s.with_policy(p).clear(TD_WAITING);
+            let mut n = s.with_policy(p).clear(TD_WAITING | NOTIFY_DUE);
             n = if p == Policy::Notify {
                 n.set(NOTIFY_ARMED)
             } else {

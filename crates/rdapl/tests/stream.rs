@@ -1,0 +1,197 @@
+//! The async `Stream` of EVD events (feature `stream`).
+#![cfg(feature = "stream")]
+
+use futures_executor::block_on;
+use rdapl::error::Subtype;
+use rdapl::{Error, Evd, EvdFlags, Event};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::mpsc;
+use std::task::{Context, Poll};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(5);
+
+fn within<T: Send + 'static>(
+    limit: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: did not finish within {limit:?}"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
+    }
+}
+
+/// `StreamExt::next` without futures-util.
+struct Next<'a, S>(&'a mut S);
+
+impl<S: futures_core::Stream + Unpin> Future for Next<'_, S> {
+    type Output = Option<S::Item>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut *self.0).poll_next(cx)
+    }
+}
+
+fn next<S: futures_core::Stream + Unpin>(s: &mut S) -> Next<'_, S> {
+    Next(s)
+}
+
+#[test]
+fn yields_queued_events_in_order() {
+    let evd = Evd::create(16, EvdFlags::SOFTWARE).unwrap();
+    for i in 0..10 {
+        evd.post_se(i).unwrap();
+    }
+    let mut s = evd.stream();
+    let got = within(LIMIT, "reading 10 queued events", move || {
+        block_on(async {
+            let mut v = Vec::new();
+            for _ in 0..10 {
+                v.push(next(&mut s).await.unwrap().unwrap());
+            }
+            v
+        })
+    });
+    assert_eq!(got, (0..10).map(Event::Software).collect::<Vec<_>>());
+    assert_eq!(evd.query().unwrap().pending, 0);
+}
+
+#[test]
+fn wakes_on_later_arrivals_from_another_thread() {
+    const N: u64 = 2000;
+    let evd = Evd::create(64, EvdFlags::SOFTWARE).unwrap();
+    let producer = {
+        let evd = evd.clone();
+        thread::spawn(move || {
+            let end = Instant::now() + LIMIT;
+            let mut i = 0;
+            while i < N {
+                match evd.post_se(i) {
+                    Ok(()) => {
+                        i += 1;
+                        // Sometimes let the consumer go idle first.
+                        if i % 100 == 0 {
+                            thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                    Err(Error::QueueFull) => {
+                        assert!(Instant::now() < end, "stream consumer stalled");
+                        thread::yield_now();
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+        })
+    };
+    let mut s = evd.stream();
+    let got = within(LIMIT, "stream consumer (a wakeup was missed?)", move || {
+        block_on(async {
+            let mut v = Vec::with_capacity(N as usize);
+            while (v.len() as u64) < N {
+                match next(&mut s).await {
+                    Some(Ok(Event::Software(x))) => v.push(x),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            v
+        })
+    });
+    producer.join().unwrap();
+    assert_eq!(got, (0..N).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_pending_stream_is_woken_by_a_single_arrival() {
+    let evd = Evd::create(4, EvdFlags::SOFTWARE).unwrap();
+    let mut s = evd.stream();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let r = block_on(next(&mut s));
+        let _ = tx.send(r);
+    });
+    thread::sleep(Duration::from_millis(30));
+    assert!(rx.try_recv().is_err(), "stream yielded on an empty EVD");
+    evd.post_se(5).unwrap();
+    let got = rx
+        .recv_timeout(LIMIT)
+        .expect("stream not woken by the arrival");
+    assert_eq!(got.unwrap().unwrap(), Event::Software(5));
+}
+
+#[test]
+fn ends_after_free() {
+    let evd = Evd::create(4, EvdFlags::SOFTWARE).unwrap();
+    let mut s = evd.stream();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        block_on(async {
+            // One event, then the end of the stream.
+            let first = next(&mut s).await;
+            let _ = tx.send(first.map(|r| r.map_err(|e| format!("{e:?}"))));
+            let end = next(&mut s).await;
+            let _ = tx.send(end.map(|r| r.map_err(|e| format!("{e:?}"))));
+        })
+    });
+    evd.post_se(1).unwrap();
+    assert_eq!(
+        rx.recv_timeout(LIMIT).unwrap(),
+        Some(Ok(Event::Software(1)))
+    );
+    thread::sleep(Duration::from_millis(30)); // the task is now parked on an empty EVD
+    evd.free().unwrap();
+    assert_eq!(
+        rx.recv_timeout(LIMIT)
+            .expect("pending stream not woken by free"),
+        None,
+        "stream did not end after free"
+    );
+    // A stream made after the free ends at once.
+    let mut s2 = evd.stream();
+    assert!(
+        within(LIMIT, "stream on a freed EVD", move || block_on(next(
+            &mut s2
+        )))
+        .is_none()
+    );
+}
+
+#[test]
+fn reports_a_waiter_owning_the_evd() {
+    let evd = Evd::create(8, EvdFlags::SOFTWARE).unwrap();
+    let waiter = {
+        let evd = evd.clone();
+        thread::spawn(move || evd.wait(Some(LIMIT), 2))
+    };
+    let end = Instant::now() + LIMIT;
+    while !matches!(
+        evd.dequeue_batch(&mut Vec::new(), 0),
+        Err(Error::InvalidState {
+            state: Subtype::InvalidStateEvdWaiter,
+            ..
+        })
+    ) {
+        assert!(Instant::now() < end);
+        thread::sleep(Duration::from_millis(1));
+    }
+    let mut s = evd.stream();
+    let r = within(LIMIT, "stream while a waiter owns", move || {
+        block_on(next(&mut s))
+    });
+    match r {
+        Some(Err(Error::InvalidState {
+            state: Subtype::InvalidStateEvdWaiter,
+            ..
+        })) => {}
+        other => panic!("expected an InvalidState item, got {other:?}"),
+    }
+    evd.post_se(1).unwrap();
+    evd.post_se(2).unwrap();
+    assert_eq!(waiter.join().unwrap().unwrap(), (Event::Software(1), 1));
+}
