@@ -1,3 +1,193 @@
-fn main() {
-    println!("Hello, world!");
+//! `rdapl`: the rdapl command-line tool.
+
+use clap::{Args, Parser, Subcommand};
+use rdapl_cli::stress::{self, DEFAULT_EVENTS, Mode, StressConfig};
+use rdapl_cli::{demo, info};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The rdapl command-line tool (DAT 2.0 / kDAPL / uDAPL in Rust).
+#[derive(Parser, Debug)]
+#[command(name = "rdapl", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Stress the event dispatcher with the seed's upcall/poll flow and check
+    /// that every event arrives exactly once, in order, without a hang.
+    EvdStress(EvdStressArgs),
+    /// Run a server and a client on the loopback provider in this process:
+    /// connect with private data, send/receive (upcall and poller), RDMA
+    /// write and read back (wait), disconnect; every byte is checked.
+    Demo(DemoArgs),
+    /// List every provider with its provider and IA attributes.
+    Info,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Messages sent from client to server [default: 64].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16_384))]
+    messages: Option<u32>,
+
+    /// Bytes per message [default: 256].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=(1 << 20)))]
+    message_size: Option<u32>,
+
+    /// Bytes of the RDMA write and of the read back [default: 1 MiB].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=(256 << 20)))]
+    rdma_size: Option<u64>,
+
+    /// No progress lines on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn demo_cmd(a: &DemoArgs) -> ExitCode {
+    let opts = demo::DemoOptions {
+        messages: a.messages.map(|n| n as usize),
+        message_size: a.message_size.map(|n| n as usize),
+        rdma_size: a.rdma_size.map(|n| n as usize),
+        quiet: a.quiet,
+    };
+    if let Err(e) = opts.validate() {
+        eprintln!("rdapl demo: {e}");
+        return ExitCode::from(2);
+    }
+    match demo::run(&opts) {
+        Ok(s) => {
+            print!("{s}");
+            if s.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("rdapl demo: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+struct EvdStressArgs {
+    /// Producer threads.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    producers: u32,
+
+    /// Events per mode, over all producers.
+    #[arg(long, default_value_t = DEFAULT_EVENTS, value_parser = clap::value_parser!(u64).range(1..(1 << 40)))]
+    events: u64,
+
+    /// Queue length of each EVD.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=(rdapl::evd::MAX_QLEN as i64)))]
+    qlen: u32,
+
+    /// EVDs fed by the producers (producer p feeds EVD p % evds; the poller
+    /// mode uses at least two).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    evds: u32,
+
+    /// Modes to run, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "strict,on-any,on-new,poller,many"
+    )]
+    modes: Vec<Mode>,
+
+    /// Events the upcall consumes itself before it disables upcalls and
+    /// hands the EVD to the polling thread.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    switch_every: u64,
+
+    /// Wall-clock limit of each mode; reaching it is reported as a hang.
+    #[arg(long, default_value_t = 60.0, value_parser = parse_seconds)]
+    max_seconds: f64,
+
+    /// Seed of the pseudo-random choices (event mix, dequeue forms, yields).
+    #[arg(long, default_value_t = 0x5eed_da71)]
+    seed: u64,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if v.is_finite() && v > 0.0 && v <= 86_400.0 {
+        Ok(v)
+    } else {
+        Err("must be a number of seconds above 0 and at most 86400".into())
+    }
+}
+
+fn evd_stress(a: &EvdStressArgs) -> ExitCode {
+    let cfg = StressConfig {
+        producers: a.producers as usize,
+        events: a.events,
+        qlen: a.qlen as usize,
+        evds: a.evds as usize,
+        switch_every: a.switch_every,
+        max_time: Duration::from_secs_f64(a.max_seconds),
+        seed: a.seed,
+        fault: None,
+    };
+    if let Err(e) = cfg.validate() {
+        eprintln!("rdapl evd-stress: {e}");
+        return ExitCode::from(2);
+    }
+    let mut modes: Vec<Mode> = Vec::new();
+    for m in &a.modes {
+        if !modes.contains(m) {
+            modes.push(*m);
+        }
+    }
+    eprintln!(
+        "evd-stress: {} producer(s), {} event(s) per mode, qlen {}, {} EVD(s), switch every {} event(s), limit {:.1} s per mode",
+        cfg.producers, cfg.events, cfg.qlen, cfg.evds, cfg.switch_every, a.max_seconds
+    );
+    let reports = stress::run(&cfg, &modes, |r| {
+        eprintln!(
+            "evd-stress: {:<7} {} in {:.2} s{}",
+            r.mode.name(),
+            if r.passed() { "ok" } else { "FAILED" },
+            r.elapsed.as_secs_f64(),
+            if r.hang { " (hang)" } else { "" }
+        );
+    });
+    print!("{}", stress::format_table(&reports));
+    let mut failed = false;
+    for r in &reports {
+        if !r.passed() {
+            failed = true;
+            for n in &r.notes {
+                println!("{}: {n}", r.mode.name());
+            }
+        }
+    }
+    if failed {
+        println!(
+            "FAILED: events were lost, duplicated or reordered, a mode hung, or a call failed"
+        );
+        ExitCode::FAILURE
+    } else {
+        println!("ok: every event seen exactly once, in order, in every mode");
+        ExitCode::SUCCESS
+    }
+}
+
+fn main() -> ExitCode {
+    // Returning from `main` ends the process, even if a hung mode left
+    // threads behind.
+    match Cli::parse().command {
+        Command::EvdStress(a) => evd_stress(&a),
+        Command::Demo(a) => demo_cmd(&a),
+        Command::Info => {
+            print!("{}", info::run());
+            ExitCode::SUCCESS
+        }
+    }
 }

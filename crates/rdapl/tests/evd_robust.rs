@@ -24,7 +24,11 @@ fn panicking_upcall_is_caught_and_delivery_goes_on() {
     while seen.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert_eq!(seen.load(Ordering::SeqCst), 2, "the event after the panic was delivered");
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        2,
+        "the event after the panic was delivered"
+    );
     // Teardown returns (no upcall is stuck "in progress").
     evd.modify_upcall(UpcallPolicy::Teardown, None, ReEnable::OnNew)
         .unwrap();

@@ -789,11 +789,17 @@ impl Evd {
                     }
                 }
                 let max_runs = inner.max_runs;
-                let (runs, pending) =
+                let (runs, pending, ended_teardown) =
                     inner.update(|s| match state::enable(s, p, mode, max_runs) {
-                        Ok((n, runs, pending)) => Ok((n, (runs, pending))),
+                        Ok((n, runs, pending)) => Ok((n, (runs, pending, s.has(TD_WAITING)))),
                         Err(pending) => Err(Error::Busy { pending }),
                     })?;
+                if ended_teardown {
+                    // A Teardown caller waits for a policy that just changed:
+                    // let it see that and return.
+                    let _g = inner.teardown_lock.lock();
+                    inner.teardown_cv.notify_all();
+                }
                 for _ in 0..runs {
                     inner.dispatch.schedule(DispatchRun(inner.clone()));
                 }

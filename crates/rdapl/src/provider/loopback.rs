@@ -144,7 +144,7 @@ impl Provider for Loopback {
             completion_flags: 0x0F,
             thread_safe: true,
             fmr_supported: true,
-            srq_supported: false,
+            srq_supported: true,
             max_private_data_size: MAX_PRIVATE_DATA,
         }
     }

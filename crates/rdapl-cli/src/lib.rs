@@ -1,0 +1,20 @@
+//! The library half of the `rdapl` command-line tool.
+//!
+//! The binary (`src/main.rs`) is a thin `clap` front end; the work lives
+//! here so that tests can drive it directly:
+//!
+//! * [`stress`]: the `evd-stress` harness. Producer threads feed EVDs
+//!   through the provider-facing API while a consumer follows the seed's
+//!   flow (upcall, disable, poll in a thread, re-enable) in each re-enable
+//!   mode, the `Many` policy and the [`rdapl::Poller`]; a checker proves
+//!   that every event was seen exactly once, in order, and that nothing hung.
+//! * [`demo`]: the main job on the loopback provider: a server and a client
+//!   in one process, connection with private data, send/receive, RDMA write
+//!   and read, consumed by upcall, poller and wait, every byte checked.
+//! * [`info`]: the providers and their attributes (like `fi_info`).
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod demo;
+pub mod info;
+pub mod stress;

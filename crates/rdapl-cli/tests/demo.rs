@@ -1,0 +1,167 @@
+//! `rdapl demo` and `rdapl info`, driven as library calls.
+//!
+
+use rdapl_cli::{demo, info};
+
+use demo::{DemoOptions, DemoSummary};
+use std::time::Duration;
+
+/// A hang guard, far above what a run takes (milliseconds).
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn quiet(messages: Option<usize>, message_size: Option<usize>, rdma: Option<usize>) -> DemoOptions {
+    DemoOptions {
+        messages,
+        message_size,
+        rdma_size: rdma,
+        quiet: true,
+    }
+}
+
+/// Everything a clean run must show, for the sizes `opts` asked for.
+fn assert_clean(s: &DemoSummary, opts: &DemoOptions) {
+    let report = s.to_string();
+    assert!(s.ok(), "errors:\n{report}");
+    assert!(report.contains("0 errors"), "{report}");
+    let (n, size, rdma) = (
+        opts.messages() as u64,
+        opts.message_size() as u64,
+        opts.rdma_size() as u64,
+    );
+    assert!(s.established, "{report}");
+    assert!(
+        s.client_private_data
+            .starts_with(demo::CLIENT_GREETING.as_bytes()),
+        "{report}"
+    );
+    assert!(
+        s.server_private_data
+            .starts_with(demo::SERVER_GREETING.as_bytes()),
+        "{report}"
+    );
+    assert_eq!(s.remote_buffer.map(|t| t.segment_length), Some(rdma));
+    // What was sent is what was verified.
+    assert_eq!((s.messages_sent, s.messages_received), (n, n), "{report}");
+    assert_eq!(s.message_bytes_verified, n * size, "{report}");
+    assert_eq!(
+        (s.rdma_write_bytes, s.rdma_read_bytes),
+        (rdma, rdma),
+        "{report}"
+    );
+    assert_eq!(
+        (s.rdma_write_verified, s.rdma_read_verified),
+        (rdma, rdma),
+        "{report}"
+    );
+    assert_eq!(s.bytes_verified(), n * size + 2 * rdma);
+    // Every consumption path was used, for exactly what it was given.
+    assert_eq!(s.consumed_by_upcall, n, "{report}");
+    assert_eq!(s.consumed_by_poller, n, "{report}");
+    // CR, Established x2, RDMA write, RDMA read, Disconnected x2.
+    assert_eq!(s.consumed_by_wait, 7, "{report}");
+    assert_eq!(s.waited.len(), 7);
+    assert!(s.client_disconnected && s.server_disconnected, "{report}");
+    assert!(s.elapsed < LIMIT, "took {:?}", s.elapsed);
+    assert!(s.rdma_write_mbps() > 0.0 && s.rdma_read_mbps() > 0.0);
+}
+
+#[test]
+fn demo_with_defaults_reports_no_error() {
+    // Not quiet: the progress lines go to stderr (captured by the harness;
+    // `--nocapture` shows them with the report).
+    let opts = DemoOptions::default();
+    let s = demo::run(&opts).expect("demo run");
+    println!("{s}");
+    assert_clean(&s, &opts);
+    assert_eq!(s.rdma_write_bytes, 1 << 20);
+    let report = s.to_string();
+    for needle in ["established", "by upcall", "by poller", "by wait", "MB/s"] {
+        assert!(report.contains(needle), "missing {needle:?} in\n{report}");
+    }
+}
+
+#[test]
+fn demo_with_odd_sizes_and_more_messages_than_the_default_queue() {
+    // 300 messages: above the default endpoint queue depth (256); sizes
+    // that are not multiples of 8 (the pattern generator's word).
+    let opts = quiet(Some(300), Some(1001), Some(12_345));
+    let s = demo::run(&opts).expect("demo run");
+    assert_clean(&s, &opts);
+}
+
+#[test]
+fn one_message_and_one_byte() {
+    let opts = quiet(Some(1), Some(1), Some(1));
+    let s = demo::run(&opts).expect("demo run");
+    assert_clean(&s, &opts);
+}
+
+#[test]
+fn concurrent_demos_use_distinct_qualifiers() {
+    let opts = quiet(Some(32), Some(64), Some(64 << 10));
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            let o = opts.clone();
+            std::thread::spawn(move || demo::run(&o))
+        })
+        .collect();
+    let mut quals = Vec::new();
+    for r in runs {
+        let s = r.join().expect("demo thread").expect("demo run");
+        assert_clean(&s, &opts);
+        quals.push(s.conn_qual);
+    }
+    quals.sort_unstable();
+    quals.dedup();
+    assert_eq!(quals.len(), 3, "each run listened on its own qualifier");
+}
+
+#[test]
+fn bad_options_are_refused_before_anything_runs() {
+    for opts in [
+        quiet(Some(0), None, None),
+        quiet(None, Some(0), None),
+        quiet(None, Some(demo::MAX_MESSAGE_SIZE + 1), None),
+        quiet(Some(1 << 20), Some(1 << 10), None),
+        quiet(None, None, Some(0)),
+        quiet(None, None, Some(demo::MAX_RDMA_SIZE + 1)),
+    ] {
+        assert!(opts.validate().is_err(), "{opts:?}");
+        assert!(demo::run(&opts).is_err(), "{opts:?}");
+    }
+    // Above the IA's max_dto_per_ep, caught once the IA is open.
+    let too_many = quiet(Some(100_000), Some(1), Some(1));
+    assert!(too_many.validate().is_ok());
+    let e = demo::run(&too_many).expect_err("above max_dto_per_ep");
+    assert!(e.contains("max_dto_per_ep"), "{e}");
+    assert_eq!(DemoOptions::default().messages(), demo::DEFAULT_MESSAGES);
+}
+
+#[test]
+fn info_lists_loopback_with_its_attributes() {
+    let out = info::run();
+    assert!(out.contains("provider: loopback"), "{out}");
+    let ia = rdapl::Ia::open("loopback").expect("open");
+    let (attr, pattr) = ia.query().expect("query");
+    ia.close(rdapl::CloseFlags::Graceful).expect("close");
+    assert!(
+        out.contains(&format!("max_evd_qlen: {}\n", attr.max_evd_qlen)),
+        "{out}"
+    );
+    assert!(out.contains(&format!("max_dto_per_ep: {}\n", attr.max_dto_per_ep)));
+    assert!(out.contains(&format!("adapter_name: {}\n", attr.adapter_name)));
+    assert!(out.contains(&format!("description: {}\n", pattr.description)));
+    for key in [
+        "provider_attr:",
+        "ia_attr:",
+        "upcall_policies: ",
+        "completion_flags: ",
+        "evd_stream_merging_supported:",
+        "max_rdma_size: ",
+        "max_private_data_size: ",
+    ] {
+        assert!(out.contains(key), "missing {key:?} in\n{out}");
+    }
+    assert!(!out.contains("failed"), "{out}");
+    println!("{out}");
+}
