@@ -151,8 +151,12 @@ pub(crate) enum WrOp {
         privs: MemPriv,
         new_ctx: u32,
     },
-    /// Invalidate a fast-registration LMR (its key was rotated at post time).
-    Invalidate,
+    /// Invalidate a fast-registration LMR: at execution its key becomes
+    /// `new_ctx` (reserved at post time) and its mapping goes.
+    Invalidate {
+        lmr: Lmr,
+        new_ctx: u32,
+    },
 }
 
 impl WrOp {
@@ -164,7 +168,7 @@ impl WrOp {
             WrOp::RdmaRead(_) => DtoOp::RdmaRead,
             WrOp::Bind { .. } => DtoOp::BindMw,
             WrOp::Fmr { .. } => DtoOp::LmrFmr,
-            WrOp::Invalidate => DtoOp::LmrInvalidate,
+            WrOp::Invalidate { .. } => DtoOp::LmrInvalidate,
         }
     }
 }
@@ -480,6 +484,20 @@ impl Ep {
     /// everything outstanding flushed, its EVDs released.
     pub fn free(&self) -> Result<()> {
         self.inner.check_live()?;
+        // As `dapl_ep_free`: an endpoint an RSP owns, or one a connection
+        // request is being accepted on, is freed after that is settled.
+        let state = self.inner.core.lock().state;
+        if matches!(
+            state,
+            EpState::Reserved
+                | EpState::TentativeConnectionPending
+                | EpState::PassiveConnectionPending
+        ) {
+            return Err(Error::state(
+                state.subtype(),
+                "free the RSP or settle the connection request first",
+            ));
+        }
         let ia = self.inner.ia.clone();
         self.inner.abort(&ia);
         Ok(())
@@ -579,28 +597,40 @@ impl Ep {
             }
             None => None,
         };
-        // Rotate the key now: the old context is dead from here on; the new
-        // one is unbound until the work request executes.
-        let new_ctx = mem
-            .rekey(old, |e| {
-                if let Some(p) = e.parent.take() {
-                    mem_unbind_parent(p, &inner.ia);
-                }
-                e.region = None;
-                e.len = 0;
-                e.privs = MemPriv::NONE;
-            })
-            .ok_or(Error::InsufficientResources {
-                resource: Subtype::ResourceMemoryRegion,
-                what: "the window ran out of keys",
-            })?;
-        *rmr.inner.ctx.lock() = Some(new_ctx);
         let op = WrOp::Bind {
             target,
             privs,
-            new_ctx,
+            new_ctx: 0,
         };
-        inner.post(op, &[], cookie, flags)?;
+        let mut new_ctx = 0;
+        // Rotate the key once the request is sure to be queued (a refused
+        // bind leaves the window as it was): the old context is dead from
+        // here on; the new one is unbound until the work request executes.
+        inner.post_with(op, &[], cookie, flags, |op| {
+            // `rekey` runs its closure under the table's write lock: take the
+            // old parent out there, release it after the lock is dropped.
+            let mut old_parent = None;
+            let ctx = mem
+                .rekey(old, |e| {
+                    old_parent = e.parent.take();
+                    e.region = None;
+                    e.len = 0;
+                    e.privs = MemPriv::NONE;
+                })
+                .ok_or(Error::InsufficientResources {
+                    resource: Subtype::ResourceMemoryRegion,
+                    what: "the window ran out of keys",
+                })?;
+            if let Some(p) = old_parent {
+                mem_unbind_parent(p, &inner.ia);
+            }
+            *rmr.inner.ctx.lock() = Some(ctx);
+            if let WrOp::Bind { new_ctx: n, .. } = op {
+                *n = ctx;
+            }
+            new_ctx = ctx;
+            Ok(())
+        })?;
         Ok(new_ctx)
     }
 
@@ -619,37 +649,42 @@ impl Ep {
         if lmr.inner.kind != crate::mem::EntryKind::Fmr {
             return Err(Error::param(1, "not a fast-registration LMR"));
         }
+        if !Arc::ptr_eq(&lmr.inner.pz.inner, &inner.pz.inner) {
+            return Err(Error::ProtectionViolation(Subtype::NoSubtype));
+        }
         let old = lmr.context()?;
-        let e = inner
+        inner
             .ia
             .mem
             .get(old)
             .ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))?;
-        if region.len() as u64 > e.len && e.region.is_none() {
+        // The entry's length is the current mapping's; the maximum is fixed
+        // at creation.
+        if region.len() as u64 > lmr.inner.max_len {
             return Err(Error::Length("region larger than the FMR's maximum"));
         }
-        let max = if e.region.is_none() { e.len } else { u64::MAX };
-        if region.len() as u64 > max {
-            return Err(Error::Length("region larger than the FMR's maximum"));
-        }
-        let new_ctx = self.fmr_rekey(lmr, old)?;
-        inner.post(
-            WrOp::Fmr {
-                lmr: lmr.clone(),
-                region,
-                privs,
-                new_ctx,
-            },
-            &[],
-            cookie,
-            flags,
-        )?;
+        let op = WrOp::Fmr {
+            lmr: lmr.clone(),
+            region,
+            privs,
+            new_ctx: 0,
+        };
+        let mut new_ctx = 0;
+        inner.post_with(op, &[], cookie, flags, |op| {
+            let ctx = self.fmr_rekey(lmr, old)?;
+            if let WrOp::Fmr { new_ctx: n, .. } = op {
+                *n = ctx;
+            }
+            new_ctx = ctx;
+            Ok(())
+        })?;
         Ok(new_ctx)
     }
 
     /// Invalidates the fast-registration `lmr` by a work request
-    /// (`dat_lmr_invalidate`): its key dies at once, the mapping when the
-    /// `LmrInvalidate` DTO completes. Returns the (unmapped) next context.
+    /// (`dat_lmr_invalidate`): when the `LmrInvalidate` DTO executes (after
+    /// every request posted before it) the mapping goes and the key changes
+    /// to the returned (unmapped) context; the old key is then dead for good.
     pub fn post_lmr_invalidate(
         &self,
         lmr: &Lmr,
@@ -659,9 +694,34 @@ impl Ep {
         if lmr.inner.kind != crate::mem::EntryKind::Fmr {
             return Err(Error::param(1, "not a fast-registration LMR"));
         }
+        if !Arc::ptr_eq(&lmr.inner.pz.inner, &self.inner.pz.inner) {
+            return Err(Error::ProtectionViolation(Subtype::NoSubtype));
+        }
         let old = lmr.context()?;
-        let new_ctx = self.fmr_rekey(lmr, old)?;
-        self.inner.post(WrOp::Invalidate, &[], cookie, flags)?;
+        let op = WrOp::Invalidate {
+            lmr: lmr.clone(),
+            new_ctx: 0,
+        };
+        let mut new_ctx = 0;
+        self.inner.post_with(op, &[], cookie, flags, |op| {
+            // Reserve the next key now (it is returned), apply it when the
+            // request executes: requests queued before the invalidate (a
+            // map, a transfer) still see the current key.
+            let k = self
+                .inner
+                .ia
+                .mem
+                .next_key(old)
+                .ok_or(Error::InsufficientResources {
+                    resource: Subtype::ResourceMemoryRegion,
+                    what: "the fast-registration LMR ran out of keys",
+                })?;
+            if let WrOp::Invalidate { new_ctx: n, .. } = op {
+                *n = k;
+            }
+            new_ctx = k;
+            Ok(())
+        })?;
         Ok(new_ctx)
     }
 
@@ -726,6 +786,21 @@ impl EpInner {
         iov: &[LmrTriplet],
         cookie: u64,
         flags: CompletionFlags,
+    ) -> Result<()> {
+        self.post_with(op, iov, cookie, flags, |_| Ok(()))
+    }
+
+    /// `post`, running `prepare` on the request under the endpoint's lock
+    /// once every check passed and the completion's slot is reserved: its
+    /// side effects happen only if the request is queued (if it fails, the
+    /// reservation is returned and nothing is queued).
+    fn post_with(
+        self: &Arc<Self>,
+        mut op: WrOp,
+        iov: &[LmrTriplet],
+        cookie: u64,
+        flags: CompletionFlags,
+        prepare: impl FnOnce(&mut WrOp) -> Result<()>,
     ) -> Result<()> {
         self.check_live()?;
         let is_recv = matches!(op, WrOp::Recv);
@@ -796,6 +871,10 @@ impl EpInner {
                 });
             }
             let res = evd.reserve()?;
+            if let Err(e) = prepare(&mut op) {
+                evd.release(res);
+                return Err(e);
+            }
             let not_before = c.delay.map(|d| Instant::now() + d);
             let wr = Wr {
                 op,
@@ -887,7 +966,18 @@ impl EpInner {
                     DtoStatus::LocalMmError
                 }
             }
-            WrOp::Invalidate => DtoStatus::Success,
+            WrOp::Invalidate { lmr, new_ctx } => {
+                let done = mem.set_key(*new_ctx, |e| {
+                    e.region = None;
+                    e.privs = MemPriv::NONE;
+                });
+                if done {
+                    lmr.set_mapping(*new_ctx, None, MemPriv::NONE);
+                    DtoStatus::Success
+                } else {
+                    DtoStatus::LocalMmError
+                }
+            }
             _ => DtoStatus::LocalEp,
         };
         self.finish(wr, status)

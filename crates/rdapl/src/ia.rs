@@ -187,9 +187,6 @@ impl Ia {
     /// Opens an IA of a provider given as a value (rustls style: the
     /// application chooses the provider object).
     pub fn open_provider(provider: Arc<dyn Provider>, opts: IaOptions) -> Result<Ia> {
-        let transport = provider.open(&opts.params)?;
-        let provider_attr = provider.attr();
-        let attr = provider.ia_attr(transport.address());
         let dispatch = opts
             .dispatch
             .unwrap_or_else(|| Dispatcher::global() as Arc<dyn Dispatch>);
@@ -209,6 +206,11 @@ impl Ia {
                     .build()?
             }
         };
+        // Open the transport last: it registers the IA's address, and nothing
+        // may fail after that.
+        let transport = provider.open(&opts.params)?;
+        let provider_attr = provider.attr();
+        let attr = provider.ia_attr(transport.address());
         Ok(Ia {
             inner: Arc::new(IaInner {
                 id: IaHandle(next_id()),

@@ -410,6 +410,39 @@ impl MemTable {
         Some(((i as u32) << 8) | e.key as u32)
     }
 
+    /// Reserves the next key of the live entry `ctx` without changing the
+    /// entry (see [`MemTable::set_key`]); `None` if `ctx` is dead or the
+    /// slot has no key left.
+    pub(crate) fn next_key(&self, ctx: u32) -> Option<u32> {
+        let (i, k) = Self::slot_of(ctx);
+        let mut slots = self.slots.write();
+        let slot = slots.get_mut(i)?;
+        if slot.entry.as_ref()?.key != k || slot.next_key > 255 {
+            return None;
+        }
+        let key = slot.next_key as u8;
+        slot.next_key += 1;
+        Some(((i as u32) << 8) | key as u32)
+    }
+
+    /// Gives the entry in `new_ctx`'s slot the key reserved by
+    /// [`MemTable::next_key`] (whatever its current key) and applies `f`.
+    /// Keys only move forward: false if the entry is gone or already has a
+    /// later key.
+    pub(crate) fn set_key(&self, new_ctx: u32, f: impl FnOnce(&mut Entry)) -> bool {
+        let (i, k) = Self::slot_of(new_ctx);
+        let mut slots = self.slots.write();
+        let Some(e) = slots.get_mut(i).and_then(|s| s.entry.as_mut()) else {
+            return false;
+        };
+        if e.key > k {
+            return false;
+        }
+        e.key = k;
+        f(e);
+        true
+    }
+
     /// Removes the entry of `ctx`; its key dies for good.
     pub(crate) fn remove(&self, ctx: u32) -> Option<Entry> {
         let (i, k) = Self::slot_of(ctx);

@@ -64,7 +64,8 @@ impl Pz {
     }
 
     pub(crate) fn check_live(&self) -> Result<()> {
-        if self.inner.freed.load(Ordering::SeqCst) {
+        // An abrupt IA close destroys every object of the IA.
+        if self.inner.freed.load(Ordering::SeqCst) || self.inner.ia.closed.load(Ordering::SeqCst) {
             Err(Error::InvalidHandle(Subtype::InvalidHandlePz))
         } else {
             Ok(())
@@ -107,7 +108,15 @@ impl Pz {
             bound_rmrs: 0,
         };
         let ctx = self.inner.ia.mem.insert(entry)?;
-        Ok(Lmr::new(self, Some(region), ctx, EntryKind::Lmr, privs))
+        let len = region.len() as u64;
+        Ok(Lmr::new(
+            self,
+            Some(region),
+            ctx,
+            EntryKind::Lmr,
+            privs,
+            len,
+        ))
     }
 
     /// Registers a copy of `data` in memory rdapl owns.
@@ -131,7 +140,14 @@ impl Pz {
             bound_rmrs: 0,
         };
         let ctx = self.inner.ia.mem.insert(entry)?;
-        Ok(Lmr::new(self, None, ctx, EntryKind::Fmr, MemPriv::NONE))
+        Ok(Lmr::new(
+            self,
+            None,
+            ctx,
+            EntryKind::Fmr,
+            MemPriv::NONE,
+            max_len,
+        ))
     }
 
     /// Creates an unbound RMR (memory window) (`dat_rmr_create`).
@@ -174,6 +190,8 @@ pub(crate) struct LmrInner {
     /// Current context, `None` once freed.
     pub(crate) ctx: Mutex<Option<u32>>,
     privs: Mutex<MemPriv>,
+    /// Largest region it may map (fast registration; its length otherwise).
+    pub(crate) max_len: u64,
 }
 
 impl fmt::Debug for Lmr {
@@ -186,7 +204,14 @@ impl fmt::Debug for Lmr {
 }
 
 impl Lmr {
-    fn new(pz: &Pz, region: Option<Arc<Region>>, ctx: u32, kind: EntryKind, privs: MemPriv) -> Lmr {
+    fn new(
+        pz: &Pz,
+        region: Option<Arc<Region>>,
+        ctx: u32,
+        kind: EntryKind,
+        privs: MemPriv,
+        max_len: u64,
+    ) -> Lmr {
         pz.inner.users.fetch_add(1, Ordering::SeqCst);
         pz.inner.ia.live.lmrs.fetch_add(1, Ordering::Relaxed);
         Lmr {
@@ -196,6 +221,7 @@ impl Lmr {
                 region: Mutex::new(region),
                 ctx: Mutex::new(Some(ctx)),
                 privs: Mutex::new(privs),
+                max_len,
             }),
         }
     }

@@ -235,3 +235,66 @@ fn shared_receive_queue_and_low_watermark() {
     assert_eq!(srq.query().unwrap().available, 1);
     assert!(srq.free().is_err(), "endpoints still use it");
 }
+
+/// A fast-registration map and an invalidate queued behind it both
+/// succeed, in order; the key from before the invalidate is then refused.
+#[test]
+fn fmr_map_then_invalidate_queued() {
+    let s = side("127.0.12.1");
+    let c = side("127.0.12.2");
+    let _psp = s.ia.psp_create(4200, &s.evd).unwrap();
+    c.ep.connect(s.ia.address(), 4200, T, b"").unwrap();
+    let cr = match next(&s.evd) {
+        Event::ConnectionRequest(a) => s.ia.cr(a.cr).unwrap(),
+        e => panic!("{e:?}"),
+    };
+    cr.accept(&s.ep, b"").unwrap();
+    assert!(matches!(next(&s.evd), Event::Connection(_)));
+    assert!(matches!(next(&c.evd), Event::Connection(_)));
+
+    let fmr = s.pz.lmr_create_fmr(64).unwrap();
+    let region = Region::zeroed(64);
+    // Hold the queue so both requests are queued before either executes.
+    s.ep.inject_delay(Some(Duration::from_millis(50)));
+    let k1 =
+        s.ep.post_lmr_fmr(
+            &fmr,
+            region.clone(),
+            MemPriv::ALL,
+            1,
+            CompletionFlags::DEFAULT,
+        )
+        .unwrap();
+    let k2 =
+        s.ep.post_lmr_invalidate(&fmr, 2, CompletionFlags::DEFAULT)
+            .unwrap();
+    s.ep.inject_delay(None);
+    assert_ne!(k1, k2);
+    let d = dto(&s.evd);
+    assert_eq!(
+        (d.cookie, d.status, d.operation),
+        (1, DtoStatus::Success, DtoOp::LmrFmr)
+    );
+    let d = dto(&s.evd);
+    assert_eq!(
+        (d.cookie, d.status, d.operation),
+        (2, DtoStatus::Success, DtoOp::LmrInvalidate)
+    );
+    assert_eq!(fmr.context().unwrap(), k2);
+    // The mapped key (k1) is dead now.
+    let src = c.pz.lmr_create_from(vec![7; 8], MemPriv::ALL).unwrap();
+    let remote = RmrTriplet {
+        rmr_context: k1,
+        target_address: region.address(),
+        segment_length: 8,
+    };
+    c.ep.post_rdma_write(
+        &[src.triplet(0, 8).unwrap()],
+        remote,
+        3,
+        CompletionFlags::DEFAULT,
+    )
+    .unwrap();
+    assert_eq!(dto(&c.evd).status, DtoStatus::RemoteAccess);
+    assert!(region.read().iter().all(|b| *b == 0), "no byte moved");
+}

@@ -400,7 +400,7 @@ fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
         let Some(b) = a.core.lock().peer.as_ref().and_then(Weak::upgrade) else {
             return;
         };
-        let after = {
+        let broken = {
             let (mut ca, mut cb) = EpInner::lock_pair(a, &b);
             if ca.state != EpState::Connected || ca.sends.is_empty() {
                 return;
@@ -420,39 +420,63 @@ fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
                     return;
                 }
             }
-            if let Some(st) = ca.fail_next.take() {
+            let after = if let Some(st) = ca.fail_next.take() {
                 let wr = ca.sends.pop_front().expect("head");
                 After::Complete(vec![(true, wr, st, 0)], true)
             } else {
                 let head_is_local = matches!(
                     ca.sends.front().map(|w| &w.op),
-                    Some(WrOp::Bind { .. } | WrOp::Fmr { .. } | WrOp::Invalidate)
+                    Some(WrOp::Bind { .. } | WrOp::Fmr { .. } | WrOp::Invalidate { .. })
                 );
                 if head_is_local {
                     After::Local(ca.sends.pop_front().expect("head"))
                 } else {
                     execute(lb, a, &b, &mut ca, &mut cb, now)
                 }
+            };
+            // Publish while both endpoints are still locked: another thread
+            // progressing this endpoint (a second poster, the peer's
+            // post_recv, the timer) must not publish the completion of a
+            // later request first, nor execute one behind a failure.
+            // Publishing never runs consumer code on this stack.
+            match after {
+                After::Done => return,
+                After::Local(wr) => {
+                    // A failed bind, map or invalidate is a DTO error: it
+                    // breaks the connection like any other.
+                    let broken = !a.execute_local(wr).is_success();
+                    if broken {
+                        for c in [&mut *ca, &mut *cb] {
+                            if c.state == EpState::Connected {
+                                c.state = EpState::DisconnectPending;
+                            }
+                        }
+                    }
+                    broken
+                }
+                After::Complete(list, broken) => {
+                    for (on_a, wr, st, len) in list {
+                        if on_a {
+                            a.complete(wr, st, len);
+                        } else {
+                            b.complete(wr, st, len);
+                        }
+                    }
+                    if broken {
+                        // Stop both queues now; break_connection flushes.
+                        for c in [&mut *ca, &mut *cb] {
+                            if c.state == EpState::Connected {
+                                c.state = EpState::DisconnectPending;
+                            }
+                        }
+                    }
+                    broken
+                }
             }
         };
-        match after {
-            After::Done => return,
-            After::Local(wr) => {
-                a.execute_local(wr);
-            }
-            After::Complete(list, broken) => {
-                for (on_a, wr, st, len) in list {
-                    if on_a {
-                        a.complete(wr, st, len);
-                    } else {
-                        b.complete(wr, st, len);
-                    }
-                }
-                if broken {
-                    a.break_connection(Some(&b), None);
-                    return;
-                }
-            }
+        if broken {
+            a.break_connection(Some(&b), None);
+            return;
         }
     }
 }
@@ -641,7 +665,7 @@ fn rnr_expired(lb: &Arc<Loopback>, a: Weak<EpInner>, deadline: Instant) {
     let Some(a) = a.upgrade() else { return };
     // The receive may have been posted just now: progress first.
     progress(lb, &a);
-    let (wr, peer) = {
+    let peer = {
         let mut c = a.core.lock();
         if c.rnr_deadline != Some(deadline) || c.state != EpState::Connected {
             return;
@@ -650,8 +674,10 @@ fn rnr_expired(lb: &Arc<Loopback>, a: Weak<EpInner>, deadline: Instant) {
         let Some(wr) = c.sends.pop_front() else {
             return;
         };
-        (wr, c.peer.as_ref().and_then(Weak::upgrade))
+        // As in `progress`: publish and stop the queue under the lock.
+        a.complete(wr, DtoStatus::ReceiverNotReady, 0);
+        c.state = EpState::DisconnectPending;
+        c.peer.as_ref().and_then(Weak::upgrade)
     };
-    a.complete(wr, DtoStatus::ReceiverNotReady, 0);
     a.break_connection(peer.as_ref(), None);
 }

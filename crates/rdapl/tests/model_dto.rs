@@ -1,0 +1,1076 @@
+//! Model tests of data transfer operations on the loopback provider (public
+//! API only): ordering, length and protection errors, the receiver-not-ready
+//! window, completion flags, scatter/gather, queue and EVD limits, and fault
+//! injection.
+//!
+//! Every test uses its own IA addresses (`127.0.23.<m>`) and qualifiers, so
+//! the tests run in parallel; every wait has a timeout.
+//!
+//! **Process-global setting.** The RNR time is a property of the process-wide
+//! loopback provider (`Loopback::global().set_rnr_timeout`). Only
+//! `rnr_timeout_and_late_receive` changes it, and it restores the default
+//! (200 ms) before returning. Every other test in this binary posts its
+//! receives before the sends that need them, so none depends on the RNR time
+//! (and none waits for it).
+
+use rdapl::error::Subtype;
+use rdapl::*;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(5);
+const D: CompletionFlags = CompletionFlags::DEFAULT;
+const DEFAULT_RNR: Duration = Duration::from_millis(200);
+
+struct Node {
+    ia: Ia,
+    pz: Pz,
+    req: Evd,
+    rcv: Evd,
+    conn: Evd,
+    cr: Evd,
+    ep: Ep,
+}
+
+fn node(addr: &str, attr: Option<EpAttr>, req_qlen: usize, rcv_qlen: usize) -> Node {
+    let ia = Ia::open_with(
+        "loopback",
+        IaOptions {
+            params: format!("addr={addr}"),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let pz = ia.pz_create().unwrap();
+    let req = ia.evd_create(req_qlen, EvdFlags::DTO).unwrap();
+    let rcv = ia.evd_create(rcv_qlen, EvdFlags::DTO).unwrap();
+    let conn = ia.evd_create(16, EvdFlags::CONNECTION).unwrap();
+    let cr = ia.evd_create(16, EvdFlags::CR).unwrap();
+    let ep = ia
+        .ep_create(&pz, Some(&rcv), Some(&req), Some(&conn), attr)
+        .unwrap();
+    Node {
+        ia,
+        pz,
+        req,
+        rcv,
+        conn,
+        cr,
+        ep,
+    }
+}
+
+impl Node {
+    fn lmr(&self, data: Vec<u8>) -> Lmr {
+        self.pz.lmr_create_from(data, MemPriv::ALL).unwrap()
+    }
+}
+
+fn next(evd: &Evd) -> Event {
+    evd.wait(Some(T), 1).expect("an event within the timeout").0
+}
+
+fn dto(evd: &Evd) -> DtoCompletion {
+    match next(evd) {
+        Event::Dto(d) => d,
+        e => panic!("expected a DTO completion, got {e:?}"),
+    }
+}
+
+fn conn_kind(evd: &Evd) -> ConnectionEventKind {
+    match next(evd) {
+        Event::Connection(c) => c.kind,
+        e => panic!("expected a connection event, got {e:?}"),
+    }
+}
+
+fn empty(evd: &Evd) {
+    assert_eq!(evd.dequeue().unwrap(), None, "no further event expected");
+}
+
+/// Expects `Flushed` completions with these cookies, in order, and nothing else.
+fn flushed(evd: &Evd, cookies: &[u64]) {
+    for &k in cookies {
+        let d = dto(evd);
+        assert_eq!((d.cookie, d.status), (k, DtoStatus::Flushed), "{d:?}");
+    }
+    empty(evd);
+}
+
+struct Pair {
+    c: Node,
+    s: Node,
+    _psp: Psp,
+    qual: u64,
+}
+
+fn pair(client: &str, server: &str, qual: u64) -> Pair {
+    pair_with(client, server, qual, None, 256, 256)
+}
+
+fn pair_with(
+    client: &str,
+    server: &str,
+    qual: u64,
+    attr: Option<EpAttr>,
+    req_qlen: usize,
+    rcv_qlen: usize,
+) -> Pair {
+    let c = node(client, attr, req_qlen, rcv_qlen);
+    let s = node(server, attr, req_qlen, rcv_qlen);
+    let psp = s.ia.psp_create(qual, &s.cr).unwrap();
+    let p = Pair {
+        c,
+        s,
+        _psp: psp,
+        qual,
+    };
+    p.connect();
+    p
+}
+
+impl Pair {
+    fn connect(&self) {
+        self.c
+            .ep
+            .connect(self.s.ia.address(), self.qual, Some(T), b"")
+            .unwrap();
+        let cr = match next(&self.s.cr) {
+            Event::ConnectionRequest(a) => self.s.ia.cr(a.cr).unwrap(),
+            e => panic!("expected a connection request, got {e:?}"),
+        };
+        cr.accept(&self.s.ep, b"").unwrap();
+        assert_eq!(conn_kind(&self.s.conn), ConnectionEventKind::Established);
+        assert_eq!(conn_kind(&self.c.conn), ConnectionEventKind::Established);
+    }
+
+    fn expect_end(&self, kind: ConnectionEventKind) {
+        assert_eq!(conn_kind(&self.c.conn), kind);
+        assert_eq!(conn_kind(&self.s.conn), kind);
+        assert_eq!(self.c.ep.state(), EpState::Disconnected);
+        assert_eq!(self.s.ep.state(), EpState::Disconnected);
+    }
+
+    fn reconnect(&self) {
+        self.c.ep.reset().unwrap();
+        self.s.ep.reset().unwrap();
+        self.connect();
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn rt(ctx: u32, addr: u64, len: u64) -> RmrTriplet {
+    RmrTriplet {
+        rmr_context: ctx,
+        target_address: addr,
+        segment_length: len,
+    }
+}
+
+#[test]
+fn completions_and_data_in_post_order() {
+    let p = pair("127.0.23.1", "127.0.23.2", 100);
+    const N: usize = 200;
+    let rbuf = p.s.lmr(vec![0; N * 8]);
+    let sbuf = p.c.lmr((0..N * 8).map(|i| (i / 8) as u8).collect());
+    for i in 0..N {
+        p.s.ep
+            .post_recv(
+                &[rbuf.triplet((i * 8) as u64, 8).unwrap()],
+                1000 + i as u64,
+                D,
+            )
+            .unwrap();
+    }
+    // Sends interleaved with RDMA writes into a separate area.
+    let area = p.s.lmr(vec![0; N]);
+    for i in 0..N {
+        p.c.ep
+            .post_send(&[sbuf.triplet((i * 8) as u64, 8).unwrap()], i as u64, D)
+            .unwrap();
+        if i % 10 == 0 {
+            p.c.ep
+                .post_rdma_write(
+                    &[sbuf.triplet((i * 8) as u64, 1).unwrap()],
+                    area.rmr_triplet(i as u64, 1).unwrap(),
+                    10_000 + i as u64,
+                    D,
+                )
+                .unwrap();
+        }
+    }
+    for i in 0..N {
+        let d = dto(&p.c.req);
+        assert_eq!(
+            (d.cookie, d.status, d.operation, d.transferred_length),
+            (i as u64, DtoStatus::Success, DtoOp::Send, 8)
+        );
+        if i % 10 == 0 {
+            let d = dto(&p.c.req);
+            assert_eq!(
+                (d.cookie, d.status, d.operation),
+                (10_000 + i as u64, DtoStatus::Success, DtoOp::RdmaWrite)
+            );
+        }
+        let r = dto(&p.s.rcv);
+        assert_eq!(
+            (r.cookie, r.status, r.operation, r.transferred_length),
+            (1000 + i as u64, DtoStatus::Success, DtoOp::Receive, 8)
+        );
+    }
+    empty(&p.c.req);
+    empty(&p.s.rcv);
+    // Receive i holds message i.
+    assert_eq!(rbuf.to_vec().unwrap(), sbuf.to_vec().unwrap());
+    let a = area.to_vec().unwrap();
+    for i in (0..N).step_by(10) {
+        assert_eq!(a[i], i as u8);
+    }
+}
+
+#[test]
+fn receive_too_small() {
+    let p = pair("127.0.23.3", "127.0.23.4", 300);
+    let rbuf = p.s.lmr(vec![0; 32]);
+    p.s.ep
+        .post_recv(&[rbuf.triplet(0, 8).unwrap()], 1, D)
+        .unwrap();
+    p.s.ep
+        .post_recv(&[rbuf.triplet(8, 24).unwrap()], 2, D)
+        .unwrap();
+    let cbuf = p.c.lmr(pattern(16, 1));
+    p.c.ep
+        .post_recv(&[cbuf.triplet(0, 16).unwrap()], 3, D)
+        .unwrap();
+    p.c.ep
+        .post_send(&[cbuf.triplet(0, 16).unwrap()], 4, D)
+        .unwrap();
+    let d = dto(&p.c.req);
+    assert_eq!(
+        (d.cookie, d.status, d.operation, d.transferred_length),
+        (4, DtoStatus::RemoteResponder, DtoOp::Send, 0)
+    );
+    let d = dto(&p.s.rcv);
+    assert_eq!(
+        (d.cookie, d.status, d.operation),
+        (1, DtoStatus::LocalLength, DtoOp::Receive)
+    );
+    flushed(&p.s.rcv, &[2]);
+    flushed(&p.c.rcv, &[3]);
+    empty(&p.c.req);
+    p.expect_end(ConnectionEventKind::Broken);
+    assert_eq!(rbuf.to_vec().unwrap(), vec![0; 32], "no byte moved");
+    assert!(matches!(
+        p.c.ep.post_send(&[cbuf.triplet(0, 1).unwrap()], 5, D),
+        Err(Error::InvalidState {
+            state: Subtype::InvalidStateEpDisconnected,
+            ..
+        })
+    ));
+    // An exact fit is fine.
+    p.reconnect();
+    p.s.ep
+        .post_recv(&[rbuf.triplet(0, 16).unwrap()], 6, D)
+        .unwrap();
+    p.c.ep
+        .post_send(&[cbuf.triplet(0, 16).unwrap()], 7, D)
+        .unwrap();
+    assert_eq!(dto(&p.c.req).status, DtoStatus::Success);
+    assert_eq!(dto(&p.s.rcv).transferred_length, 16);
+    assert_eq!(rbuf.to_vec().unwrap()[..16], pattern(16, 1));
+}
+
+/// The only test that changes the process-global RNR time (see the module
+/// docs); it restores the default before it returns, pass or fail.
+#[test]
+fn rnr_timeout_and_late_receive() {
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            Loopback::global().set_rnr_timeout(DEFAULT_RNR);
+        }
+    }
+    let _restore = Restore;
+    let rnr = Duration::from_millis(300);
+    Loopback::global().set_rnr_timeout(rnr);
+
+    let p = pair("127.0.23.5", "127.0.23.6", 500);
+    let cbuf = p.c.lmr(pattern(16, 2));
+    let rbuf = p.s.lmr(vec![0; 16]);
+    let cspare = p.c.lmr(vec![0; 16]);
+    p.c.ep
+        .post_recv(&[cspare.triplet(0, 16).unwrap()], 1, D)
+        .unwrap();
+
+    // No receive: the send waits the RNR time, then fails.
+    let t0 = Instant::now();
+    p.c.ep
+        .post_send(&[cbuf.triplet(0, 16).unwrap()], 2, D)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    empty(&p.c.req);
+    assert_eq!(p.c.ep.state(), EpState::Connected, "still waiting");
+    let d = dto(&p.c.req);
+    let waited = t0.elapsed();
+    assert_eq!(
+        (d.cookie, d.status, d.operation),
+        (2, DtoStatus::ReceiverNotReady, DtoOp::Send)
+    );
+    assert!(waited >= rnr - Duration::from_millis(10), "{waited:?}");
+    flushed(&p.c.rcv, &[1]);
+    p.expect_end(ConnectionEventKind::Broken);
+
+    // A receive posted inside the window lets the send complete.
+    p.reconnect();
+    p.c.ep
+        .post_send(&[cbuf.triplet(0, 16).unwrap()], 3, D)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    empty(&p.c.req);
+    p.s.ep
+        .post_recv(&[rbuf.triplet(0, 16).unwrap()], 4, D)
+        .unwrap();
+    let d = dto(&p.c.req);
+    assert_eq!((d.cookie, d.status), (3, DtoStatus::Success));
+    let d = dto(&p.s.rcv);
+    assert_eq!(
+        (d.cookie, d.status, d.transferred_length),
+        (4, DtoStatus::Success, 16)
+    );
+    assert_eq!(rbuf.to_vec().unwrap(), pattern(16, 2));
+    // The stale RNR timer of that send must not break the connection later.
+    std::thread::sleep(rnr + Duration::from_millis(50));
+    assert_eq!(p.c.ep.state(), EpState::Connected);
+    empty(&p.c.conn);
+    empty(&p.c.req);
+}
+
+#[test]
+fn bad_remote_key_range_or_right() {
+    let p = pair("127.0.23.7", "127.0.23.8", 700);
+    let tgt = p.s.lmr(pattern(64, 3));
+    let ro =
+        p.s.pz
+            .lmr_create_from(pattern(64, 4), MemPriv::LOCAL_READ | MemPriv::REMOTE_READ)
+            .unwrap();
+    let wo =
+        p.s.pz
+            .lmr_create_from(pattern(64, 5), MemPriv::LOCAL_WRITE | MemPriv::REMOTE_WRITE)
+            .unwrap();
+    let src = p.c.lmr(vec![0xFF; 64]);
+    let sink = p.c.lmr(vec![0; 64]);
+    let base = tgt.address().unwrap();
+    let k = tgt.context().unwrap();
+    let cases: Vec<(bool, RmrTriplet, &Lmr, &str)> = vec![
+        (true, rt(k ^ 0x80, base, 8), &tgt, "write, bad key"),
+        (true, rt(0xFFFF_FF00, base, 8), &tgt, "write, unknown slot"),
+        (true, rt(k, base + 60, 8), &tgt, "write past the end"),
+        (true, rt(k, base - 1, 8), &tgt, "write before the start"),
+        (
+            true,
+            rt(k, u64::MAX - 3, 8),
+            &tgt,
+            "write, wrapping address",
+        ),
+        (true, ro.rmr_triplet(0, 8).unwrap(), &ro, "write, no right"),
+        (false, rt(k ^ 0x80, base, 8), &tgt, "read, bad key"),
+        (false, rt(k, base + 57, 8), &tgt, "read past the end"),
+        (false, wo.rmr_triplet(0, 8).unwrap(), &wo, "read, no right"),
+    ];
+    for (i, (is_write, remote, lmr, what)) in cases.into_iter().enumerate() {
+        let before = lmr.to_vec().unwrap();
+        let cookie = 100 + i as u64;
+        if is_write {
+            p.c.ep
+                .post_rdma_write(&[src.triplet(0, 8).unwrap()], remote, cookie, D)
+                .unwrap();
+        } else {
+            p.c.ep
+                .post_rdma_read(&[sink.triplet(0, 8).unwrap()], remote, cookie, D)
+                .unwrap();
+        }
+        let d = dto(&p.c.req);
+        assert_eq!(
+            (d.cookie, d.status, d.transferred_length),
+            (cookie, DtoStatus::RemoteAccess, 0),
+            "{what}"
+        );
+        p.expect_end(ConnectionEventKind::Broken);
+        assert_eq!(lmr.to_vec().unwrap(), before, "{what}: target changed");
+        assert_eq!(sink.to_vec().unwrap(), vec![0; 64], "{what}: sink changed");
+        p.reconnect();
+    }
+    // The rights that are granted work.
+    p.c.ep
+        .post_rdma_read(
+            &[sink.triplet(0, 8).unwrap()],
+            ro.rmr_triplet(0, 8).unwrap(),
+            1,
+            D,
+        )
+        .unwrap();
+    assert_eq!(dto(&p.c.req).status, DtoStatus::Success);
+    assert_eq!(sink.to_vec().unwrap()[..8], pattern(64, 4)[..8]);
+    p.c.ep
+        .post_rdma_write(
+            &[src.triplet(0, 8).unwrap()],
+            wo.rmr_triplet(56, 8).unwrap(),
+            2,
+            D,
+        )
+        .unwrap();
+    assert_eq!(dto(&p.c.req).status, DtoStatus::Success);
+    assert_eq!(wo.to_vec().unwrap()[56..], [0xFF; 8]);
+    // A remote triplet shorter than the local list is refused at post time.
+    assert!(matches!(
+        p.c.ep
+            .post_rdma_write(&[src.triplet(0, 16).unwrap()], rt(k, base, 8), 3, D),
+        Err(Error::Length(_))
+    ));
+    empty(&p.c.req);
+}
+
+#[test]
+fn bad_local_key_or_right() {
+    let p = pair("127.0.23.9", "127.0.23.10", 900);
+    // Send from a buffer without LOCAL_READ.
+    let noread =
+        p.c.pz
+            .lmr_create_from(vec![1; 8], MemPriv::LOCAL_WRITE)
+            .unwrap();
+    let rbuf = p.s.lmr(vec![0; 8]);
+    p.s.ep
+        .post_recv(&[rbuf.triplet(0, 8).unwrap()], 1, D)
+        .unwrap();
+    p.c.ep
+        .post_send(&[noread.triplet(0, 8).unwrap()], 2, D)
+        .unwrap();
+    assert_eq!(dto(&p.c.req).status, DtoStatus::LocalProtection);
+    flushed(&p.s.rcv, &[1]);
+    p.expect_end(ConnectionEventKind::Broken);
+    assert_eq!(rbuf.to_vec().unwrap(), vec![0; 8]);
+    p.reconnect();
+    // Receive into a buffer without LOCAL_WRITE.
+    let nowrite =
+        p.s.pz
+            .lmr_create_from(vec![0; 8], MemPriv::LOCAL_READ)
+            .unwrap();
+    p.s.ep
+        .post_recv(&[nowrite.triplet(0, 8).unwrap()], 3, D)
+        .unwrap();
+    let sbuf = p.c.lmr(vec![2; 8]);
+    p.c.ep
+        .post_send(&[sbuf.triplet(0, 8).unwrap()], 4, D)
+        .unwrap();
+    assert_eq!(dto(&p.c.req).status, DtoStatus::RemoteResponder);
+    let d = dto(&p.s.rcv);
+    assert_eq!((d.cookie, d.status), (3, DtoStatus::LocalProtection));
+    p.expect_end(ConnectionEventKind::Broken);
+    assert_eq!(nowrite.to_vec().unwrap(), vec![0; 8]);
+    p.reconnect();
+    // A local range past the LMR's end.
+    let t = sbuf.triplet(4, 8).unwrap();
+    p.s.ep
+        .post_recv(&[rbuf.triplet(0, 8).unwrap()], 5, D)
+        .unwrap();
+    p.c.ep.post_send(&[t], 6, D).unwrap();
+    assert_eq!(dto(&p.c.req).status, DtoStatus::LocalProtection);
+    flushed(&p.s.rcv, &[5]);
+    p.expect_end(ConnectionEventKind::Broken);
+}
+
+#[test]
+fn suppress_and_unsignalled_only_report_errors() {
+    let p = pair_with("127.0.23.11", "127.0.23.12", 1100, None, 2, 256);
+    let tgt = p.s.lmr(vec![0; 64]);
+    let src = p.c.lmr(pattern(64, 6));
+    let rbuf = p.s.lmr(vec![0; 64]);
+    let quiet = [CompletionFlags::SUPPRESS, CompletionFlags::UNSIGNALLED];
+    // Successful quiet requests give no completion and free their EVD slot:
+    // twenty of them pass through a request EVD of two entries.
+    for i in 0..20u64 {
+        p.c.ep
+            .post_rdma_write(
+                &[src.triplet(i, 1).unwrap()],
+                tgt.rmr_triplet(i, 1).unwrap(),
+                i,
+                quiet[i as usize % 2],
+            )
+            .unwrap();
+    }
+    p.s.ep
+        .post_recv(&[rbuf.triplet(0, 8).unwrap()], 50, D)
+        .unwrap();
+    p.c.ep
+        .post_send(&[src.triplet(0, 8).unwrap()], 51, CompletionFlags::SUPPRESS)
+        .unwrap();
+    // The receiver still sees its (default) receive complete.
+    let d = dto(&p.s.rcv);
+    assert_eq!((d.cookie, d.status), (50, DtoStatus::Success));
+    // A quiet receive is quiet on success too.
+    p.s.ep
+        .post_recv(
+            &[rbuf.triplet(8, 8).unwrap()],
+            52,
+            CompletionFlags::SUPPRESS,
+        )
+        .unwrap();
+    p.c.ep
+        .post_send(&[src.triplet(8, 8).unwrap()], 53, D)
+        .unwrap();
+    assert_eq!(dto(&p.c.req).cookie, 53, "only the default send reports");
+    empty(&p.c.req);
+    empty(&p.s.rcv);
+    assert_eq!(tgt.to_vec().unwrap()[..20], pattern(64, 6)[..20]);
+    assert_eq!(rbuf.to_vec().unwrap()[..16], pattern(64, 6)[..16]);
+
+    // Errors are always reported: a suppressed write with a bad key ...
+    p.c.ep
+        .post_rdma_write(
+            &[src.triplet(0, 8).unwrap()],
+            rt(tgt.context().unwrap() ^ 0x40, 0, 8),
+            60,
+            CompletionFlags::SUPPRESS,
+        )
+        .unwrap();
+    let d = dto(&p.c.req);
+    assert_eq!((d.cookie, d.status), (60, DtoStatus::RemoteAccess));
+    p.expect_end(ConnectionEventKind::Broken);
+    p.reconnect();
+    // ... an unsignalled send into a too small receive ...
+    p.s.ep
+        .post_recv(
+            &[rbuf.triplet(0, 4).unwrap()],
+            61,
+            CompletionFlags::SUPPRESS,
+        )
+        .unwrap();
+    p.c.ep
+        .post_send(
+            &[src.triplet(0, 8).unwrap()],
+            62,
+            CompletionFlags::UNSIGNALLED,
+        )
+        .unwrap();
+    let d = dto(&p.c.req);
+    assert_eq!((d.cookie, d.status), (62, DtoStatus::RemoteResponder));
+    let d = dto(&p.s.rcv);
+    assert_eq!((d.cookie, d.status), (61, DtoStatus::LocalLength));
+    p.expect_end(ConnectionEventKind::Broken);
+    p.reconnect();
+    // ... and a flush.
+    p.s.ep
+        .post_recv(
+            &[rbuf.triplet(0, 4).unwrap()],
+            63,
+            CompletionFlags::SUPPRESS,
+        )
+        .unwrap();
+    p.s.ep.disconnect(true).unwrap();
+    flushed(&p.s.rcv, &[63]);
+    p.expect_end(ConnectionEventKind::Disconnected);
+    // Other flags are accepted and complete as usual.
+    p.reconnect();
+    p.s.ep
+        .post_recv(
+            &[rbuf.triplet(0, 8).unwrap()],
+            64,
+            CompletionFlags::SOLICITED_WAIT,
+        )
+        .unwrap();
+    p.c.ep
+        .post_send(
+            &[src.triplet(0, 8).unwrap()],
+            65,
+            CompletionFlags::BARRIER_FENCE,
+        )
+        .unwrap();
+    assert_eq!(dto(&p.s.rcv).cookie, 64);
+    assert_eq!(dto(&p.c.req).cookie, 65);
+}
+
+#[test]
+fn scatter_gather_several_entries() {
+    let p = pair("127.0.23.13", "127.0.23.14", 1300);
+    let a = p.c.lmr(b"ABCDEFGHIJ".to_vec());
+    let b = p.c.lmr(b"0123456789".to_vec());
+    // Gather 3 + 4 + 2 = 9 bytes from two LMRs (and a zero-length entry).
+    let gather = [
+        a.triplet(0, 3).unwrap(),
+        b.triplet(2, 4).unwrap(),
+        a.triplet(5, 0).unwrap(),
+        a.triplet(8, 2).unwrap(),
+    ];
+    // Scatter into 2 + 1 + 5 + 8 bytes spread over two LMRs.
+    let x = p.s.lmr(vec![b'.'; 12]);
+    let y = p.s.lmr(vec![b'.'; 12]);
+    let scatter = [
+        x.triplet(1, 2).unwrap(),
+        y.triplet(0, 1).unwrap(),
+        x.triplet(6, 5).unwrap(),
+        y.triplet(4, 8).unwrap(),
+    ];
+    p.s.ep.post_recv(&scatter, 1, D).unwrap();
+    p.c.ep.post_send(&gather, 2, D).unwrap();
+    assert_eq!(dto(&p.c.req).transferred_length, 9);
+    let d = dto(&p.s.rcv);
+    assert_eq!((d.status, d.transferred_length), (DtoStatus::Success, 9));
+    // "ABC2345IJ" -> x[1..3]="AB", y[0]="C", x[6..11]="2345I", y[4..5]="J".
+    assert_eq!(x.to_vec().unwrap(), b".AB...2345I.");
+    assert_eq!(y.to_vec().unwrap(), b"C...J.......");
+
+    // RDMA write gathers into one contiguous remote range.
+    let tgt = p.s.lmr(vec![b'-'; 16]);
+    p.c.ep
+        .post_rdma_write(&gather, tgt.rmr_triplet(2, 9).unwrap(), 3, D)
+        .unwrap();
+    assert_eq!(dto(&p.c.req).transferred_length, 9);
+    assert_eq!(tgt.to_vec().unwrap(), b"--ABC2345IJ-----");
+    // RDMA read scatters a contiguous remote range.
+    let r1 = p.c.lmr(vec![b'_'; 4]);
+    let r2 = p.c.lmr(vec![b'_'; 8]);
+    p.c.ep
+        .post_rdma_read(
+            &[r1.triplet(1, 3).unwrap(), r2.triplet(0, 6).unwrap()],
+            tgt.rmr_triplet(2, 9).unwrap(),
+            4,
+            D,
+        )
+        .unwrap();
+    let d = dto(&p.c.req);
+    assert_eq!((d.status, d.transferred_length), (DtoStatus::Success, 9));
+    assert_eq!(r1.to_vec().unwrap(), b"_ABC");
+    assert_eq!(r2.to_vec().unwrap(), b"2345IJ__");
+}
+
+#[test]
+fn too_many_iov_entries() {
+    let attr = EpAttr {
+        max_request_iov: 2,
+        max_recv_iov: 3,
+        ..Default::default()
+    };
+    let p = pair_with("127.0.23.15", "127.0.23.16", 1500, Some(attr), 64, 64);
+    let b = p.c.lmr(vec![0; 16]);
+    let t = b.triplet(0, 1).unwrap();
+    let r = b.rmr_triplet(0, 16).unwrap();
+    let param = |r: Result<()>| {
+        assert!(
+            matches!(r, Err(Error::InvalidParameter { arg: 2, .. })),
+            "{r:?}"
+        )
+    };
+    param(p.c.ep.post_send(&[t; 3], 1, D));
+    param(p.c.ep.post_rdma_write(&[t; 3], r, 2, D));
+    param(p.c.ep.post_rdma_read(&[t; 3], r, 3, D));
+    param(p.c.ep.post_recv(&[t; 4], 4, D));
+    // At the limit they are accepted.
+    p.c.ep.post_recv(&[t; 3], 5, D).unwrap();
+    let sb = p.s.lmr(vec![7; 2]);
+    p.s.ep
+        .post_send(&[sb.triplet(0, 1).unwrap(); 2], 6, D)
+        .unwrap();
+    assert_eq!(dto(&p.c.rcv).transferred_length, 2);
+    assert_eq!(dto(&p.s.req).status, DtoStatus::Success);
+    empty(&p.c.req);
+    assert_eq!(p.c.ep.state(), EpState::Connected);
+}
+
+#[test]
+fn work_queue_full() {
+    let attr = EpAttr {
+        max_request_dtos: 2,
+        max_recv_dtos: 3,
+        ..Default::default()
+    };
+    let p = pair_with("127.0.23.17", "127.0.23.18", 1700, Some(attr), 64, 64);
+    let tep = |r: Result<()>| {
+        assert!(
+            matches!(
+                r,
+                Err(Error::InsufficientResources {
+                    resource: Subtype::ResourceTep,
+                    ..
+                })
+            ),
+            "{r:?}"
+        )
+    };
+    let rb = p.s.lmr(vec![0; 32]);
+    for i in 0..3 {
+        p.s.ep
+            .post_recv(&[rb.triplet(i * 8, 8).unwrap()], i, D)
+            .unwrap();
+    }
+    tep(p.s.ep.post_recv(&[rb.triplet(24, 8).unwrap()], 3, D));
+    // Requests held back by an injected delay fill the send queue.
+    let sb = p.c.lmr(pattern(24, 7));
+    p.c.ep.inject_delay(Some(Duration::from_millis(50)));
+    p.c.ep
+        .post_send(&[sb.triplet(0, 8).unwrap()], 10, D)
+        .unwrap();
+    p.c.ep
+        .post_send(&[sb.triplet(8, 8).unwrap()], 11, D)
+        .unwrap();
+    tep(p.c.ep.post_send(&[sb.triplet(16, 8).unwrap()], 12, D));
+    assert_eq!(p.c.ep.query().unwrap().outstanding.0, 2);
+    p.c.ep.inject_delay(None);
+    // Nothing was lost: both complete, in order, into the first receives.
+    for k in [10, 11] {
+        let d = dto(&p.c.req);
+        assert_eq!((d.cookie, d.status), (k, DtoStatus::Success));
+    }
+    for k in [0, 1] {
+        let d = dto(&p.s.rcv);
+        assert_eq!((d.cookie, d.status), (k, DtoStatus::Success));
+    }
+    assert_eq!(rb.to_vec().unwrap()[..16], pattern(24, 7)[..16]);
+    // Room again.
+    p.s.ep
+        .post_recv(&[rb.triplet(24, 8).unwrap()], 3, D)
+        .unwrap();
+    p.c.ep
+        .post_send(&[sb.triplet(16, 8).unwrap()], 12, D)
+        .unwrap();
+    assert_eq!(dto(&p.c.req).cookie, 12);
+    assert_eq!(dto(&p.s.rcv).cookie, 2);
+}
+
+#[test]
+fn completion_evd_full_is_refused_at_post_time() {
+    let p = pair_with("127.0.23.19", "127.0.23.20", 1900, None, 2, 2);
+    let tevd = |r: Result<()>| {
+        assert!(
+            matches!(
+                r,
+                Err(Error::InsufficientResources {
+                    resource: Subtype::ResourceTevd,
+                    ..
+                })
+            ),
+            "{r:?}"
+        )
+    };
+    let src = p.c.lmr(pattern(8, 8));
+    let tgt = p.s.lmr(vec![0; 8]);
+    for i in 0..2u64 {
+        p.c.ep
+            .post_rdma_write(
+                &[src.triplet(i, 1).unwrap()],
+                tgt.rmr_triplet(i, 1).unwrap(),
+                i,
+                D,
+            )
+            .unwrap();
+    }
+    // Two completions queued: a third request has no room for its own.
+    tevd(p.c.ep.post_rdma_write(
+        &[src.triplet(2, 1).unwrap()],
+        tgt.rmr_triplet(2, 1).unwrap(),
+        2,
+        D,
+    ));
+    assert_eq!(tgt.to_vec().unwrap()[2], 0, "the refused write did not run");
+    // Receives reserve their slot when posted, before they complete.
+    let rb = p.s.lmr(vec![0; 8]);
+    p.s.ep
+        .post_recv(&[rb.triplet(0, 4).unwrap()], 20, D)
+        .unwrap();
+    p.s.ep
+        .post_recv(&[rb.triplet(4, 4).unwrap()], 21, D)
+        .unwrap();
+    tevd(p.s.ep.post_recv(&[rb.triplet(0, 4).unwrap()], 22, D));
+    assert_eq!(p.c.ep.state(), EpState::Connected);
+    // Nothing lost: the queued completions are intact and room comes back.
+    for i in 0..2 {
+        let d = dto(&p.c.req);
+        assert_eq!((d.cookie, d.status), (i, DtoStatus::Success));
+    }
+    p.c.ep
+        .post_rdma_write(
+            &[src.triplet(2, 1).unwrap()],
+            tgt.rmr_triplet(2, 1).unwrap(),
+            2,
+            D,
+        )
+        .unwrap();
+    assert_eq!(dto(&p.c.req).cookie, 2);
+    assert_eq!(tgt.to_vec().unwrap()[..3], pattern(8, 8)[..3]);
+    // The two receives still complete.
+    p.c.ep
+        .post_send(&[src.triplet(0, 4).unwrap()], 30, D)
+        .unwrap();
+    p.c.ep
+        .post_send(&[src.triplet(4, 4).unwrap()], 31, D)
+        .unwrap();
+    assert_eq!(dto(&p.s.rcv).cookie, 20);
+    assert_eq!(dto(&p.s.rcv).cookie, 21);
+    assert_eq!(rb.to_vec().unwrap(), pattern(8, 8));
+}
+
+#[test]
+fn inject_failure_fails_next_dto_and_breaks() {
+    let p = pair("127.0.23.21", "127.0.23.22", 2100);
+    let sb = p.c.lmr(pattern(16, 9));
+    let rb = p.s.lmr(vec![0; 16]);
+    p.s.ep
+        .post_recv(&[rb.triplet(0, 8).unwrap()], 1, D)
+        .unwrap();
+    p.s.ep
+        .post_recv(&[rb.triplet(8, 8).unwrap()], 2, D)
+        .unwrap();
+    p.c.ep
+        .post_recv(&[sb.triplet(0, 8).unwrap()], 3, D)
+        .unwrap();
+    p.c.ep.inject_failure(DtoStatus::Transport);
+    p.c.ep
+        .post_send(&[sb.triplet(0, 8).unwrap()], 4, D)
+        .unwrap();
+    let d = dto(&p.c.req);
+    assert_eq!(
+        (d.cookie, d.status, d.operation),
+        (4, DtoStatus::Transport, DtoOp::Send)
+    );
+    flushed(&p.c.rcv, &[3]);
+    flushed(&p.s.rcv, &[1, 2]);
+    p.expect_end(ConnectionEventKind::Broken);
+    assert_eq!(rb.to_vec().unwrap(), vec![0; 16]);
+    // One failure only: after reconnecting everything works.
+    p.reconnect();
+    p.s.ep
+        .post_recv(&[rb.triplet(0, 8).unwrap()], 5, D)
+        .unwrap();
+    p.c.ep
+        .post_send(&[sb.triplet(0, 8).unwrap()], 6, D)
+        .unwrap();
+    assert_eq!(dto(&p.c.req).status, DtoStatus::Success);
+    assert_eq!(dto(&p.s.rcv).status, DtoStatus::Success);
+    // The next DTO may be an RDMA write; the status is the injected one.
+    let before = rb.to_vec().unwrap();
+    p.c.ep.inject_failure(DtoStatus::LocalEp);
+    p.c.ep
+        .post_rdma_write(
+            &[sb.triplet(0, 8).unwrap()],
+            rb.rmr_triplet(8, 8).unwrap(),
+            7,
+            D,
+        )
+        .unwrap();
+    let d = dto(&p.c.req);
+    assert_eq!(
+        (d.cookie, d.status, d.operation),
+        (7, DtoStatus::LocalEp, DtoOp::RdmaWrite)
+    );
+    p.expect_end(ConnectionEventKind::Broken);
+    assert_eq!(
+        rb.to_vec().unwrap(),
+        before,
+        "the failed write moved nothing"
+    );
+}
+
+#[test]
+fn inject_delay_delays() {
+    let p = pair("127.0.23.23", "127.0.23.24", 2300);
+    let sb = p.c.lmr(pattern(8, 10));
+    let rb = p.s.lmr(vec![0; 16]);
+    p.s.ep
+        .post_recv(&[rb.triplet(0, 8).unwrap()], 1, D)
+        .unwrap();
+    p.s.ep
+        .post_recv(&[rb.triplet(8, 8).unwrap()], 2, D)
+        .unwrap();
+    let delay = Duration::from_millis(150);
+    p.c.ep.inject_delay(Some(delay));
+    let t0 = Instant::now();
+    p.c.ep
+        .post_send(&[sb.triplet(0, 8).unwrap()], 3, D)
+        .unwrap();
+    empty(&p.c.req);
+    empty(&p.s.rcv);
+    let d = dto(&p.c.req);
+    assert_eq!((d.cookie, d.status), (3, DtoStatus::Success));
+    assert!(
+        t0.elapsed() >= delay - Duration::from_millis(5),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(dto(&p.s.rcv).cookie, 1);
+    assert_eq!(rb.to_vec().unwrap()[..8], pattern(8, 10));
+    // Delay off: the next request runs at once.
+    p.c.ep.inject_delay(None);
+    p.c.ep
+        .post_send(&[sb.triplet(0, 8).unwrap()], 4, D)
+        .unwrap();
+    assert_eq!(
+        p.c.req.dequeue().unwrap().map(|e| match e {
+            Event::Dto(d) => d.cookie,
+            _ => 0,
+        }),
+        Some(4)
+    );
+    assert_eq!(dto(&p.s.rcv).cookie, 2);
+}
+
+#[test]
+fn inject_break_breaks_both_sides() {
+    let p = pair("127.0.23.25", "127.0.23.26", 2500);
+    let cb = p.c.lmr(vec![0; 32]);
+    let sb = p.s.lmr(vec![0; 32]);
+    p.c.ep
+        .post_recv(&[cb.triplet(0, 8).unwrap()], 1, D)
+        .unwrap();
+    p.s.ep
+        .post_recv(&[sb.triplet(0, 8).unwrap()], 2, D)
+        .unwrap();
+    p.s.ep
+        .post_recv(&[sb.triplet(8, 8).unwrap()], 3, D)
+        .unwrap();
+    p.c.ep.inject_delay(Some(Duration::from_secs(2)));
+    p.c.ep
+        .post_rdma_write(
+            &[cb.triplet(0, 8).unwrap()],
+            sb.rmr_triplet(16, 8).unwrap(),
+            4,
+            D,
+        )
+        .unwrap();
+    p.s.ep.inject_break();
+    p.expect_end(ConnectionEventKind::Broken);
+    flushed(&p.c.req, &[4]);
+    flushed(&p.c.rcv, &[1]);
+    flushed(&p.s.rcv, &[2, 3]);
+    empty(&p.s.req);
+    empty(&p.c.conn);
+    empty(&p.s.conn);
+    // Breaking a broken connection does nothing more.
+    p.c.ep.inject_break();
+    empty(&p.c.conn);
+    empty(&p.s.conn);
+}
+
+#[test]
+fn message_and_rdma_size_limits() {
+    let attr = EpAttr {
+        max_message_size: 8,
+        max_rdma_size: 16,
+        ..Default::default()
+    };
+    let p = pair_with("127.0.23.27", "127.0.23.28", 2700, Some(attr), 64, 64);
+    let b = p.c.lmr(vec![0; 32]);
+    let r = p.s.lmr(vec![0; 32]).rmr_triplet(0, 32).unwrap();
+    let len_err = |r: Result<()>| assert!(matches!(r, Err(Error::Length(_))), "{r:?}");
+    len_err(p.c.ep.post_send(&[b.triplet(0, 9).unwrap()], 1, D));
+    len_err(
+        p.c.ep
+            .post_recv(&[b.triplet(0, 5).unwrap(), b.triplet(5, 4).unwrap()], 2, D),
+    );
+    len_err(
+        p.c.ep
+            .post_rdma_write(&[b.triplet(0, 17).unwrap()], r, 3, D),
+    );
+    len_err(p.c.ep.post_rdma_read(&[b.triplet(0, 17).unwrap()], r, 4, D));
+    p.c.ep
+        .post_rdma_write(&[b.triplet(0, 16).unwrap()], r, 5, D)
+        .unwrap();
+    assert_eq!(dto(&p.c.req).cookie, 5);
+    empty(&p.c.req);
+    assert_eq!(p.c.ep.state(), EpState::Connected);
+}
+
+/// Two threads post sends on one endpoint while the peer's receives were
+/// posted in order: the receives must complete in the order they were
+/// posted (each receive takes the next message), and each thread's sends
+/// in the order that thread posted them. The interleaving is up to the
+/// scheduler, so the scenario runs for several rounds.
+#[test]
+fn concurrent_posters_keep_completion_order() {
+    const PER: usize = 1000;
+    const ROUNDS: usize = 20;
+    let attr = EpAttr {
+        max_recv_dtos: 2 * PER,
+        max_request_dtos: 2 * PER,
+        ..Default::default()
+    };
+    let p = pair_with(
+        "127.0.23.29",
+        "127.0.23.30",
+        2900,
+        Some(attr),
+        4 * PER,
+        4 * PER,
+    );
+    let rb = p.s.lmr(vec![0; 2 * PER * 4]);
+    let srcs: Vec<Lmr> = (0..2u8)
+        .map(|t| {
+            p.c.lmr(
+                (0..PER)
+                    .flat_map(|i| [t, (i >> 8) as u8, i as u8, 0xAA])
+                    .collect(),
+            )
+        })
+        .collect();
+    for round in 0..ROUNDS {
+        for i in 0..2 * PER {
+            p.s.ep
+                .post_recv(&[rb.triplet((i * 4) as u64, 4).unwrap()], i as u64, D)
+                .unwrap();
+        }
+        let threads: Vec<_> = (0..2u64)
+            .map(|t| {
+                let ep = p.c.ep.clone();
+                let src = srcs[t as usize].clone();
+                std::thread::spawn(move || {
+                    for i in 0..PER {
+                        let iov = [src.triplet((i * 4) as u64, 4).unwrap()];
+                        ep.post_send(&iov, (t << 32) | i as u64, D).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in threads {
+            h.join().unwrap();
+        }
+        let mut recv_order = Vec::new();
+        for _ in 0..2 * PER {
+            let d = dto(&p.s.rcv);
+            assert_eq!(d.status, DtoStatus::Success);
+            recv_order.push(d.cookie);
+        }
+        let mut last = [None::<u64>; 2];
+        for _ in 0..2 * PER {
+            let d = dto(&p.c.req);
+            assert_eq!(d.status, DtoStatus::Success);
+            let t = (d.cookie >> 32) as usize;
+            let i = d.cookie & 0xffff_ffff;
+            assert!(
+                last[t].is_none_or(|l| l < i),
+                "round {round}: thread {t}'s send {i} completed after {:?}",
+                last[t]
+            );
+            last[t] = Some(i);
+        }
+        let bad: Vec<_> = recv_order.windows(2).filter(|w| w[0] > w[1]).collect();
+        assert!(
+            bad.is_empty(),
+            "round {round}: receive completions out of post order: {bad:?}"
+        );
+        // Receive i holds a message, and each thread's messages are in order.
+        let data = rb.to_vec().unwrap();
+        let mut seen = [None::<u16>; 2];
+        for m in data.chunks(4) {
+            assert_eq!(m[3], 0xAA);
+            let (t, i) = (m[0] as usize, u16::from_be_bytes([m[1], m[2]]));
+            assert!(
+                seen[t].is_none_or(|l| l < i),
+                "thread {t}: message {i} after {:?}",
+                seen[t]
+            );
+            seen[t] = Some(i);
+        }
+    }
+}

@@ -1,0 +1,812 @@
+//! Property test: random sequences of operations on a connected pair of
+//! loopback endpoints, checked against a simple model of reliable-connected
+//! semantics.
+//!
+//! The client `A` sends to the server `B`, RDMA-writes into and RDMA-reads
+//! from `B`'s memory through several keys (the whole LMR, a read/write
+//! window over part of it, a read-only window, a freed LMR's key, unknown
+//! keys, an LMR of another PZ), at offsets in and out of range. Receives
+//! are posted on `B`. Disconnects, injected failures, injected breaks and
+//! reconnects are mixed in. After every operation the test checks that
+//!
+//! * every posted DTO completed exactly once, with the status the model
+//!   predicts (success, the specific error, or `Flushed` once the connection
+//!   broke), and quiet (suppressed / unsignalled) successes not at all;
+//! * both sides got exactly the connection events predicted;
+//! * data arrived intact and in order (each receive holds the message the
+//!   model matched to it);
+//! * no byte changed anywhere the model did not predict (full snapshots of
+//!   the target LMR, the other-PZ LMR, the read sink and every receive
+//!   buffer).
+//!
+//! The model is exact because the loopback provider executes requests in the
+//! poster's thread: every operation's completions exist when the post
+//! returns, except a send that waits for a receive, which the test awaits
+//! (it fails with `ReceiverNotReady` after the RNR time) before the next
+//! operation.
+//!
+//! **Process-global setting.** This binary sets the loopback RNR time to
+//! 20 ms (`Loopback::global()` is process-wide); it holds only this test.
+//! Failure persistence is off so a failing run writes no files; proptest
+//! prints the minimal failing sequence.
+
+use proptest::prelude::*;
+use rdapl::error::Subtype;
+use rdapl::*;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(5);
+const RNR: Duration = Duration::from_millis(20);
+const TGT_LEN: usize = 256;
+const SRC_LEN: usize = 512;
+const SINK_LEN: usize = 64;
+/// The read/write window: `[WIN.0, WIN.1)` of the target.
+const WIN: (usize, usize) = (64, 192);
+/// The read-only window.
+const RO_WIN: (usize, usize) = (32, 96);
+const QUAL: u64 = 77;
+
+#[derive(Copy, Clone, Debug)]
+enum Key {
+    /// The target LMR's own key (whole region, every right).
+    Lmr,
+    /// A window over `WIN`, remote read and write.
+    Window,
+    /// A window over `RO_WIN`, remote read only.
+    RoWindow,
+    /// The key of an LMR that was freed.
+    Dead,
+    /// A key whose slot does not exist.
+    Bogus(u32),
+    /// An LMR of another protection zone of the server's IA.
+    OtherPz,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Recv {
+        len: usize,
+    },
+    Send {
+        len: usize,
+        quiet: bool,
+    },
+    Write {
+        key: Key,
+        off: usize,
+        len: usize,
+        quiet: bool,
+    },
+    Read {
+        key: Key,
+        off: usize,
+        len: usize,
+    },
+    Disconnect {
+        by_server: bool,
+    },
+    Fail(DtoStatus),
+    Break {
+        by_server: bool,
+    },
+    Reconnect,
+}
+
+fn key() -> impl Strategy<Value = Key> {
+    prop_oneof![
+        3 => Just(Key::Lmr),
+        3 => Just(Key::Window),
+        2 => Just(Key::RoWindow),
+        1 => Just(Key::Dead),
+        1 => any::<u32>().prop_map(Key::Bogus),
+        1 => Just(Key::OtherPz),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let quiet = prop_oneof![3 => Just(false), 1 => Just(true)];
+    prop_oneof![
+        5 => (1usize..=48).prop_map(|len| Op::Recv { len }),
+        5 => (0usize..=48, quiet.clone()).prop_map(|(len, quiet)| Op::Send { len, quiet }),
+        4 => (key(), 0usize..300, 0usize..=48, quiet)
+            .prop_map(|(key, off, len, quiet)| Op::Write { key, off, len, quiet }),
+        3 => (key(), 0usize..300, 0usize..=48).prop_map(|(key, off, len)| Op::Read { key, off, len }),
+        1 => any::<bool>().prop_map(|by_server| Op::Disconnect { by_server }),
+        1 => prop_oneof![
+            Just(DtoStatus::Transport),
+            Just(DtoStatus::LocalEp),
+            Just(DtoStatus::BadResponse),
+            Just(DtoStatus::RemoteResponder),
+        ]
+        .prop_map(Op::Fail),
+        1 => any::<bool>().prop_map(|by_server| Op::Break { by_server }),
+        2 => Just(Op::Reconnect),
+    ]
+}
+
+/// A fresh pair of addresses per case (and per shrink step).
+fn addresses() -> (String, String) {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let (hi, lo) = (24 + n / 100, (n % 100) * 2 + 1);
+    assert!(hi < 256, "out of test addresses");
+    (format!("127.0.{hi}.{lo}"), format!("127.0.{hi}.{}", lo + 1))
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+struct World {
+    a_ia: Ia,
+    a_req: Evd,
+    a_rcv: Evd,
+    a_conn: Evd,
+    a_ep: Ep,
+    b_ia: Ia,
+    b_req: Evd,
+    b_rcv: Evd,
+    b_conn: Evd,
+    b_cr: Evd,
+    b_ep: Ep,
+    b_pz: Pz,
+    _psp: Psp,
+    src: Lmr,
+    sink: Lmr,
+    tgt: Lmr,
+    other: Lmr,
+    keys: [u32; 5],
+}
+
+fn evd(ia: &Ia, qlen: usize, f: EvdFlags) -> Evd {
+    ia.evd_create(qlen, f).unwrap()
+}
+
+fn next(evd: &Evd) -> Event {
+    evd.wait(Some(T), 1).expect("an event within the timeout").0
+}
+
+fn conn_kind(evd: &Evd) -> ConnectionEventKind {
+    match next(evd) {
+        Event::Connection(c) => c.kind,
+        e => panic!("expected a connection event, got {e:?}"),
+    }
+}
+
+fn empty(evd: &Evd, what: &str) {
+    let e = evd.dequeue().unwrap();
+    assert_eq!(e, None, "{what}: unexpected event");
+}
+
+impl World {
+    fn new() -> World {
+        let (aa, ba) = addresses();
+        let open = |addr: &str| {
+            Ia::open_with(
+                "loopback",
+                IaOptions {
+                    params: format!("addr={addr}"),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+        };
+        let a_ia = open(&aa);
+        let b_ia = open(&ba);
+        let a_pz = a_ia.pz_create().unwrap();
+        let b_pz = b_ia.pz_create().unwrap();
+        let (a_req, a_rcv, a_conn) = (
+            evd(&a_ia, 256, EvdFlags::DTO),
+            evd(&a_ia, 256, EvdFlags::DTO),
+            evd(&a_ia, 16, EvdFlags::CONNECTION),
+        );
+        let (b_req, b_rcv, b_conn, b_cr) = (
+            evd(&b_ia, 256, EvdFlags::DTO),
+            evd(&b_ia, 256, EvdFlags::DTO),
+            evd(&b_ia, 16, EvdFlags::CONNECTION),
+            evd(&b_ia, 16, EvdFlags::CR),
+        );
+        let a_ep = a_ia
+            .ep_create(&a_pz, Some(&a_rcv), Some(&a_req), Some(&a_conn), None)
+            .unwrap();
+        let b_ep = b_ia
+            .ep_create(&b_pz, Some(&b_rcv), Some(&b_req), Some(&b_conn), None)
+            .unwrap();
+        let psp = b_ia.psp_create(QUAL, &b_cr).unwrap();
+        let src = a_pz
+            .lmr_create_from(pattern(SRC_LEN, 1), MemPriv::ALL)
+            .unwrap();
+        let sink = a_pz
+            .lmr_create(Region::zeroed(SINK_LEN), MemPriv::ALL)
+            .unwrap();
+        let tgt = b_pz
+            .lmr_create_from(pattern(TGT_LEN, 2), MemPriv::ALL)
+            .unwrap();
+        let dead = b_pz
+            .lmr_create(Region::zeroed(TGT_LEN), MemPriv::ALL)
+            .unwrap();
+        let k_dead = dead.context().unwrap();
+        dead.free().unwrap();
+        let pz2 = b_ia.pz_create().unwrap();
+        let other = pz2
+            .lmr_create_from(pattern(TGT_LEN, 3), MemPriv::ALL)
+            .unwrap();
+        let mut w = World {
+            a_ia,
+            a_req,
+            a_rcv,
+            a_conn,
+            a_ep,
+            b_ia,
+            b_req,
+            b_rcv,
+            b_conn,
+            b_cr,
+            b_ep,
+            b_pz,
+            _psp: psp,
+            src,
+            sink,
+            tgt,
+            other,
+            keys: [0; 5],
+        };
+        w.connect();
+        let rw = w.bind(WIN, MemPriv::REMOTE_READ | MemPriv::REMOTE_WRITE);
+        let ro = w.bind(RO_WIN, MemPriv::REMOTE_READ);
+        w.keys = [
+            w.tgt.context().unwrap(),
+            rw,
+            ro,
+            k_dead,
+            w.other.context().unwrap(),
+        ];
+        w
+    }
+
+    fn connect(&self) {
+        self.a_ep
+            .connect(self.b_ia.address(), QUAL, Some(T), b"")
+            .unwrap();
+        let cr = match next(&self.b_cr) {
+            Event::ConnectionRequest(a) => self.b_ia.cr(a.cr).unwrap(),
+            e => panic!("expected a connection request, got {e:?}"),
+        };
+        cr.accept(&self.b_ep, b"").unwrap();
+        assert_eq!(conn_kind(&self.b_conn), ConnectionEventKind::Established);
+        assert_eq!(conn_kind(&self.a_conn), ConnectionEventKind::Established);
+    }
+
+    fn bind(&self, (lo, hi): (usize, usize), privs: MemPriv) -> u32 {
+        let rmr = self.b_pz.rmr_create().unwrap();
+        let t = self.tgt.triplet(lo as u64, (hi - lo) as u64).unwrap();
+        let k = self
+            .b_ep
+            .post_rmr_bind(&rmr, &self.tgt, t, privs, 0, CompletionFlags::DEFAULT)
+            .unwrap();
+        match next(&self.b_req) {
+            Event::Dto(d) => {
+                assert_eq!((d.status, d.operation), (DtoStatus::Success, DtoOp::BindMw))
+            }
+            e => panic!("{e:?}"),
+        }
+        k
+    }
+
+    /// The remote triplet for `key` at `off` (relative to its region).
+    fn remote(&self, key: Key, off: usize, len: usize) -> RmrTriplet {
+        let (ctx, region) = match key {
+            Key::Lmr => (self.keys[0], &self.tgt),
+            Key::Window => (self.keys[1], &self.tgt),
+            Key::RoWindow => (self.keys[2], &self.tgt),
+            Key::Dead => (self.keys[3], &self.tgt),
+            Key::Bogus(x) => (0xFF00_0000 | (x & 0x00FF_FFFF), &self.tgt),
+            Key::OtherPz => (self.keys[4], &self.other),
+        };
+        RmrTriplet {
+            rmr_context: ctx,
+            target_address: region.address().unwrap() + off as u64,
+            segment_length: len as u64,
+        }
+    }
+}
+
+/// An expected DTO completion.
+#[derive(Debug, PartialEq, Eq)]
+struct Exp {
+    cookie: u64,
+    status: DtoStatus,
+    op: DtoOp,
+    len: u64,
+}
+
+#[derive(Default)]
+struct Expect {
+    a_req: Vec<Exp>,
+    b_rcv: Vec<Exp>,
+    conn: Option<ConnectionEventKind>,
+}
+
+struct RecvBuf {
+    cookie: u64,
+    lmr: Lmr,
+    len: usize,
+    want: Vec<u8>,
+}
+
+struct Model {
+    connected: bool,
+    /// Outstanding receives on B (indices into `bufs`), in post order.
+    recvs: VecDeque<usize>,
+    bufs: Vec<RecvBuf>,
+    tgt: Vec<u8>,
+    other: Vec<u8>,
+    sink: Vec<u8>,
+    /// An injected failure waiting for A's next request.
+    fail: Option<DtoStatus>,
+}
+
+impl Model {
+    /// The connection ends with `kind`: B's receives flush, in order.
+    fn end(&mut self, exp: &mut Expect, kind: ConnectionEventKind) {
+        for i in self.recvs.drain(..) {
+            exp.b_rcv.push(Exp {
+                cookie: self.bufs[i].cookie,
+                status: DtoStatus::Flushed,
+                op: DtoOp::Receive,
+                len: 0,
+            });
+        }
+        self.connected = false;
+        exp.conn = Some(kind);
+    }
+
+    /// An A request failed with `status`: reported, then the connection breaks.
+    fn fail(&mut self, exp: &mut Expect, cookie: u64, op: DtoOp, status: DtoStatus) {
+        exp.a_req.push(Exp {
+            cookie,
+            status,
+            op,
+            len: 0,
+        });
+        self.end(exp, ConnectionEventKind::Broken);
+    }
+}
+
+fn src_off(cookie: u64) -> usize {
+    (cookie as usize * 37) % (SRC_LEN - 48)
+}
+
+/// Is an access of `len` bytes at `off` through `key` allowed (`write`: as
+/// an RDMA write)?
+fn allowed(key: Key, off: usize, len: usize, write: bool) -> bool {
+    let within = |(lo, hi): (usize, usize)| off >= lo && off + len <= hi;
+    match key {
+        Key::Lmr => within((0, TGT_LEN)),
+        Key::Window => within(WIN),
+        Key::RoWindow => !write && within(RO_WIN),
+        Key::Dead | Key::Bogus(_) | Key::OtherPz => false,
+    }
+}
+
+fn quiet_flag(quiet: bool, cookie: u64) -> CompletionFlags {
+    match (quiet, cookie % 2) {
+        (false, _) => CompletionFlags::DEFAULT,
+        (true, 0) => CompletionFlags::SUPPRESS,
+        (true, _) => CompletionFlags::UNSIGNALLED,
+    }
+}
+
+fn refused<T: std::fmt::Debug>(r: Result<T>) {
+    assert!(
+        matches!(
+            r,
+            Err(Error::InvalidState {
+                state: Subtype::InvalidStateEpDisconnected,
+                ..
+            })
+        ),
+        "posting on a disconnected endpoint: {r:?}"
+    );
+}
+
+fn step(w: &World, m: &mut Model, cookie: u64, op: &Op) -> Expect {
+    let mut exp = Expect::default();
+    let a_op = |op: DtoOp, status: DtoStatus, len: usize| Exp {
+        cookie,
+        status,
+        op,
+        len: len as u64,
+    };
+    match *op {
+        Op::Recv { len } => {
+            let lmr = w
+                .b_pz
+                .lmr_create(Region::zeroed(len), MemPriv::ALL)
+                .unwrap();
+            let r = w.b_ep.post_recv(
+                &[lmr.triplet(0, len as u64).unwrap()],
+                cookie,
+                CompletionFlags::DEFAULT,
+            );
+            m.bufs.push(RecvBuf {
+                cookie,
+                lmr,
+                len,
+                want: vec![0; len],
+            });
+            if m.connected {
+                r.unwrap();
+                m.recvs.push_back(m.bufs.len() - 1);
+            } else {
+                refused(r);
+            }
+        }
+        Op::Send { len, quiet } => {
+            let so = src_off(cookie);
+            let r = w.a_ep.post_send(
+                &[w.src.triplet(so as u64, len as u64).unwrap()],
+                cookie,
+                quiet_flag(quiet, cookie),
+            );
+            if !m.connected {
+                refused(r);
+                return exp;
+            }
+            r.unwrap();
+            if let Some(st) = m.fail.take() {
+                m.fail(&mut exp, cookie, DtoOp::Send, st);
+            } else if let Some(i) = m.recvs.pop_front() {
+                let b = &mut m.bufs[i];
+                if len <= b.len {
+                    if !quiet {
+                        exp.a_req.push(a_op(DtoOp::Send, DtoStatus::Success, len));
+                    }
+                    exp.b_rcv.push(Exp {
+                        cookie: b.cookie,
+                        status: DtoStatus::Success,
+                        op: DtoOp::Receive,
+                        len: len as u64,
+                    });
+                    let payload = pattern(SRC_LEN, 1)[so..so + len].to_vec();
+                    b.want[..len].copy_from_slice(&payload);
+                } else {
+                    exp.a_req
+                        .push(a_op(DtoOp::Send, DtoStatus::RemoteResponder, 0));
+                    exp.b_rcv.push(Exp {
+                        cookie: b.cookie,
+                        status: DtoStatus::LocalLength,
+                        op: DtoOp::Receive,
+                        len: 0,
+                    });
+                    m.end(&mut exp, ConnectionEventKind::Broken);
+                }
+            } else {
+                // No receive: the send waits the RNR time and fails.
+                m.fail(&mut exp, cookie, DtoOp::Send, DtoStatus::ReceiverNotReady);
+            }
+        }
+        Op::Write {
+            key,
+            off,
+            len,
+            quiet,
+        } => {
+            let so = src_off(cookie);
+            let r = w.a_ep.post_rdma_write(
+                &[w.src.triplet(so as u64, len as u64).unwrap()],
+                w.remote(key, off, len),
+                cookie,
+                quiet_flag(quiet, cookie),
+            );
+            if !m.connected {
+                refused(r);
+                return exp;
+            }
+            r.unwrap();
+            if let Some(st) = m.fail.take() {
+                m.fail(&mut exp, cookie, DtoOp::RdmaWrite, st);
+            } else if len == 0 || allowed(key, off, len, true) {
+                if !quiet {
+                    exp.a_req
+                        .push(a_op(DtoOp::RdmaWrite, DtoStatus::Success, len));
+                }
+                // A zero-length write moves nothing (and checks no key).
+                if len > 0 {
+                    let payload = pattern(SRC_LEN, 1)[so..so + len].to_vec();
+                    m.tgt[off..off + len].copy_from_slice(&payload);
+                }
+            } else {
+                m.fail(&mut exp, cookie, DtoOp::RdmaWrite, DtoStatus::RemoteAccess);
+            }
+        }
+        Op::Read { key, off, len } => {
+            let r = w.a_ep.post_rdma_read(
+                &[w.sink.triplet(0, len as u64).unwrap()],
+                w.remote(key, off, len),
+                cookie,
+                CompletionFlags::DEFAULT,
+            );
+            if !m.connected {
+                refused(r);
+                return exp;
+            }
+            r.unwrap();
+            if let Some(st) = m.fail.take() {
+                m.fail(&mut exp, cookie, DtoOp::RdmaRead, st);
+            } else if len == 0 || allowed(key, off, len, false) {
+                exp.a_req
+                    .push(a_op(DtoOp::RdmaRead, DtoStatus::Success, len));
+                if len > 0 {
+                    let data = m.tgt[off..off + len].to_vec();
+                    m.sink[..len].copy_from_slice(&data);
+                }
+            } else {
+                m.fail(&mut exp, cookie, DtoOp::RdmaRead, DtoStatus::RemoteAccess);
+            }
+        }
+        Op::Disconnect { by_server } => {
+            let ep = if by_server { &w.b_ep } else { &w.a_ep };
+            ep.disconnect(!by_server).unwrap();
+            if m.connected {
+                m.end(&mut exp, ConnectionEventKind::Disconnected);
+            }
+        }
+        Op::Fail(st) => {
+            w.a_ep.inject_failure(st);
+            m.fail = Some(st);
+        }
+        Op::Break { by_server } => {
+            let ep = if by_server { &w.b_ep } else { &w.a_ep };
+            ep.inject_break();
+            if m.connected {
+                m.end(&mut exp, ConnectionEventKind::Broken);
+            }
+        }
+        Op::Reconnect => {
+            if !m.connected {
+                w.a_ep.reset().unwrap();
+                w.b_ep.reset().unwrap();
+                w.connect();
+                m.connected = true;
+            }
+        }
+    }
+    exp
+}
+
+fn check(w: &World, m: &Model, exp: Expect, what: &str) {
+    let got = |evd: &Evd, ep: &Ep| {
+        let d = match next(evd) {
+            Event::Dto(d) => d,
+            e => panic!("{what}: expected a DTO completion, got {e:?}"),
+        };
+        assert_eq!(d.ep, ep.handle(), "{what}");
+        Exp {
+            cookie: d.cookie,
+            status: d.status,
+            op: d.operation,
+            len: d.transferred_length,
+        }
+    };
+    for e in exp.a_req {
+        assert_eq!(got(&w.a_req, &w.a_ep), e, "{what}: A's request EVD");
+    }
+    for e in exp.b_rcv {
+        assert_eq!(got(&w.b_rcv, &w.b_ep), e, "{what}: B's receive EVD");
+    }
+    if let Some(k) = exp.conn {
+        assert_eq!(conn_kind(&w.a_conn), k, "{what}: A's connection EVD");
+        assert_eq!(conn_kind(&w.b_conn), k, "{what}: B's connection EVD");
+    }
+    for (evd, name) in [
+        (&w.a_req, "A request"),
+        (&w.a_rcv, "A receive"),
+        (&w.a_conn, "A connection"),
+        (&w.b_req, "B request"),
+        (&w.b_rcv, "B receive"),
+        (&w.b_conn, "B connection"),
+        (&w.b_cr, "B CR"),
+    ] {
+        empty(evd, &format!("{what}: {name} EVD"));
+    }
+    let state = if m.connected {
+        EpState::Connected
+    } else {
+        EpState::Disconnected
+    };
+    assert_eq!(w.a_ep.state(), state, "{what}: A's state");
+    assert_eq!(w.b_ep.state(), state, "{what}: B's state");
+    assert_eq!(
+        w.b_ep.query().unwrap().outstanding,
+        (0, m.recvs.len()),
+        "{what}: B's queues"
+    );
+    assert_eq!(
+        w.a_ep.query().unwrap().outstanding,
+        (0, 0),
+        "{what}: A's queues"
+    );
+    assert!(w.tgt.to_vec().unwrap() == m.tgt, "{what}: target bytes");
+    assert!(
+        w.other.to_vec().unwrap() == m.other,
+        "{what}: other-PZ bytes"
+    );
+    assert!(
+        w.sink.to_vec().unwrap() == m.sink,
+        "{what}: read sink bytes"
+    );
+    assert!(
+        w.src.to_vec().unwrap() == pattern(SRC_LEN, 1),
+        "{what}: source bytes"
+    );
+    for b in &m.bufs {
+        assert!(
+            b.lmr.to_vec().unwrap() == b.want,
+            "{what}: receive buffer of cookie {}",
+            b.cookie
+        );
+    }
+}
+
+fn run(ops: &[Op]) {
+    Loopback::global().set_rnr_timeout(RNR);
+    let w = World::new();
+    let mut m = Model {
+        connected: true,
+        recvs: VecDeque::new(),
+        bufs: Vec::new(),
+        tgt: pattern(TGT_LEN, 2),
+        other: pattern(TGT_LEN, 3),
+        sink: vec![0; SINK_LEN],
+        fail: None,
+    };
+    check(&w, &m, Expect::default(), "after setup");
+    for (i, op) in ops.iter().enumerate() {
+        let cookie = 1 + i as u64;
+        let exp = step(&w, &mut m, cookie, op);
+        check(&w, &m, exp, &format!("op #{i} {op:?}"));
+    }
+    w.a_ia.close(CloseFlags::Abrupt).unwrap();
+    w.b_ia.close(CloseFlags::Abrupt).unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn random_operation_sequences(ops in prop::collection::vec(op(), 1..=30)) {
+        run(&ops);
+    }
+}
+
+/// A fixed sequence through every branch of the model (a smoke test of the
+/// harness itself, independent of what proptest generates).
+#[test]
+fn model_covers_every_branch() {
+    use Op::*;
+    run(&[
+        Recv { len: 16 },
+        Send {
+            len: 16,
+            quiet: false,
+        },
+        Recv { len: 8 },
+        Send {
+            len: 4,
+            quiet: true,
+        },
+        Write {
+            key: Key::Lmr,
+            off: 0,
+            len: 16,
+            quiet: false,
+        },
+        Write {
+            key: Key::Window,
+            off: 100,
+            len: 8,
+            quiet: true,
+        },
+        Read {
+            key: Key::RoWindow,
+            off: 40,
+            len: 16,
+        },
+        Read {
+            key: Key::Window,
+            off: 299,
+            len: 0,
+        },
+        Write {
+            key: Key::Dead,
+            off: 299,
+            len: 0,
+            quiet: false,
+        },
+        Recv { len: 4 },
+        Send {
+            len: 8,
+            quiet: false,
+        },
+        Reconnect,
+        Write {
+            key: Key::RoWindow,
+            off: 40,
+            len: 8,
+            quiet: false,
+        },
+        Reconnect,
+        Write {
+            key: Key::Dead,
+            off: 0,
+            len: 8,
+            quiet: true,
+        },
+        Reconnect,
+        Read {
+            key: Key::OtherPz,
+            off: 0,
+            len: 8,
+        },
+        Reconnect,
+        Read {
+            key: Key::Bogus(7),
+            off: 0,
+            len: 8,
+        },
+        Reconnect,
+        Write {
+            key: Key::Lmr,
+            off: 250,
+            len: 8,
+            quiet: false,
+        },
+        Reconnect,
+        Send {
+            len: 4,
+            quiet: false,
+        },
+        Reconnect,
+        Recv { len: 4 },
+        Fail(DtoStatus::Transport),
+        Read {
+            key: Key::Lmr,
+            off: 0,
+            len: 4,
+        },
+        Send {
+            len: 4,
+            quiet: false,
+        },
+        Fail(DtoStatus::LocalEp),
+        Reconnect,
+        Recv { len: 4 },
+        Write {
+            key: Key::Bogus(1),
+            off: 0,
+            len: 0,
+            quiet: false,
+        },
+        Disconnect { by_server: true },
+        Disconnect { by_server: false },
+        Reconnect,
+        Recv { len: 4 },
+        Break { by_server: false },
+        Break { by_server: true },
+        Reconnect,
+        Recv { len: 4 },
+        Send {
+            len: 4,
+            quiet: false,
+        },
+    ]);
+}
