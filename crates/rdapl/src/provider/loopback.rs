@@ -552,69 +552,52 @@ fn execute(
                 false,
             )
         }
-        WrOp::RdmaWrite(r) => {
-            let r = *r;
+        WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) => {
+            let (r, write) = (*r, matches!(head.op, WrOp::RdmaWrite(_)));
             let wr = ca.sends.pop_front().expect("head");
-            let src = match a
-                .ia
-                .mem
-                .resolve_local(&wr.iov, MemPriv::LOCAL_READ, a.pz.inner.id)
-            {
-                Ok(s) => s,
-                Err(st) => return After::Complete(vec![(true, wr, st, 0)], true),
-            };
-            let len = mem::total(&src) as u64;
-            if len == 0 {
-                return After::Complete(vec![(true, wr, DtoStatus::Success, 0)], false);
-            }
-            match b.ia.mem.resolve(
-                r.rmr_context,
-                r.target_address,
-                len,
-                MemPriv::REMOTE_WRITE,
-                b.pz.inner.id,
-            ) {
-                Ok(dst) => {
-                    mem::copy_spans(&src, std::slice::from_ref(&dst));
-                    After::Complete(vec![(true, wr, DtoStatus::Success, len)], false)
-                }
-                Err(_) => After::Complete(vec![(true, wr, DtoStatus::RemoteAccess, 0)], true),
-            }
-        }
-        WrOp::RdmaRead(r) => {
-            let r = *r;
-            let wr = ca.sends.pop_front().expect("head");
-            let dst = match a
-                .ia
-                .mem
-                .resolve_local(&wr.iov, MemPriv::LOCAL_WRITE, a.pz.inner.id)
-            {
-                Ok(d) => d,
-                Err(st) => return After::Complete(vec![(true, wr, st, 0)], true),
-            };
-            let len = mem::total(&dst) as u64;
-            if len == 0 {
-                return After::Complete(vec![(true, wr, DtoStatus::Success, 0)], false);
-            }
-            match b.ia.mem.resolve(
-                r.rmr_context,
-                r.target_address,
-                len,
-                MemPriv::REMOTE_READ,
-                b.pz.inner.id,
-            ) {
-                Ok(src) => {
-                    mem::copy_spans(std::slice::from_ref(&src), &dst);
-                    After::Complete(vec![(true, wr, DtoStatus::Success, len)], false)
-                }
-                Err(_) => After::Complete(vec![(true, wr, DtoStatus::RemoteAccess, 0)], true),
-            }
+            rdma(a, b, wr, r, write)
         }
         _ => {
             let wr = ca.sends.pop_front().expect("head");
             After::Complete(vec![(true, wr, DtoStatus::LocalEp, 0)], true)
         }
     }
+}
+
+/// An RDMA write (`write`) or read of `a`'s request `wr` against `r` on the
+/// peer `b`: the local list is checked first (`LocalProtection`), then the
+/// remote key, range, right and zone (`RemoteAccess`); only then one copy.
+fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool) -> After {
+    let (local_right, remote_right) = if write {
+        (MemPriv::LOCAL_READ, MemPriv::REMOTE_WRITE)
+    } else {
+        (MemPriv::LOCAL_WRITE, MemPriv::REMOTE_READ)
+    };
+    let local = match a.ia.mem.resolve_local(&wr.iov, local_right, a.pz.inner.id) {
+        Ok(l) => l,
+        Err(st) => return After::Complete(vec![(true, wr, st, 0)], true),
+    };
+    let len = mem::total(&local) as u64;
+    if len == 0 {
+        return After::Complete(vec![(true, wr, DtoStatus::Success, 0)], false);
+    }
+    let remote = match b.ia.mem.resolve(
+        r.rmr_context,
+        r.target_address,
+        len,
+        remote_right,
+        b.pz.inner.id,
+    ) {
+        Ok(span) => span,
+        Err(_) => return After::Complete(vec![(true, wr, DtoStatus::RemoteAccess, 0)], true),
+    };
+    let remote = std::slice::from_ref(&remote);
+    if write {
+        mem::copy_spans(&local, remote);
+    } else {
+        mem::copy_spans(remote, &local);
+    }
+    After::Complete(vec![(true, wr, DtoStatus::Success, len)], false)
 }
 
 /// The receive a send to `b` lands in: `b`'s own queue, or one of its SRQ
