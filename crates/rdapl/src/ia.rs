@@ -117,7 +117,6 @@ pub(crate) struct IaInner {
 /// Live object counts (for `close` and the `max_*` limits).
 #[derive(Default)]
 pub(crate) struct LiveCounts {
-    pub evds: AtomicUsize,
     pub pzs: AtomicUsize,
     pub lmrs: AtomicUsize,
     pub rmrs: AtomicUsize,
@@ -280,7 +279,6 @@ impl Ia {
             b = b.cno(c);
         }
         let evd = b.build()?;
-        self.inner.live.evds.fetch_add(1, Ordering::Relaxed);
         Ok(evd)
     }
 
