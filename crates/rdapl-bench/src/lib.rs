@@ -1,0 +1,34 @@
+//! # rdapl-bench: the rdapl event dispatcher against its peers
+//!
+//! The benchmark suite of issue 4 (parts 1 to 3; part 4 has its place in
+//! [`loopback`]). Every figure it reports
+//! is a **ratio against a peer measured in the same run**: the subject and
+//! its peer run back to back inside each repetition, the ratio is taken
+//! there, and the report gives the median over repetitions with the
+//! spread. Absolute numbers are printed as context only.
+//!
+//! | module | what it measures or does |
+//! |---|---|
+//! | [`throughput`] | part 1: EVD events/s vs crossbeam-channel, `std::sync::mpsc::sync_channel` and flume; 1–2 producers, unbatched and batched consumption |
+//! | [`latency`] | part 2: ping-pong round trip by upcall, blocking `wait`, and busy `dequeue`, vs crossbeam blocking and busy-poll ping-pongs |
+//! | [`flow`] | part 3: the seed's flow: `Poller` vs pure upcalls vs pure polling at low, medium and saturating load |
+//! | [`loopback`] | part 4: DTO round trips through the loopback provider, **not measured yet** (reported as pending) |
+//! | [`report`] | targets of the issue, `results.json`, `results.md` |
+//! | [`plot`] | SVG plots |
+//! | [`config`] | the full and `--smoke` sizes |
+//! | [`stats`], [`util`] | percentiles and summaries; backoff, watchdog, payloads, date |
+//!
+//! Run it with `cargo run --release -p rdapl-bench -- --out bench-results`
+//! (see the crate's README).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod flow;
+pub mod latency;
+pub mod loopback;
+pub mod plot;
+pub mod report;
+pub mod stats;
+pub mod throughput;
+pub mod util;

@@ -1,0 +1,179 @@
+//! `rdapl-bench`: runs the benchmark suite and writes `results.md`,
+//! `results.json` and SVG plots to the output directory.
+//!
+//! ```sh
+//! cargo run --release -p rdapl-bench -- --out bench-results
+//! cargo run --release -p rdapl-bench -- --smoke --out /tmp/smoke
+//! ```
+//!
+//! Exits with status 1 if a correctness check fails (an event lost in the
+//! flow benchmark, a ping-pong run stuck) or an output cannot be written.
+//! A missed performance target is reported, not an error.
+#![forbid(unsafe_code)]
+
+use clap::{Parser, ValueEnum};
+use rdapl_bench::config::Scale;
+use rdapl_bench::report::{Meta, Results};
+use rdapl_bench::util::Machine;
+use rdapl_bench::{flow, latency, loopback, plot, throughput};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Benchmark suite of the rdapl event dispatcher (issue 4, parts 1–3).
+#[derive(Parser, Debug)]
+#[command(name = "rdapl-bench", version)]
+struct Args {
+    /// Output directory (created if missing).
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+
+    /// Run every benchmark at a tiny size (a second or two) to prove the
+    /// harness works; the numbers mean nothing.
+    #[arg(long)]
+    smoke: bool,
+
+    /// Repetitions (default: 5, or 1 with --smoke).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+    reps: Option<u32>,
+
+    /// Run only these benchmarks (comma-separated; default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Bench>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Bench {
+    Throughput,
+    Latency,
+    Flow,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let machine = Machine::probe();
+    let mut scale = if args.smoke {
+        Scale::smoke()
+    } else {
+        Scale::full()
+    };
+    if let Some(r) = args.reps {
+        scale.reps = r as usize;
+    }
+    let wants = |b: Bench| args.only.is_empty() || args.only.contains(&b);
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+
+    println!(
+        "rdapl-bench {}: {} | {} core(s){} | {} run, {} repetition(s)",
+        env!("CARGO_PKG_VERSION"),
+        machine.date_utc,
+        machine.cores,
+        machine
+            .cpu_model
+            .as_ref()
+            .map(|c| format!(" ({c})"))
+            .unwrap_or_default(),
+        if scale.smoke { "smoke" } else { "full" },
+        scale.reps
+    );
+    if let Some(c) = &machine.rdapl_commit {
+        println!("rdapl commit {c}");
+    }
+    if cfg!(debug_assertions) {
+        println!("warning: debug build; use --release for meaningful numbers");
+    }
+    if let Err(e) = std::fs::create_dir_all(&args.out) {
+        eprintln!("cannot create {}: {e}", args.out.display());
+        return ExitCode::FAILURE;
+    }
+
+    let start = Instant::now();
+    let progress = |s: &str| println!("  {s}");
+    let mut results = Results {
+        meta: Meta::new(&machine, &scale, command),
+        throughput: Vec::new(),
+        latency: Vec::new(),
+        flow: Vec::new(),
+        targets: Vec::new(),
+        pending: vec![loopback::pending()],
+        plots: Vec::new(),
+    };
+    let mut failed = false;
+    let mut plot_err = |what: &str, e: Box<dyn std::error::Error>| {
+        eprintln!("plot {what}: {e}");
+        failed = true;
+    };
+
+    if wants(Bench::Throughput) {
+        println!("[1/3] EVD throughput");
+        let t = Instant::now();
+        results.throughput = throughput::run(&scale.throughput, scale.reps, progress);
+        println!("      ({:.1} s)", t.elapsed().as_secs_f64());
+        match plot::throughput(&args.out, &results.throughput) {
+            Ok(p) => results.plots.push(p),
+            Err(e) => plot_err("throughput", e),
+        }
+    }
+    if wants(Bench::Latency) {
+        println!("[2/3] Wakeup latency");
+        let t = Instant::now();
+        let out = latency::run(&scale.latency, scale.reps, progress);
+        println!("      ({:.1} s)", t.elapsed().as_secs_f64());
+        match plot::latency(&args.out, &out.pooled) {
+            Ok(p) => results.plots.push(p),
+            Err(e) => plot_err("latency", e),
+        }
+        results.latency = out.rows;
+    }
+    if wants(Bench::Flow) {
+        println!("[3/3] The seed's flow");
+        let t = Instant::now();
+        let out = flow::run(&scale.flow, scale.reps, progress);
+        println!("      ({:.1} s)", t.elapsed().as_secs_f64());
+        match plot::flow(&args.out, &out) {
+            Ok(p) => results.plots.extend(p),
+            Err(e) => plot_err("flow", e),
+        }
+        results.flow = out.rows;
+    }
+    println!("[4] Loopback provider: {}", loopback::pending().status);
+
+    results.meta.suite_seconds = start.elapsed().as_secs_f64();
+    results.judge();
+    let md = results.markdown();
+    let json = match serde_json::to_string_pretty(&results) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("serializing the results: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for (name, body) in [("results.json", json.as_str()), ("results.md", md.as_str())] {
+        let path = args.out.join(name);
+        if let Err(e) = std::fs::write(&path, body) {
+            eprintln!("writing {}: {e}", path.display());
+            failed = true;
+        }
+    }
+    println!("\n{md}");
+    println!(
+        "Wrote {}/results.md, results.json and {} plot(s).",
+        args.out.display(),
+        results.plots.len()
+    );
+    let checks_failed: Vec<&str> = results
+        .targets
+        .iter()
+        .filter(|t| t.id.starts_with("check/") && !t.met)
+        .map(|t| t.id.as_str())
+        .collect();
+    if !checks_failed.is_empty() {
+        eprintln!("correctness check(s) failed: {}", checks_failed.join(", "));
+        failed = true;
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

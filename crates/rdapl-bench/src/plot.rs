@@ -1,0 +1,325 @@
+//! SVG plots (plotters, SVG backend only, no font files needed):
+//!
+//! * `throughput.svg`: per configuration, each queue's throughput as a ratio
+//!   against crossbeam (left, line at 1.0) and in events/s (right, context);
+//! * `latency.svg`: the distribution (CDF, log time axis) of every
+//!   ping-pong method's round trips, all repetitions pooled;
+//! * `flow_throughput.svg`: per load and consumer, events/s handled and
+//!   mean latency as ratios against pure upcalls, and upcalls per event;
+//! * `flow_latency.svg`: the distribution of post-to-handler latency at low
+//!   load per consumer.
+
+use crate::stats::cdf_points;
+use crate::{flow, latency, throughput};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::error::Error;
+use std::path::Path;
+
+type Res = Result<(), Box<dyn Error>>;
+
+/// One bar series: a name and one value per group (NaN: no bar).
+struct Series {
+    name: String,
+    values: Vec<f64>,
+}
+
+fn color(k: usize) -> RGBColor {
+    const C: [RGBColor; 6] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+    ];
+    C[k % C.len()]
+}
+
+fn grouped_bars(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    title: &str,
+    y_desc: &str,
+    groups: &[String],
+    series: &[Series],
+    reference: Option<f64>,
+    y_fmt: &dyn Fn(&f64) -> String,
+) -> Res {
+    let ns = series.len() as u32;
+    let stride = ns + 1;
+    let total = groups.len() as u32 * stride;
+    let ymax = series
+        .iter()
+        .flat_map(|s| s.values.iter().copied())
+        .filter(|v| v.is_finite())
+        .fold(reference.unwrap_or(0.0), f64::max)
+        .max(1e-9)
+        * 1.3;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .build_cartesian_2d((0u32..total).into_segmented(), 0f64..ymax)?;
+    let names: Vec<String> = groups.to_vec();
+    let centre = ns / 2;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(total as usize)
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(j) if j % stride == centre => names
+                .get((j / stride) as usize)
+                .cloned()
+                .unwrap_or_default(),
+            _ => String::new(),
+        })
+        .y_desc(y_desc)
+        .y_label_formatter(y_fmt)
+        .draw()?;
+    for (k, s) in series.iter().enumerate() {
+        let c = color(k);
+        chart
+            .draw_series(
+                Histogram::vertical(&chart)
+                    .style(c.filled())
+                    .margin(1)
+                    .data(
+                        s.values
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, v)| v.is_finite())
+                            .map(|(g, v)| (g as u32 * stride + k as u32, *v)),
+                    ),
+            )?
+            .label(s.name.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
+    }
+    if let Some(r) = reference {
+        chart.draw_series(LineSeries::new(
+            [
+                (SegmentValue::Exact(0u32), r),
+                (SegmentValue::Exact(total), r),
+            ],
+            BLACK.stroke_width(1),
+        ))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+fn cdf_chart(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    title: &str,
+    x_desc: &str,
+    series: &[(String, Vec<u64>)],
+) -> Res {
+    let pts: Vec<(String, Vec<(f64, f64)>)> = series
+        .iter()
+        .map(|(n, v)| {
+            let p = cdf_points(v, 400)
+                .into_iter()
+                .map(|(x, y)| (x.max(1.0) / 1000.0, y))
+                .collect();
+            (n.clone(), p)
+        })
+        .collect();
+    let (mut lo, mut hi) = (f64::INFINITY, 0f64);
+    for (_, p) in &pts {
+        for (x, _) in p {
+            lo = lo.min(*x);
+            hi = hi.max(*x);
+        }
+    }
+    if !lo.is_finite() || hi <= 0.0 {
+        lo = 0.01;
+        hi = 1.0;
+    }
+    let lo = (lo * 0.8).max(0.001);
+    let hi = (hi * 1.25).max(lo * 10.0);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((lo..hi).log_scale(), 0f64..1.0)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc("fraction of samples ≤ x")
+        .x_label_formatter(&|v| format!("{v}"))
+        .draw()?;
+    for (k, (name, p)) in pts.iter().enumerate() {
+        if p.is_empty() {
+            continue;
+        }
+        let c = color(k);
+        chart
+            .draw_series(LineSeries::new(p.iter().copied(), c.stroke_width(2)))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// Writes `throughput.svg`.
+pub fn throughput(dir: &Path, rows: &[throughput::Row]) -> Result<String, Box<dyn Error>> {
+    let name = "throughput.svg";
+    let path = dir.join(name);
+    let root = SVGBackend::new(&path, (1400, 520)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (left, right) = root.split_horizontally(700);
+    let groups: Vec<String> = throughput::Config::ALL.iter().map(|c| c.name()).collect();
+    let series_of = |get: &dyn Fn(&throughput::Row) -> f64| -> Vec<Series> {
+        throughput::Queue::ALL
+            .iter()
+            .map(|q| Series {
+                name: q.name().into(),
+                values: throughput::Config::ALL
+                    .iter()
+                    .map(|c| {
+                        rows.iter()
+                            .find(|r| {
+                                r.queue == *q
+                                    && r.producers == c.producers
+                                    && r.consumption == c.consumption
+                            })
+                            .map(get)
+                            .unwrap_or(f64::NAN)
+                    })
+                    .collect(),
+            })
+            .collect()
+    };
+    grouped_bars(
+        &left,
+        "Throughput ÷ crossbeam, same run (higher is better)",
+        "ratio vs crossbeam (median)",
+        &groups,
+        &series_of(&|r| r.ratio_vs_peer.median),
+        Some(1.0),
+        &|v| format!("{v:.1}"),
+    )?;
+    grouped_bars(
+        &right,
+        "Throughput, events/s (context)",
+        "events/s (median)",
+        &groups,
+        &series_of(&|r| r.events_per_s.median),
+        None,
+        &|v| format!("{:.0} M", v / 1e6),
+    )?;
+    root.present()?;
+    Ok(name.into())
+}
+
+/// Writes `latency.svg`.
+pub fn latency(
+    dir: &Path,
+    pooled: &[(latency::Method, Vec<u64>)],
+) -> Result<String, Box<dyn Error>> {
+    let name = "latency.svg";
+    let path = dir.join(name);
+    let root = SVGBackend::new(&path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let series: Vec<(String, Vec<u64>)> = pooled
+        .iter()
+        .map(|(m, v)| (m.name().to_string(), v.clone()))
+        .collect();
+    cdf_chart(
+        &root,
+        "Ping-pong round trip: distribution (all repetitions)",
+        "round trip, µs (log)",
+        &series,
+    )?;
+    root.present()?;
+    Ok(name.into())
+}
+
+/// Writes `flow_throughput.svg` and `flow_latency.svg`.
+pub fn flow(dir: &Path, out: &flow::Output) -> Result<Vec<String>, Box<dyn Error>> {
+    let tname = "flow_throughput.svg";
+    let path = dir.join(tname);
+    let root = SVGBackend::new(&path, (1500, 520)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let panels = root.split_evenly((1, 3));
+    let groups: Vec<String> = flow::Load::ALL
+        .iter()
+        .map(|l| l.name().to_string())
+        .collect();
+    let series_of = |get: &dyn Fn(&flow::Row) -> f64| -> Vec<Series> {
+        flow::Consumer::ALL
+            .iter()
+            .map(|c| Series {
+                name: c.name().into(),
+                values: flow::Load::ALL
+                    .iter()
+                    .map(|l| {
+                        out.rows
+                            .iter()
+                            .find(|r| r.consumer == *c && r.load == *l)
+                            .map(get)
+                            .unwrap_or(f64::NAN)
+                    })
+                    .collect(),
+            })
+            .collect()
+    };
+    grouped_bars(
+        &panels[0],
+        "Events/s handled ÷ pure-upcall, same run",
+        "ratio vs pure-upcall (median)",
+        &groups,
+        &series_of(&|r| r.ratio_events_vs_peer.median),
+        Some(1.0),
+        &|v| format!("{v:.1}"),
+    )?;
+    grouped_bars(
+        &panels[1],
+        "Upcalls per event (line: 0.1 = 10x fewer)",
+        "upcalls / event (median)",
+        &groups,
+        &series_of(&|r| r.upcalls_per_event.median),
+        Some(0.1),
+        &|v| format!("{v:.1}"),
+    )?;
+    grouped_bars(
+        &panels[2],
+        "Mean latency ÷ pure-upcall (line: 1.5)",
+        "ratio vs pure-upcall (median)",
+        &groups,
+        &series_of(&|r| r.ratio_mean_latency_vs_peer.median),
+        Some(1.5),
+        &|v| format!("{v:.1}"),
+    )?;
+    root.present()?;
+
+    let lname = "flow_latency.svg";
+    let path = dir.join(lname);
+    let root = SVGBackend::new(&path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let series: Vec<(String, Vec<u64>)> = out
+        .low_load_latencies
+        .iter()
+        .map(|(c, v)| (c.name().to_string(), v.clone()))
+        .collect();
+    cdf_chart(
+        &root,
+        "Seed's flow at low load: complete → handler latency",
+        "latency, µs (log)",
+        &series,
+    )?;
+    root.present()?;
+    Ok(vec![tname.into(), lname.into()])
+}

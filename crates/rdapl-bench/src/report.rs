@@ -1,0 +1,510 @@
+//! The results of one run: the JSON document (`results.json`), the targets
+//! of the issue judged against the measured ratios, and the markdown report
+//! (`results.md`).
+//!
+//! Ratios are the figures; absolute numbers sit beside them as context.
+//! Each ratio is shown as `median [min–max]` over the repetitions, and each
+//! target says `met` or `MISSED` from the median ratio, with how many
+//! repetitions met it.
+
+use crate::loopback::Pending;
+use crate::stats::Summary;
+use crate::util::Machine;
+use crate::{flow, latency, throughput};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// Facts about the run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Meta {
+    /// `YYYY-MM-DD HH:MM:SS UTC` at the start of the run.
+    pub date_utc: String,
+    /// Unix seconds at the start of the run.
+    pub unix_time: u64,
+    /// Cores available to the process.
+    pub cores: usize,
+    /// CPU model, if known.
+    pub cpu_model: Option<String>,
+    /// `--smoke` run.
+    pub smoke: bool,
+    /// Repetitions.
+    pub reps: usize,
+    /// Wall-clock seconds of the whole suite.
+    pub suite_seconds: f64,
+    /// The command line.
+    pub command: String,
+    /// rdapl-bench version (the workspace version).
+    pub version: String,
+    /// Whether this is an optimized build (debug builds are not meaningful).
+    pub optimized: bool,
+    /// The rdapl commit measured (`+dirty`: with uncommitted changes).
+    pub rdapl_commit: Option<String>,
+    /// The parameters used.
+    pub params: crate::config::Scale,
+}
+
+impl Meta {
+    /// Meta for a run started on `machine`.
+    pub fn new(machine: &Machine, scale: &crate::config::Scale, command: String) -> Meta {
+        Meta {
+            date_utc: machine.date_utc.clone(),
+            unix_time: machine.unix_time,
+            cores: machine.cores,
+            cpu_model: machine.cpu_model.clone(),
+            smoke: scale.smoke,
+            reps: scale.reps,
+            suite_seconds: 0.0,
+            command,
+            version: env!("CARGO_PKG_VERSION").into(),
+            optimized: !cfg!(debug_assertions),
+            rdapl_commit: machine.rdapl_commit.clone(),
+            params: scale.clone(),
+        }
+    }
+}
+
+/// How a measured ratio is compared with its bound.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Compare {
+    /// The ratio must be at least the bound.
+    #[serde(rename = ">=")]
+    AtLeast,
+    /// The ratio must be at most the bound.
+    #[serde(rename = "<=")]
+    AtMost,
+}
+
+impl Compare {
+    fn holds(self, v: f64, bound: f64) -> bool {
+        !v.is_nan()
+            && match self {
+                Compare::AtLeast => v >= bound,
+                Compare::AtMost => v <= bound,
+            }
+    }
+
+    fn symbol(self) -> &'static str {
+        match self {
+            Compare::AtLeast => "≥",
+            Compare::AtMost => "≤",
+        }
+    }
+}
+
+/// A target of the issue (or a correctness check), judged on a ratio.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Target {
+    /// `target/...` or `check/...`.
+    pub id: String,
+    /// What is required, in words.
+    pub statement: String,
+    /// The row the figure comes from.
+    pub row: String,
+    /// The measured figure (median over repetitions).
+    pub measured: f64,
+    /// Smallest and largest repetition.
+    pub min: f64,
+    /// Largest repetition.
+    pub max: f64,
+    /// The comparison.
+    pub compare: Compare,
+    /// The bound.
+    pub bound: f64,
+    /// Met, judged on the median.
+    pub met: bool,
+    /// Repetitions that met the bound on their own.
+    pub reps_met: usize,
+    /// Repetitions.
+    pub reps: usize,
+}
+
+impl Target {
+    fn new(
+        id: &str,
+        statement: &str,
+        row: &str,
+        s: &Summary,
+        compare: Compare,
+        bound: f64,
+    ) -> Self {
+        Target {
+            id: id.into(),
+            statement: statement.into(),
+            row: row.into(),
+            measured: s.median,
+            min: s.min,
+            max: s.max,
+            compare,
+            bound,
+            met: compare.holds(s.median, bound),
+            reps_met: s.reps.iter().filter(|v| compare.holds(**v, bound)).count(),
+            reps: s.reps.len(),
+        }
+    }
+}
+
+/// The whole document.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Results {
+    /// Facts about the run.
+    pub meta: Meta,
+    /// Benchmark 1 rows.
+    pub throughput: Vec<throughput::Row>,
+    /// Benchmark 2 rows.
+    pub latency: Vec<latency::Row>,
+    /// Benchmark 3 rows.
+    pub flow: Vec<flow::Row>,
+    /// Targets and checks.
+    pub targets: Vec<Target>,
+    /// Parts deliberately not measured.
+    pub pending: Vec<Pending>,
+    /// SVG files written (names relative to the output directory).
+    pub plots: Vec<String>,
+}
+
+impl Results {
+    /// Judges the targets of the issue against the rows present.
+    pub fn judge(&mut self) {
+        let mut t = Vec::new();
+        for r in &self.throughput {
+            if r.queue != throughput::Queue::EvdReserveComplete {
+                continue;
+            }
+            let (bound, form) = match r.consumption {
+                throughput::Consumption::Unbatched => (1.0, "unbatched (`dequeue`)"),
+                throughput::Consumption::Batched => (1.5, "batched (`dequeue_batch`)"),
+            };
+            t.push(Target::new(
+                &format!(
+                    "target/throughput/{}p-{}",
+                    r.producers,
+                    r.consumption.name()
+                ),
+                &format!(
+                    "EVD (reserve/complete) events/s, {} producer(s), {form}, ÷ crossbeam bounded",
+                    r.producers
+                ),
+                &r.id,
+                &r.ratio_vs_peer,
+                Compare::AtLeast,
+                bound,
+            ));
+        }
+        if let Some(r) = self
+            .latency
+            .iter()
+            .find(|r| r.method == latency::Method::EvdWait)
+        {
+            t.push(Target::new(
+                "target/latency/evd-wait-median",
+                "Blocking `wait(None, 1)` ping-pong: median round trip ÷ crossbeam's blocking ping-pong (no slower)",
+                &r.id,
+                &r.ratio_median_vs_peer,
+                Compare::AtMost,
+                1.0,
+            ));
+        }
+        let flow_row = |load, c| self.flow.iter().find(|r| r.load == load && r.consumer == c);
+        if let Some(r) = flow_row(flow::Load::Saturating, flow::Consumer::Poller) {
+            t.push(Target::new(
+                "target/flow/saturating-upcalls-per-event",
+                "Poller at saturation: upcalls per event ÷ pure upcalls' (at least 10× fewer)",
+                &r.id,
+                &r.ratio_upcalls_per_event_vs_peer,
+                Compare::AtMost,
+                0.1,
+            ));
+        }
+        if let Some(r) = flow_row(flow::Load::Low, flow::Consumer::Poller) {
+            t.push(Target::new(
+                "target/flow/low-load-latency",
+                "Poller at low load: mean post-to-handler latency ÷ pure upcalls' (within 1.5×)",
+                &r.id,
+                &r.ratio_mean_latency_vs_peer,
+                Compare::AtMost,
+                1.5,
+            ));
+        }
+        if !self.flow.is_empty() {
+            let lost: u64 = self.flow.iter().map(|r| r.lost).sum();
+            t.push(Target::new(
+                "check/flow/no-lost-events",
+                "Events posted in the flow runs and never handled, summed",
+                "flow/*",
+                &Summary::of(&[lost as f64]),
+                Compare::AtMost,
+                0.0,
+            ));
+        }
+        if !self.latency.is_empty() {
+            let failed: usize = self.latency.iter().map(|r| r.failed_reps).sum();
+            t.push(Target::new(
+                "check/latency/no-stuck-runs",
+                "Ping-pong runs that got stuck or received a wrong value, summed",
+                "latency/*",
+                &Summary::of(&[failed as f64]),
+                Compare::AtMost,
+                0.0,
+            ));
+        }
+        self.targets = t;
+    }
+
+    /// The markdown report.
+    pub fn markdown(&self) -> String {
+        let m = &self.meta;
+        let mut s = String::new();
+        let _ = writeln!(s, "# rdapl-bench results\n");
+        let _ = writeln!(s, "- **Date:** {}", m.date_utc);
+        let _ = writeln!(
+            s,
+            "- **Machine:** {} core(s) available{}",
+            m.cores,
+            m.cpu_model
+                .as_ref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default()
+        );
+        let _ = writeln!(
+            s,
+            "- **Run:** {}, {} repetition(s), {:.1} s in total{}",
+            if m.smoke {
+                "smoke (tiny sizes: proves the harness, the numbers mean nothing)"
+            } else {
+                "full"
+            },
+            m.reps,
+            m.suite_seconds,
+            if m.optimized {
+                ""
+            } else {
+                ", **debug build (not meaningful)**"
+            }
+        );
+        let _ = writeln!(s, "- **Command:** `{}`", m.command);
+        if let Some(c) = &m.rdapl_commit {
+            let _ = writeln!(s, "- **rdapl measured:** commit `{c}`");
+        }
+        let _ = writeln!(
+            s,
+            "\nEvery figure is a ratio against a peer measured in the same run: subject and \
+             peer run back to back inside each repetition and the ratio is taken there; the \
+             tables give the median over repetitions and `[min–max]`. Absolute numbers are \
+             context only (this is a shared {}-core machine).\n",
+            m.cores
+        );
+
+        if !self.targets.is_empty() {
+            let _ = writeln!(s, "## Targets\n");
+            let _ = writeln!(
+                s,
+                "| target | statement | bound | measured (median [min–max]) | reps meeting it | result |"
+            );
+            let _ = writeln!(s, "|---|---|---|---|---|---|");
+            for t in &self.targets {
+                let _ = writeln!(
+                    s,
+                    "| `{}` | {} | {} {} | {} [{}–{}] | {}/{} | {} |",
+                    t.id,
+                    t.statement,
+                    t.compare.symbol(),
+                    num(t.bound),
+                    num(t.measured),
+                    num(t.min),
+                    num(t.max),
+                    t.reps_met,
+                    t.reps,
+                    if t.met { "met" } else { "**MISSED**" }
+                );
+            }
+            s.push('\n');
+        }
+
+        if !self.throughput.is_empty() {
+            let p = &m.params.throughput;
+            let _ = writeln!(s, "## 1. EVD throughput\n");
+            let _ = writeln!(
+                s,
+                "Producers push a DTO-completion `Event` into a queue of capacity {}; one consumer \
+                 takes them out one by one or in batches of up to {}. Non-blocking calls with the \
+                 same spin-then-yield backoff on every side; {} ms window after {} ms warm-up. \
+                 {} trials per configuration, each running every queue once back to back \
+                 (rotating order). Ratio = events/s of the queue ÷ events/s of crossbeam-channel \
+                 (bounded) in the same trial (higher is better); median [min–max] over trials.\n",
+                p.capacity,
+                p.batch,
+                p.window.as_millis(),
+                p.warmup.as_millis(),
+                m.reps * p.trials_per_rep
+            );
+            let _ = writeln!(
+                s,
+                "| config | queue | ratio vs crossbeam | events/s (context) |"
+            );
+            let _ = writeln!(s, "|---|---|---|---|");
+            for r in &self.throughput {
+                let _ = writeln!(
+                    s,
+                    "| {}p {} | {}{} | {} | {} |",
+                    r.producers,
+                    r.consumption.name(),
+                    r.queue.name(),
+                    if r.queue == throughput::Queue::EvdReserveComplete {
+                        " (main)"
+                    } else {
+                        ""
+                    },
+                    ratio_cell(&r.ratio_vs_peer),
+                    rate(r.events_per_s.median)
+                );
+            }
+            s.push('\n');
+        }
+
+        if !self.latency.is_empty() {
+            let p = &m.params.latency;
+            let _ = writeln!(s, "## 2. Wakeup latency (ping-pong round trip)\n");
+            let _ = writeln!(
+                s,
+                "Two threads bounce a value through two queues; each round trip is timed \
+                 ({} recorded after {} warm-up, at most {} ms per run). Ratio = this method's \
+                 median (p99) round trip ÷ the peer's in the same repetition (lower is better). \
+                 `evd-upcall`: each EVD has its own one-thread dispatcher and a `SingleInstance` \
+                 upcall posts the reply; `evd-wait`: `wait(None, 1)`; `evd-poll`: busy `dequeue`.\n",
+                p.iters,
+                p.warmup_iters,
+                p.limit.as_millis()
+            );
+            let _ = writeln!(
+                s,
+                "| method | peer | median ratio | p99 ratio | median RTT | p99 RTT | samples/rep | capped/failed reps |"
+            );
+            let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+            for r in &self.latency {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} | {} | {}/{} |",
+                    r.method.name(),
+                    r.peer.name(),
+                    ratio_cell(&r.ratio_median_vs_peer),
+                    ratio_cell(&r.ratio_p99_vs_peer),
+                    ns(r.rtt_median_ns.median),
+                    ns(r.rtt_p99_ns.median),
+                    r.samples.iter().min().copied().unwrap_or(0),
+                    r.capped_reps,
+                    r.failed_reps
+                );
+            }
+            s.push('\n');
+        }
+
+        if !self.flow.is_empty() {
+            let p = &m.params.flow;
+            let _ = writeln!(s, "## 3. The seed's flow\n");
+            let _ = writeln!(
+                s,
+                "One producer completes DTOs (`reserve` + `complete`) into an EVD of qlen {} at \
+                 {} events/s (low), {} events/s (medium) or unpaced (saturating). Consumers: \
+                 `rdapl::Poller` (budget {}, `OnNew`), a `SingleInstance` upcall per event \
+                 (`pure-upcall`, the peer of every ratio) and a thread calling `dequeue` in a \
+                 loop (`pure-polling`). Window {} ms after {} ms warm-up. Latency = `complete` \
+                 → handler; p50/p99 are recorded at low load only.\n",
+                p.qlen,
+                p.low_rate,
+                p.medium_rate,
+                p.budget,
+                p.window.as_millis(),
+                p.warmup.as_millis()
+            );
+            let _ = writeln!(
+                s,
+                "| load | consumer | events/s ratio | upcalls/event | upcalls/event ratio | mean latency ratio | events/s | mean latency | p50 | p99 | lost |"
+            );
+            let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+            for r in &self.flow {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    r.load.name(),
+                    r.consumer.name(),
+                    ratio_cell(&r.ratio_events_vs_peer),
+                    num(r.upcalls_per_event.median),
+                    ratio_cell(&r.ratio_upcalls_per_event_vs_peer),
+                    ratio_cell(&r.ratio_mean_latency_vs_peer),
+                    rate(r.events_per_s.median),
+                    ns(r.mean_latency_ns.median),
+                    ns(r.p50_latency_ns.median),
+                    ns(r.p99_latency_ns.median),
+                    r.lost
+                );
+            }
+            s.push('\n');
+        }
+
+        let _ = writeln!(s, "## 4. Loopback provider\n");
+        for p in &self.pending {
+            let _ = writeln!(s, "- `{}`: {}", p.id, p.status);
+        }
+        s.push('\n');
+
+        if !self.plots.is_empty() {
+            let _ = writeln!(s, "## Plots\n");
+            for p in &self.plots {
+                let _ = writeln!(s, "- [`{p}`]({p})");
+            }
+            s.push('\n');
+        }
+        s
+    }
+}
+
+/// A number with a sensible number of digits; `–` for NaN.
+pub fn num(v: f64) -> String {
+    if v.is_nan() {
+        "–".into()
+    } else if v == 0.0 {
+        "0".into()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 0.1 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+fn ratio_cell(s: &Summary) -> String {
+    if s.median.is_nan() {
+        return "–".into();
+    }
+    if s.reps.len() <= 1 {
+        return format!("{}×", num(s.median));
+    }
+    format!("{}× [{}–{}]", num(s.median), num(s.min), num(s.max))
+}
+
+/// Events per second, human units.
+pub fn rate(v: f64) -> String {
+    if v.is_nan() {
+        "–".into()
+    } else if v >= 1e6 {
+        format!("{:.2} M/s", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} k/s", v / 1e3)
+    } else {
+        format!("{v:.0} /s")
+    }
+}
+
+/// Nanoseconds, human units.
+pub fn ns(v: f64) -> String {
+    if v.is_nan() {
+        "–".into()
+    } else if v >= 1e6 {
+        format!("{:.2} ms", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} µs", v / 1e3)
+    } else {
+        format!("{v:.0} ns")
+    }
+}

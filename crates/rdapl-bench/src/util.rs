@@ -1,0 +1,242 @@
+//! Small pieces every benchmark shares: a spin-then-yield backoff, a
+//! cache-line padded cell, a watchdog that unblocks a stuck run, the event
+//! payloads sent through every queue, and the date/machine facts printed
+//! with the results.
+//!
+//! Nothing here measures anything; it only keeps the benchmark modules free
+//! of boilerplate and makes sure every queue under test is driven the same
+//! way (same payload, same backoff, same stop protocol).
+
+use rdapl::event::EpHandle;
+use rdapl::{DtoCompletion, DtoOp, DtoStatus, Event};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Spin with a growing number of `spin_loop` hints, then fall back to
+/// `yield_now`. Used identically by the EVD and by every peer when a queue
+/// is full (producer) or empty (consumer), so the backoff policy cannot
+/// favour one side.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    step: u32,
+}
+
+const SPIN_LIMIT: u32 = 6;
+
+impl Backoff {
+    /// A fresh backoff.
+    pub fn new() -> Backoff {
+        Backoff { step: 0 }
+    }
+
+    /// Forget past failures (call after progress).
+    pub fn reset(&mut self) {
+        self.step = 0;
+    }
+
+    /// Wait a little: 1, 2, 4 ... 64 spin hints, then a `yield_now` per call.
+    pub fn snooze(&mut self) {
+        if self.step <= SPIN_LIMIT {
+            for _ in 0..(1u32 << self.step) {
+                std::hint::spin_loop();
+            }
+            self.step += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// A value alone on its cache line (two lines, for adjacent-line prefetch),
+/// so a counter the harness reads does not share a line with queue state.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct Padded<T>(pub T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// Runs `on_fire` on a helper thread if it is not disarmed within `limit`.
+///
+/// Blocking benchmarks (`wait(None, 1)`, `recv()`) cannot check a deadline
+/// themselves; the watchdog posts a stop marker instead, so a lost wakeup
+/// turns into a reported failure rather than a hang.
+#[derive(Debug)]
+pub struct Watchdog {
+    tx: Option<mpsc::Sender<()>>,
+    handle: Option<JoinHandle<bool>>,
+}
+
+impl Watchdog {
+    /// Arms the watchdog.
+    pub fn arm(limit: Duration, on_fire: impl FnOnce() + Send + 'static) -> Watchdog {
+        let (tx, rx) = mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name("bench-watchdog".into())
+            .spawn(move || match rx.recv_timeout(limit) {
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    on_fire();
+                    true
+                }
+                _ => false,
+            })
+            .expect("spawning the watchdog thread");
+        Watchdog {
+            tx: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
+    /// Disarms the watchdog; returns true if it had already fired.
+    pub fn disarm(mut self) -> bool {
+        self.tx.take();
+        self.handle
+            .take()
+            .map(|h| h.join().unwrap_or(true))
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The small event every throughput benchmark sends: a DTO completion, the
+/// event an EVD carries most. Peers carry the very same `Event` value, so
+/// every queue moves the same number of bytes per event.
+pub fn dto_event(cookie: u64) -> Event {
+    Event::Dto(DtoCompletion {
+        ep: EpHandle(1),
+        cookie,
+        status: DtoStatus::Success,
+        transferred_length: 64,
+        operation: DtoOp::Send,
+        rmr_context: 0,
+    })
+}
+
+/// Nanoseconds since `epoch` (saturating at `u64::MAX`).
+pub fn nanos_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A `Duration` in nanoseconds as `u64` (saturating).
+pub fn as_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Facts about the machine and the moment, printed and stored with the
+/// results.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    /// `std::thread::available_parallelism()`.
+    pub cores: usize,
+    /// The CPU model from `/proc/cpuinfo`, if readable.
+    pub cpu_model: Option<String>,
+    /// UTC date and time, `YYYY-MM-DD HH:MM:SS UTC`.
+    pub date_utc: String,
+    /// Seconds since the Unix epoch.
+    pub unix_time: u64,
+    /// The commit of the rdapl sources measured, with `+dirty` if
+    /// `crates/rdapl` has uncommitted changes (`None` if git is unavailable).
+    pub rdapl_commit: Option<String>,
+}
+
+impl Machine {
+    /// Reads the facts now.
+    pub fn probe() -> Machine {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        });
+        let unix_time = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Machine {
+            cores,
+            cpu_model,
+            date_utc: format_utc(unix_time),
+            unix_time,
+            rdapl_commit: rdapl_commit(),
+        }
+    }
+}
+
+/// `git rev-parse --short HEAD` of the workspace this crate was built from,
+/// plus `+dirty` when `crates/rdapl` differs from it. Best effort.
+fn rdapl_commit() -> Option<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let head = git(&["rev-parse", "--short", "HEAD"])?;
+    let dirty = git(&["status", "--porcelain", "--", "../rdapl"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty { format!("{head}+dirty") } else { head })
+}
+
+/// Formats Unix seconds as `YYYY-MM-DD HH:MM:SS UTC` (proleptic Gregorian;
+/// Howard Hinnant's `civil_from_days`).
+pub fn format_utc(unix: u64) -> String {
+    let days = (unix / 86_400) as i64;
+    let secs = unix % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(format_utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(format_utc(1_700_000_000), "2023-11-14 22:13:20 UTC");
+    }
+
+    #[test]
+    fn watchdog_fires_and_disarms() {
+        let (tx, rx) = mpsc::channel();
+        let w = Watchdog::arm(Duration::from_millis(1), move || tx.send(()).unwrap());
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(w.disarm());
+        let w = Watchdog::arm(Duration::from_secs(60), || panic!("must not fire"));
+        assert!(!w.disarm());
+    }
+}
