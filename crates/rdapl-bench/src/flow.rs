@@ -4,7 +4,7 @@
 //!
 //! | consumer | how events reach the handler |
 //! |---|---|
-//! | `poller` | [`rdapl::Poller`] (one poller thread, budget `budget`, re-arm `OnNew`): a notify-only upcall schedules the poller, which drains by batches and re-arms |
+//! | `poller` | [`rdapl::Poller`] (one poller thread, budget `budget`, re-arm `OnNew`), which is also the EVD's dispatch context ([`rdapl::Poller::dispatch`]): a notify-only upcall on the poller thread schedules the poll, which drains by batches and re-arms |
 //! | `pure-upcall` (the peer of every ratio) | a `SingleInstance` upcall per event, on the default dispatcher |
 //! | `pure-polling` | a thread that calls `dequeue` in a loop (spin, then yield when empty) |
 //!
@@ -205,15 +205,10 @@ enum Running {
 }
 
 impl Running {
-    fn start(c: Consumer, evd: &Evd, sink: &Arc<Sink>, budget: usize) -> Running {
+    fn start(c: Consumer, evd: &Evd, sink: &Arc<Sink>, poller: Option<Poller>) -> Running {
         match c {
             Consumer::Poller => {
-                let poller = Poller::new(PollerConfig {
-                    threads: 1,
-                    budget,
-                    mode: ReEnable::OnNew,
-                })
-                .expect("starting the poller");
+                let poller = poller.expect("the poller is started before its EVD");
                 let s = sink.clone();
                 let entry = poller
                     .add(evd, move |ev| s.handle(&ev))
@@ -335,9 +330,25 @@ fn produce(evd: &Evd, rate: Option<f64>, epoch: Instant, stop: &AtomicBool, post
 
 fn run_one(c: Consumer, load: Load, p: &Params) -> Sample {
     let epoch = Instant::now();
-    let evd = Evd::create(p.qlen, EvdFlags::DTO).expect("creating the flow EVD");
+    // The poller is its EVD's dispatch context: its notify-only upcall runs
+    // on the poller thread, which then polls without a second wake-up.
+    let poller = matches!(c, Consumer::Poller).then(|| {
+        Poller::new(PollerConfig {
+            threads: 1,
+            budget: p.budget,
+            mode: ReEnable::OnNew,
+        })
+        .expect("starting the poller")
+    });
+    let evd = match &poller {
+        Some(pl) => Evd::builder(p.qlen, EvdFlags::DTO)
+            .dispatch(pl.dispatch())
+            .build(),
+        None => Evd::create(p.qlen, EvdFlags::DTO),
+    }
+    .expect("creating the flow EVD");
     let sink = Arc::new(Sink::new(epoch, load == Load::Low, p.max_samples));
-    let running = Running::start(c, &evd, &sink, p.budget);
+    let running = Running::start(c, &evd, &sink, poller);
     let stop = Arc::new(AtomicBool::new(false));
     let posted = Arc::new(Padded(AtomicU64::new(0)));
     let producer = {

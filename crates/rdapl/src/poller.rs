@@ -26,6 +26,7 @@
 //!   the task runs mark it for another pass instead of starting a second run.
 //! * **Bounded time per run**: at most `budget` events per run.
 
+use crate::dispatch::{Dispatch, DispatchRun};
 use crate::error::{Error, Result, Subtype};
 use crate::evd::{Evd, ReEnable, Upcall, UpcallPolicy};
 use crate::event::Event;
@@ -80,12 +81,39 @@ const CLOSED: u8 = 4;
 
 type Handler = Box<dyn FnMut(Event) + Send>;
 
+/// Work for a poller thread.
+enum Job {
+    /// Poll an attached EVD.
+    Task(Arc<Task>),
+    /// A dispatch run of an EVD created with [`Poller::dispatch`].
+    Run(DispatchRun),
+    /// Stop the thread.
+    Stop,
+}
+
+/// The poller's threads as a dispatch context (see [`Poller::dispatch`]).
+struct PollerDispatch {
+    tx: crossbeam_channel::Sender<Job>,
+    threads: usize,
+}
+
+impl Dispatch for PollerDispatch {
+    fn schedule(&self, run: DispatchRun) {
+        let _ = self.tx.send(Job::Run(run));
+    }
+
+    fn concurrency(&self) -> usize {
+        self.threads
+    }
+}
+
 struct Task {
     id: u64,
+    poller: u64,
     evd: Evd,
     state: AtomicU8,
     handler: Mutex<Handler>,
-    tx: crossbeam_channel::Sender<Option<Arc<Task>>>,
+    tx: crossbeam_channel::Sender<Job>,
     budget: usize,
     mode: ReEnable,
     done_lock: Mutex<()>,
@@ -99,6 +127,10 @@ struct Task {
 
 std::thread_local! {
     static RUNNING_TASK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The poller whose thread this is (0: not a poller thread).
+    static POLLER_THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// A task to run right after the current job on this poller thread.
+    static LOCAL_TASK: std::cell::RefCell<Option<Arc<Task>>> = const { std::cell::RefCell::new(None) };
 }
 
 impl Task {
@@ -117,12 +149,32 @@ impl Task {
             {
                 Ok(_) => {
                     if next == SCHEDULED {
-                        let _ = self.tx.send(Some(self.clone()));
+                        self.enqueue();
                     }
                     return;
                 }
                 Err(a) => cur = a,
             }
+        }
+    }
+
+    /// Queues a scheduled task. On one of its own poller's threads (the
+    /// notify upcall ran there, the poller being the EVD's dispatch
+    /// context) the task runs right after the current job, with no
+    /// channel round trip.
+    fn enqueue(self: &Arc<Self>) {
+        let local = POLLER_THREAD.with(|p| p.get()) == self.poller
+            && LOCAL_TASK.with(|t| {
+                let mut t = t.borrow_mut();
+                if t.is_none() {
+                    *t = Some(self.clone());
+                    true
+                } else {
+                    false
+                }
+            });
+        if !local {
+            let _ = self.tx.send(Job::Task(self.clone()));
         }
     }
 
@@ -148,7 +200,7 @@ impl Task {
             {
                 Ok(_) => {
                     if next == SCHEDULED {
-                        let _ = self.tx.send(Some(self.clone()));
+                        let _ = self.tx.send(Job::Task(self.clone()));
                     }
                     break;
                 }
@@ -234,7 +286,8 @@ impl Upcall for NotifyUpcall {
 
 /// Runs the notify → poll → re-arm flow for any number of EVDs.
 pub struct Poller {
-    tx: crossbeam_channel::Sender<Option<Arc<Task>>>,
+    id: u64,
+    tx: crossbeam_channel::Sender<Job>,
     config: PollerConfig,
     tasks: Mutex<Vec<Arc<Task>>>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -268,15 +321,25 @@ impl Poller {
         if config.budget == 0 {
             return Err(Error::param(1, "the poller budget must be at least 1"));
         }
-        let (tx, rx) = crossbeam_channel::unbounded::<Option<Arc<Task>>>();
+        static NEXT_POLLER: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT_POLLER.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         let threads = (0..config.threads.max(1))
             .map(|i| {
                 let rx = rx.clone();
                 std::thread::Builder::new()
                     .name(format!("rdapl-poller-{i}"))
                     .spawn(move || {
-                        while let Ok(Some(task)) = rx.recv() {
-                            task.run();
+                        POLLER_THREAD.with(|p| p.set(id));
+                        while let Ok(job) = rx.recv() {
+                            match job {
+                                Job::Task(task) => task.run(),
+                                Job::Run(run) => run.run(),
+                                Job::Stop => break,
+                            }
+                            while let Some(t) = LOCAL_TASK.with(|t| t.borrow_mut().take()) {
+                                t.run();
+                            }
                         }
                     })
                     .map_err(|_| Error::InsufficientResources {
@@ -286,6 +349,7 @@ impl Poller {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Poller {
+            id,
             tx,
             config,
             tasks: Mutex::new(Vec::new()),
@@ -304,6 +368,7 @@ impl Poller {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let task = Arc::new(Task {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
+            poller: self.id,
             evd: evd.clone(),
             state: AtomicU8::new(IDLE),
             handler: Mutex::new(Box::new(handler)),
@@ -327,6 +392,22 @@ impl Poller {
         Ok(PollerEntry { task })
     }
 
+    /// The poller's own threads as a dispatch context, for the EVDs it will
+    /// poll (`Evd::builder(..).dispatch(poller.dispatch())`). The
+    /// notify-only upcall then runs on a poller thread, which goes on to
+    /// poll the EVD without a second thread wake-up: one hand-off from
+    /// producer to handler instead of two, as NAPI polls on the CPU that
+    /// took the interrupt. The notify upcall stays trivial (it only marks
+    /// the task scheduled); the handler still runs in a task run, never
+    /// inside the upcall. Runs scheduled after the poller is dropped do not
+    /// execute: free or detach such EVDs first.
+    pub fn dispatch(&self) -> Arc<dyn Dispatch> {
+        Arc::new(PollerDispatch {
+            tx: self.tx.clone(),
+            threads: self.threads.len(),
+        })
+    }
+
     /// The configuration.
     pub fn config(&self) -> PollerConfig {
         self.config
@@ -340,7 +421,7 @@ impl Drop for Poller {
             let _ = close(t);
         }
         for _ in &self.threads {
-            let _ = self.tx.send(None);
+            let _ = self.tx.send(Job::Stop);
         }
         for h in self.threads.drain(..) {
             let _ = h.join();
