@@ -2,7 +2,10 @@
 //! timeouts, enable/disable, direct-waiter suppression, free, and the
 //! eventfd form (polled with `poll(2)` and `epoll`).
 
-use rdapl::error::{DatType, Subtype};
+mod common;
+
+use common::{LIMIT, start_waiter, tag, untag, within};
+use rdapl::error::DatType;
 use rdapl::event::EvdHandle;
 use rdapl::{Cno, Error, Evd, EvdFlags, Event};
 use rustix::buffer::spare_capacity;
@@ -13,37 +16,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const LIMIT: Duration = Duration::from_secs(5);
 const SHORT: Duration = Duration::from_millis(30);
-
-fn within<T: Send + 'static>(
-    limit: Duration,
-    what: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => v,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: did not return within {limit:?}"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
-    }
-}
-
-fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-}
 
 fn evd_on(cno: &Cno, qlen: usize) -> Evd {
     Evd::builder(qlen, EvdFlags::SOFTWARE)
@@ -60,6 +33,15 @@ fn assert_queue_empty(r: rdapl::Result<EvdHandle>) {
         }
         other => panic!("expected QueueEmpty, got {other:?}"),
     }
+}
+
+/// Posts software event `v` on `evd` from another thread, after [`SHORT`].
+fn post_later(evd: &Evd, v: u64) -> thread::JoinHandle<()> {
+    let evd = evd.clone();
+    thread::spawn(move || {
+        thread::sleep(SHORT);
+        evd.post_se(v).unwrap();
+    })
 }
 
 /// Readiness of `fd` for reading within `timeout`, by `poll(2)`.
@@ -150,7 +132,7 @@ fn cno_wait_then_drain_never_misses_an_event() {
             let evd = evd.clone();
             thread::spawn(move || {
                 for i in 0..PER {
-                    evd.post_se(((p as u64) << 32) | i).unwrap();
+                    evd.post_se(tag(p as u64, i)).unwrap();
                     if i % 50 == 0 {
                         thread::yield_now();
                     }
@@ -178,7 +160,7 @@ fn cno_wait_then_drain_never_misses_an_event() {
             evd.dequeue_batch(&mut buf, usize::MAX).unwrap();
             for ev in buf.drain(..) {
                 let Event::Software(v) = ev else { panic!() };
-                let (p, i) = ((v >> 32) as usize, v & 0xFFFF_FFFF);
+                let (p, i) = untag(v);
                 assert_eq!(i, next[p]);
                 next[p] += 1;
                 got += 1;
@@ -236,21 +218,8 @@ fn disabled_evd_does_not_trigger_its_cno() {
 fn evd_with_a_blocked_waiter_does_not_trigger_its_cno() {
     let cno = Cno::new();
     let evd = evd_on(&cno, 8);
-    let (tx, rx) = mpsc::channel();
-    {
-        let evd = evd.clone();
-        thread::spawn(move || {
-            let _ = tx.send(evd.wait(Some(LIMIT), 2));
-        });
-    }
-    // Wait until the waiter owns the EVD (this probe claims nothing).
-    assert!(eventually(LIMIT, || matches!(
-        evd.dequeue_batch(&mut Vec::new(), 0),
-        Err(Error::InvalidState {
-            state: Subtype::InvalidStateEvdWaiter,
-            ..
-        })
-    )));
+    // Returns once the waiter owns the EVD.
+    let (_h, rx) = start_waiter(&evd, Some(LIMIT), 2);
     evd.post_se(1).unwrap(); // below the waiter's threshold of 2
     thread::sleep(SHORT);
     assert!(
@@ -310,13 +279,7 @@ fn fd_form_becomes_readable_on_trigger() {
     assert!(!readable(fd, Duration::ZERO), "readable before any trigger");
 
     // A trigger from another thread wakes a poll(2) that is already blocked.
-    let poster = {
-        let evd = evd.clone();
-        thread::spawn(move || {
-            thread::sleep(SHORT);
-            evd.post_se(1).unwrap();
-        })
-    };
+    let poster = post_later(&evd, 1);
     let t0 = Instant::now();
     assert!(readable(fd, LIMIT), "eventfd not readable after a trigger");
     assert!(t0.elapsed() < LIMIT);
@@ -357,13 +320,7 @@ fn fd_form_works_with_epoll() {
     let zero = Timespec::try_from(Duration::ZERO).unwrap();
     let n = epoll::wait(&ep, spare_capacity(&mut events), Some(&zero)).unwrap();
     assert_eq!(n, 0, "ready before any trigger");
-    let poster = {
-        let evd = evd.clone();
-        thread::spawn(move || {
-            thread::sleep(SHORT);
-            evd.post_se(1).unwrap();
-        })
-    };
+    let poster = post_later(&evd, 1);
     let limit = Timespec::try_from(LIMIT).unwrap();
     let n = epoll::wait(&ep, spare_capacity(&mut events), Some(&limit)).unwrap();
     poster.join().unwrap();

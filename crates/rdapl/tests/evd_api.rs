@@ -5,12 +5,17 @@
 //! Every blocking step is bounded: helper threads report over channels that
 //! are read with a timeout, and polling loops have deadlines.
 
+mod common;
+
+use common::{
+    LIMIT, QUIET, conn_event, cr_event, dto_event, eventually, spawn_poster, start_waiter, sw_evd,
+    sw_values, tag, teardown_within, untag, upcall, upcall_evd, within,
+};
 use rdapl::error::Subtype;
-use rdapl::event::{CrHandle, EpHandle, RmrHandle};
+use rdapl::event::{EpHandle, RmrHandle};
 use rdapl::{
-    AsyncError, AsyncErrorKind, ConnectionEvent, ConnectionEventKind, CrArrival, DatObject,
-    Dispatcher, DtoCompletion, DtoOp, DtoStatus, Error, Evd, EvdFlags, Event, EventStream,
-    ReEnable, RmrBindCompletion, Upcall, UpcallPolicy,
+    AsyncError, AsyncErrorKind, ConnectionEventKind, DatObject, Dispatcher, DtoOp, DtoStatus,
+    Error, Evd, EvdFlags, Event, EventStream, ReEnable, RmrBindCompletion, Upcall, UpcallPolicy,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -19,57 +24,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
-const LIMIT: Duration = Duration::from_secs(5);
-/// How long to watch for something that must *not* happen.
-const QUIET: Duration = Duration::from_millis(100);
 /// Deadline of the high-volume tests (only reached when something is wrong
 /// or the machine is badly overloaded).
 const LONG: Duration = Duration::from_secs(20);
 
 // ----- helpers ----------------------------------------------------------------
-
-fn within<T: Send + 'static>(
-    limit: Duration,
-    what: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => v,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: did not return within {limit:?}"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
-    }
-}
-
-fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn waiter_owns(evd: &Evd) -> bool {
-    matches!(
-        evd.dequeue_batch(&mut Vec::new(), 0),
-        Err(Error::InvalidState {
-            state: Subtype::InvalidStateEvdWaiter,
-            ..
-        })
-    )
-}
-
-fn tag(producer: u64, seq: u64) -> u64 {
-    (producer << 32) | seq
-}
 
 /// One upcall invocation as seen by the consumer.
 #[derive(Clone, Debug)]
@@ -124,21 +83,18 @@ impl Recorder {
 
     fn upcall(self: &Arc<Self>) -> Arc<dyn Upcall> {
         let r = self.clone();
-        Arc::new(move |_: &Evd, ev: Option<Event>, more: bool| r.push(ev, more))
+        upcall(move |_, ev, more| r.push(ev, more))
     }
 }
 
-fn sw_evd(qlen: usize) -> Evd {
-    Evd::create(qlen, EvdFlags::SOFTWARE).unwrap()
-}
-
-fn sw_values(evs: &[Event]) -> Vec<u64> {
-    evs.iter()
-        .map(|e| match e {
-            Event::Software(v) => *v,
-            other => panic!("unexpected event {other:?}"),
-        })
-        .collect()
+/// A software-event EVD of `qlen` entries whose upcalls a [`Recorder`]
+/// records, installed under `policy` (re-enable mode `Strict`).
+fn recorded_evd(qlen: usize, policy: UpcallPolicy) -> (Arc<Recorder>, Evd) {
+    let rec = Arc::new(Recorder::default());
+    let evd = sw_evd(qlen);
+    evd.modify_upcall(policy, Some(rec.upcall()), ReEnable::Strict)
+        .unwrap();
+    (rec, evd)
 }
 
 // ----- ordering and exactly-once --------------------------------------------
@@ -170,20 +126,9 @@ fn per_stream_fifo_with_concurrent_producers_and_consumer() {
                 match p {
                     0 | 1 => evd.post_se(tag(p, seq)).unwrap(),
                     2 => evd
-                        .post_event(Event::Connection(ConnectionEvent {
-                            kind: ConnectionEventKind::Established,
-                            ep: EpHandle(tag(p, seq)),
-                            private_data: None,
-                        }))
+                        .post_event(conn_event(ConnectionEventKind::Established, tag(p, seq)))
                         .unwrap(),
-                    3 => evd
-                        .post_event(Event::ConnectionRequest(CrArrival {
-                            sp: None,
-                            conn_qual: seq,
-                            cr: CrHandle(p),
-                            truncated: false,
-                        }))
-                        .unwrap(),
+                    3 => evd.post_event(cr_event(seq, p)).unwrap(),
                     4 => evd
                         .post_event(Event::AsyncError(AsyncError {
                             kind: AsyncErrorKind::EpBroken,
@@ -193,17 +138,7 @@ fn per_stream_fifo_with_concurrent_producers_and_consumer() {
                         .unwrap(),
                     5 => {
                         let r = evd.reserve().unwrap();
-                        evd.complete(
-                            r,
-                            Event::Dto(DtoCompletion {
-                                ep: EpHandle(p),
-                                cookie: seq,
-                                status: DtoStatus::Success,
-                                transferred_length: seq,
-                                operation: DtoOp::Send,
-                                rmr_context: 0,
-                            }),
-                        );
+                        evd.complete(r, dto_event(p, seq, DtoOp::Send, seq));
                     }
                     _ => evd
                         .post_event(Event::RmrBind(RmrBindCompletion {
@@ -276,13 +211,12 @@ fn per_stream_fifo_with_concurrent_producers_and_consumer() {
 #[test]
 fn single_instance_upcalls_keep_fifo_and_never_overlap() {
     const PER: u64 = 60;
-    let d = Dispatcher::new(4);
     let active = Arc::new(AtomicUsize::new(0));
     let max_active = Arc::new(AtomicUsize::new(0));
     let rec = Arc::new(Recorder::default());
-    let up: Arc<dyn Upcall> = {
+    let up = {
         let (active, max_active, rec) = (active.clone(), max_active.clone(), rec.clone());
-        Arc::new(move |_: &Evd, ev: Option<Event>, more: bool| {
+        upcall(move |_, ev, more| {
             let now = active.fetch_add(1, Ordering::SeqCst) + 1;
             max_active.fetch_max(now, Ordering::SeqCst);
             thread::sleep(Duration::from_micros(300));
@@ -290,11 +224,7 @@ fn single_instance_upcalls_keep_fifo_and_never_overlap() {
             active.fetch_sub(1, Ordering::SeqCst);
         })
     };
-    let evd = Evd::builder(1024, EvdFlags::SOFTWARE)
-        .dispatch(d)
-        .upcall(UpcallPolicy::SingleInstance, up)
-        .build()
-        .unwrap();
+    let evd = upcall_evd(1024, Some(4), UpcallPolicy::SingleInstance, up);
     let producers: Vec<_> = (0..3u64)
         .map(|p| {
             let evd = evd.clone();
@@ -323,7 +253,7 @@ fn single_instance_upcalls_keep_fifo_and_never_overlap() {
     );
     let mut next = [0u64; 3];
     for v in sw_values(&rec.events()) {
-        let (p, seq) = ((v >> 32) as usize, v & 0xFFFF_FFFF);
+        let (p, seq) = untag(v);
         assert_eq!(seq, next[p], "producer {p} out of order");
         next[p] += 1;
     }
@@ -351,10 +281,10 @@ fn exactly_once_across_upcalls_dequeue_batch_into_and_wait() {
             other => panic!("unexpected {other:?}"),
         }
     };
-    let up: Arc<dyn Upcall> = {
+    let up = {
         let (mark, by_upcall, by_upcall_dequeue) =
             (mark.clone(), by_upcall.clone(), by_upcall_dequeue.clone());
-        Arc::new(move |evd: &Evd, ev: Option<Event>, more: bool| {
+        upcall(move |evd, ev, more| {
             if let Some(ev) = ev {
                 mark(ev);
                 by_upcall.fetch_add(1, Ordering::Relaxed);
@@ -375,23 +305,14 @@ fn exactly_once_across_upcalls_dequeue_batch_into_and_wait() {
     evd.modify_upcall(UpcallPolicy::SingleInstance, Some(up), ReEnable::Strict)
         .unwrap();
     let done = Arc::new(AtomicBool::new(false));
-    let producers: Vec<_> = (0..2usize)
+    let producers: Vec<_> = (0..2u64)
         .map(|p| {
-            let evd = evd.clone();
-            thread::spawn(move || {
-                let end = Instant::now() + LONG;
-                let mut i = p;
-                while i < N {
-                    match evd.post_se(i as u64) {
-                        Ok(()) => i += 2,
-                        Err(Error::QueueFull) => {
-                            assert!(Instant::now() < end, "producer starved");
-                            thread::yield_now();
-                        }
-                        Err(e) => panic!("{e:?}"),
-                    }
-                }
-            })
+            spawn_poster(
+                &evd,
+                (p..N as u64).step_by(2),
+                Instant::now() + LONG,
+                |_| {},
+            )
         })
         .collect();
     let end = Instant::now() + LONG;
@@ -452,11 +373,7 @@ fn exactly_once_across_upcalls_dequeue_batch_into_and_wait() {
     // Quiesce and drain what is left.
     evd.modify_upcall(UpcallPolicy::Disable, None, ReEnable::Strict)
         .unwrap();
-    let e2 = evd.clone();
-    within(LIMIT, "Teardown at the end", move || {
-        e2.modify_upcall(UpcallPolicy::Teardown, None, ReEnable::Strict)
-    })
-    .unwrap();
+    teardown_within(&evd, "Teardown at the end").unwrap();
     while let Some(e) = evd.dequeue().unwrap() {
         mark(e);
         polled += 1;
@@ -504,14 +421,7 @@ fn wait_returns_at_once_when_threshold_already_met() {
 #[test]
 fn wait_blocks_until_threshold_then_reports_nmore() {
     let evd = sw_evd(8);
-    let (tx, rx) = mpsc::channel();
-    {
-        let evd = evd.clone();
-        thread::spawn(move || {
-            let _ = tx.send(evd.wait(Some(LIMIT), 4));
-        });
-    }
-    assert!(eventually(LIMIT, || waiter_owns(&evd)));
+    let (_h, rx) = start_waiter(&evd, Some(LIMIT), 4);
     for i in 0..3 {
         evd.post_se(i).unwrap();
         // Below the threshold: the waiter must still be asleep.
@@ -536,14 +446,7 @@ fn wait_blocks_until_threshold_then_reports_nmore() {
 #[test]
 fn infinite_wait_wakes_on_arrival() {
     let evd = sw_evd(4);
-    let (tx, rx) = mpsc::channel();
-    {
-        let evd = evd.clone();
-        thread::spawn(move || {
-            let _ = tx.send(evd.wait(None, 1));
-        });
-    }
-    assert!(eventually(LIMIT, || waiter_owns(&evd)));
+    let (_h, rx) = start_waiter(&evd, None, 1);
     thread::sleep(Duration::from_millis(10));
     evd.post_se(42).unwrap();
     let got = rx
@@ -558,23 +461,7 @@ fn infinite_wait_wakes_on_arrival() {
 fn waiter_racing_producer_never_misses_a_wakeup() {
     const N: u64 = 3000;
     let evd = sw_evd(64);
-    let producer = {
-        let evd = evd.clone();
-        thread::spawn(move || {
-            let end = Instant::now() + LIMIT;
-            let mut i = 0;
-            while i < N {
-                match evd.post_se(i) {
-                    Ok(()) => i += 1,
-                    Err(Error::QueueFull) => {
-                        assert!(Instant::now() < end);
-                        thread::yield_now();
-                    }
-                    Err(e) => panic!("{e:?}"),
-                }
-            }
-        })
-    };
+    let producer = spawn_poster(&evd, 0..N, Instant::now() + LIMIT, |_| {});
     let consumer = {
         let evd = evd.clone();
         thread::spawn(move || {
@@ -598,14 +485,7 @@ fn waiter_racing_producer_never_misses_a_wakeup() {
 // ----- capacity ---------------------------------------------------------------
 
 fn dto(cookie: u64) -> Event {
-    Event::Dto(DtoCompletion {
-        ep: EpHandle(1),
-        cookie,
-        status: DtoStatus::Success,
-        transferred_length: 0,
-        operation: DtoOp::Receive,
-        rmr_context: 0,
-    })
+    dto_event(1, cookie, DtoOp::Receive, 0)
 }
 
 #[test]
@@ -633,12 +513,8 @@ fn reserve_complete_release_accounting() {
     // ... and so is every other way in.
     assert_eq!(evd.post_se(102), Err(Error::QueueFull));
     assert!(
-        evd.post_event(Event::Connection(ConnectionEvent {
-            kind: ConnectionEventKind::Broken,
-            ep: EpHandle(9),
-            private_data: None,
-        }))
-        .is_err()
+        evd.post_event(conn_event(ConnectionEventKind::Broken, 9))
+            .is_err()
     );
     // Completing a reservation never fails, even on a "full" EVD.
     evd.complete(r1, dto(1));
@@ -699,13 +575,7 @@ fn post_event_overflow_is_counted_reported_once_per_episode_and_evd_stays_usable
         .async_evd(&async_evd)
         .build()
         .unwrap();
-    let conn = |ep: u64| {
-        Event::Connection(ConnectionEvent {
-            kind: ConnectionEventKind::Disconnected,
-            ep: EpHandle(ep),
-            private_data: None,
-        })
-    };
+    let conn = |ep: u64| conn_event(ConnectionEventKind::Disconnected, ep);
     evd.post_event(conn(1)).unwrap();
     evd.post_event(conn(2)).unwrap();
     // First overflow of the episode: counted and reported.
@@ -714,14 +584,7 @@ fn post_event_overflow_is_counted_reported_once_per_episode_and_evd_stays_usable
     // Same episode: counted, not reported again.
     let o = evd.post_event(conn(4)).unwrap_err();
     assert!(!o.reported);
-    let o = evd
-        .post_event(Event::ConnectionRequest(CrArrival {
-            sp: None,
-            conn_qual: 5,
-            cr: CrHandle(5),
-            truncated: false,
-        }))
-        .unwrap_err();
+    let o = evd.post_event(cr_event(5, 5)).unwrap_err();
     assert!(!o.reported);
     assert_eq!(evd.query().unwrap().overflows, 3);
     let overflow = Event::AsyncError(AsyncError {
@@ -755,9 +618,9 @@ fn single_instance_delivers_events_that_arrive_while_an_upcall_runs() {
     let in_tx = Mutex::new(in_tx);
     let go_rx = Mutex::new(go_rx);
     let rec = Arc::new(Recorder::default());
-    let up: Arc<dyn Upcall> = {
+    let up = {
         let rec = rec.clone();
-        Arc::new(move |_: &Evd, ev: Option<Event>, more: bool| {
+        upcall(move |_, ev, more| {
             let first = rec.len() == 0;
             rec.push(ev, more);
             if first {
@@ -766,11 +629,7 @@ fn single_instance_delivers_events_that_arrive_while_an_upcall_runs() {
             }
         })
     };
-    let evd = Evd::builder(8, EvdFlags::SOFTWARE)
-        .dispatch(Dispatcher::new(2))
-        .upcall(UpcallPolicy::SingleInstance, up)
-        .build()
-        .unwrap();
+    let evd = upcall_evd(8, Some(2), UpcallPolicy::SingleInstance, up);
     evd.post_se(1).unwrap();
     in_rx.recv_timeout(LIMIT).expect("no first upcall");
     evd.post_se(2).unwrap();
@@ -796,10 +655,7 @@ fn single_instance_delivers_events_that_arrive_while_an_upcall_runs() {
 
 #[test]
 fn more_events_flag_reports_what_is_queued() {
-    let rec = Arc::new(Recorder::default());
-    let evd = sw_evd(8);
-    evd.modify_upcall(UpcallPolicy::Disable, Some(rec.upcall()), ReEnable::Strict)
-        .unwrap();
+    let (rec, evd) = recorded_evd(8, UpcallPolicy::Disable);
     for i in 0..4 {
         evd.post_se(i).unwrap();
     }
@@ -822,9 +678,9 @@ fn many_runs_upcalls_concurrently_on_a_multi_thread_dispatcher() {
     let active = Arc::new(AtomicUsize::new(0));
     let max_active = Arc::new(AtomicUsize::new(0));
     let rec = Arc::new(Recorder::default());
-    let up: Arc<dyn Upcall> = {
+    let up = {
         let (active, max_active, rec) = (active.clone(), max_active.clone(), rec.clone());
-        Arc::new(move |_: &Evd, ev: Option<Event>, more: bool| {
+        upcall(move |_, ev, more| {
             let now = active.fetch_add(1, Ordering::SeqCst) + 1;
             max_active.fetch_max(now, Ordering::SeqCst);
             thread::sleep(Duration::from_millis(30));
@@ -869,9 +725,9 @@ fn many_delivers_an_arrival_concurrently_with_a_busy_upcall() {
     let in_tx = Mutex::new(in_tx);
     let second_started = Arc::new(AtomicBool::new(false));
     let overlapped = Arc::new(AtomicBool::new(false));
-    let up: Arc<dyn Upcall> = {
+    let up = {
         let (second_started, overlapped) = (second_started.clone(), overlapped.clone());
-        Arc::new(move |_: &Evd, ev: Option<Event>, _more: bool| {
+        upcall(move |_, ev, _more| {
             let v = match ev {
                 Some(Event::Software(v)) => v,
                 _ => 0,
@@ -888,11 +744,7 @@ fn many_delivers_an_arrival_concurrently_with_a_busy_upcall() {
             }
         })
     };
-    let evd = Evd::builder(8, EvdFlags::SOFTWARE)
-        .dispatch(Dispatcher::new(2))
-        .upcall(UpcallPolicy::Many, up)
-        .build()
-        .unwrap();
+    let evd = upcall_evd(8, Some(2), UpcallPolicy::Many, up);
     evd.post_se(1).unwrap();
     assert_eq!(in_rx.recv_timeout(LIMIT).unwrap(), 1);
     evd.post_se(2).unwrap();
@@ -976,13 +828,41 @@ struct HeldNotify {
     go: mpsc::Sender<()>,
 }
 
+impl HeldNotify {
+    /// Re-arms notify-only in `mode`; the pending count it reports.
+    fn rearm(&self, mode: ReEnable) -> usize {
+        self.evd
+            .modify_upcall(UpcallPolicy::NotifyOnly, None, mode)
+            .unwrap()
+    }
+
+    /// Lets the held notification return; whether a notification (the
+    /// running one's or a new one) comes within `limit`.
+    fn release_then_notified(&self, limit: Duration) -> bool {
+        self.go.send(()).unwrap();
+        self.notified.recv_timeout(limit).is_ok()
+    }
+
+    /// Lets the held notification return, expects a notification within a
+    /// second (`what` if none comes), then dequeues software event `v`.
+    fn release_and_expect_notified(&self, v: u64, what: &str) {
+        let notified = self.release_then_notified(Duration::from_secs(1));
+        assert!(
+            notified,
+            "{what} (pending {})",
+            self.evd.query().unwrap().pending
+        );
+        assert_eq!(self.evd.dequeue().unwrap(), Some(Event::Software(v)));
+    }
+}
+
 fn held_notify() -> HeldNotify {
     let (in_tx, in_rx) = mpsc::channel::<()>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let in_tx = Mutex::new(in_tx);
     let go_rx = Mutex::new(go_rx);
     let n = AtomicUsize::new(0);
-    let up: Arc<dyn Upcall> = Arc::new(move |_: &Evd, _ev: Option<Event>, _more: bool| {
+    let up = upcall(move |_, _ev, _more| {
         let k = n.fetch_add(1, Ordering::SeqCst);
         let _ = in_tx.lock().unwrap().send(());
         if k == 0 {
@@ -990,11 +870,7 @@ fn held_notify() -> HeldNotify {
             let _ = go_rx.lock().unwrap().recv_timeout(LIMIT);
         }
     });
-    let evd = Evd::builder(8, EvdFlags::SOFTWARE)
-        .dispatch(Dispatcher::new(2))
-        .upcall(UpcallPolicy::NotifyOnly, up)
-        .build()
-        .unwrap();
+    let evd = upcall_evd(8, Some(2), UpcallPolicy::NotifyOnly, up);
     evd.post_se(1).unwrap();
     in_rx.recv_timeout(LIMIT).expect("no first notification");
     HeldNotify {
@@ -1013,21 +889,12 @@ fn notify_only_rearmed_while_its_upcall_is_still_running_does_not_lose_a_wakeup(
     let h = held_notify();
     // Consumer thread: drain, re-arm (nothing pending), then a new arrival.
     assert_eq!(h.evd.dequeue().unwrap(), Some(Event::Software(1)));
-    assert_eq!(
-        h.evd
-            .modify_upcall(UpcallPolicy::NotifyOnly, None, ReEnable::OnNew)
-            .unwrap(),
-        0
-    );
+    assert_eq!(h.rearm(ReEnable::OnNew), 0);
     h.evd.post_se(2).unwrap();
-    h.go.send(()).unwrap();
-    let notified = h.notified.recv_timeout(Duration::from_secs(1)).is_ok();
-    assert!(
-        notified,
-        "lost wakeup: re-armed notify-only EVD holds event 2 (pending {}) and no notification came",
-        h.evd.query().unwrap().pending
+    h.release_and_expect_notified(
+        2,
+        "lost wakeup: re-armed notify-only EVD holds event 2 and no notification came",
     );
-    assert_eq!(h.evd.dequeue().unwrap(), Some(Event::Software(2)));
 }
 
 /// Same window, `OnAny` re-arm with an event still queued: the queued event
@@ -1035,20 +902,11 @@ fn notify_only_rearmed_while_its_upcall_is_still_running_does_not_lose_a_wakeup(
 #[test]
 fn notify_only_on_any_rearm_while_its_upcall_is_still_running_notifies_queued_events() {
     let h = held_notify();
-    assert_eq!(
-        h.evd
-            .modify_upcall(UpcallPolicy::NotifyOnly, None, ReEnable::OnAny)
-            .unwrap(),
-        1
+    assert_eq!(h.rearm(ReEnable::OnAny), 1);
+    h.release_and_expect_notified(
+        1,
+        "OnAny re-arm with event 1 queued produced no notification",
     );
-    h.go.send(()).unwrap();
-    let notified = h.notified.recv_timeout(Duration::from_secs(1)).is_ok();
-    assert!(
-        notified,
-        "OnAny re-arm with event 1 queued produced no notification (pending {})",
-        h.evd.query().unwrap().pending
-    );
-    assert_eq!(h.evd.dequeue().unwrap(), Some(Event::Software(1)));
 }
 
 /// Same window, `OnNew` re-arm with an event still queued and no new
@@ -1056,15 +914,9 @@ fn notify_only_on_any_rearm_while_its_upcall_is_still_running_notifies_queued_ev
 #[test]
 fn notify_only_on_new_rearm_while_its_upcall_is_still_running_stays_quiet() {
     let h = held_notify();
-    assert_eq!(
-        h.evd
-            .modify_upcall(UpcallPolicy::NotifyOnly, None, ReEnable::OnNew)
-            .unwrap(),
-        1
-    );
-    h.go.send(()).unwrap();
+    assert_eq!(h.rearm(ReEnable::OnNew), 1);
     assert!(
-        h.notified.recv_timeout(QUIET).is_err(),
+        !h.release_then_notified(QUIET),
         "OnNew notified for an event that was already queued"
     );
     // A new arrival does notify.
@@ -1082,9 +934,9 @@ fn upcalls_run_on_a_dispatcher_thread_never_on_the_callers_stack() {
     let go_rx = Mutex::new(go_rx);
     let rec = Arc::new(Recorder::default());
     let waited_ok = Arc::new(AtomicUsize::new(0));
-    let up: Arc<dyn Upcall> = {
+    let up = {
         let (rec, waited_ok) = (rec.clone(), waited_ok.clone());
-        Arc::new(move |_: &Evd, ev: Option<Event>, more: bool| {
+        upcall(move |_, ev, more| {
             // Blocks until the poster has *returned*: if this ran inline
             // inside post_se/modify_upcall, it would time out here.
             if go_rx
@@ -1098,11 +950,7 @@ fn upcalls_run_on_a_dispatcher_thread_never_on_the_callers_stack() {
             rec.push(ev, more);
         })
     };
-    let evd = Evd::builder(8, EvdFlags::SOFTWARE)
-        .dispatch(Dispatcher::new(2))
-        .upcall(UpcallPolicy::SingleInstance, up)
-        .build()
-        .unwrap();
+    let evd = upcall_evd(8, Some(2), UpcallPolicy::SingleInstance, up);
     // post_se path.
     let t0 = Instant::now();
     evd.post_se(1).unwrap();
@@ -1141,7 +989,7 @@ fn upcalls_run_on_a_dispatcher_thread_never_on_the_callers_stack() {
 fn an_upcall_may_modify_its_own_evd() {
     let (tx, rx) = mpsc::channel::<(u64, rdapl::Result<usize>)>();
     let tx = Mutex::new(tx);
-    let up: Arc<dyn Upcall> = Arc::new(move |evd: &Evd, ev: Option<Event>, _more: bool| {
+    let up = upcall(move |evd, ev, _more| {
         // Never panic in an upcall: report unexpected calls as value 0.
         let v = match ev {
             Some(Event::Software(v)) => v,
@@ -1156,10 +1004,7 @@ fn an_upcall_may_modify_its_own_evd() {
         };
         let _ = tx.lock().unwrap().send((v, r));
     });
-    let evd = Evd::builder(8, EvdFlags::SOFTWARE)
-        .upcall(UpcallPolicy::SingleInstance, up)
-        .build()
-        .unwrap();
+    let evd = upcall_evd(8, None, UpcallPolicy::SingleInstance, up);
     evd.post_se(1).unwrap();
     let (v, r) = rx
         .recv_timeout(LIMIT)
@@ -1194,19 +1039,16 @@ fn teardown_waits_for_the_running_upcall() {
     let in_tx = Mutex::new(in_tx);
     let finished = Arc::new(AtomicBool::new(false));
     let calls = Arc::new(AtomicUsize::new(0));
-    let up: Arc<dyn Upcall> = {
+    let up = {
         let (finished, calls) = (finished.clone(), calls.clone());
-        Arc::new(move |_: &Evd, _ev: Option<Event>, _more: bool| {
+        upcall(move |_, _ev, _more| {
             calls.fetch_add(1, Ordering::SeqCst);
             let _ = in_tx.lock().unwrap().send(());
             thread::sleep(Duration::from_millis(200));
             finished.store(true, Ordering::SeqCst);
         })
     };
-    let evd = Evd::builder(8, EvdFlags::SOFTWARE)
-        .upcall(UpcallPolicy::SingleInstance, up)
-        .build()
-        .unwrap();
+    let evd = upcall_evd(8, None, UpcallPolicy::SingleInstance, up);
     evd.post_se(1).unwrap();
     in_rx.recv_timeout(LIMIT).expect("no upcall");
     evd.post_se(2).unwrap(); // queued behind the running upcall
@@ -1234,21 +1076,10 @@ fn teardown_waits_for_the_running_upcall() {
 
 #[test]
 fn teardown_with_no_upcall_running_returns_at_once() {
-    let rec = Arc::new(Recorder::default());
-    let evd = sw_evd(4);
-    evd.modify_upcall(
-        UpcallPolicy::SingleInstance,
-        Some(rec.upcall()),
-        ReEnable::Strict,
-    )
-    .unwrap();
+    let (rec, evd) = recorded_evd(4, UpcallPolicy::SingleInstance);
     evd.post_se(1).unwrap();
     assert!(rec.wait_for(1, LIMIT));
-    let e2 = evd.clone();
-    within(LIMIT, "idle Teardown", move || {
-        e2.modify_upcall(UpcallPolicy::Teardown, None, ReEnable::Strict)
-    })
-    .unwrap();
+    teardown_within(&evd, "idle Teardown").unwrap();
     // Re-enable after a teardown works.
     evd.post_se(2).unwrap();
     evd.modify_upcall(UpcallPolicy::SingleInstance, None, ReEnable::OnAny)
@@ -1258,14 +1089,7 @@ fn teardown_with_no_upcall_running_returns_at_once() {
 
 #[test]
 fn disable_stops_delivery() {
-    let rec = Arc::new(Recorder::default());
-    let evd = sw_evd(8);
-    evd.modify_upcall(
-        UpcallPolicy::SingleInstance,
-        Some(rec.upcall()),
-        ReEnable::Strict,
-    )
-    .unwrap();
+    let (rec, evd) = recorded_evd(8, UpcallPolicy::SingleInstance);
     evd.post_se(1).unwrap();
     assert!(rec.wait_for(1, LIMIT));
     assert_eq!(
@@ -1290,10 +1114,7 @@ fn disable_stops_delivery() {
 
 #[test]
 fn strict_reenable_refuses_while_pending_and_stays_disabled() {
-    let rec = Arc::new(Recorder::default());
-    let evd = sw_evd(8);
-    evd.modify_upcall(UpcallPolicy::Disable, Some(rec.upcall()), ReEnable::Strict)
-        .unwrap();
+    let (rec, evd) = recorded_evd(8, UpcallPolicy::Disable);
     evd.post_se(1).unwrap();
     evd.post_se(2).unwrap();
     for p in [
@@ -1332,10 +1153,7 @@ fn strict_reenable_refuses_while_pending_and_stays_disabled() {
 #[test]
 fn on_any_reenable_delivers_queued_events_by_upcall() {
     let me = thread::current().id();
-    let rec = Arc::new(Recorder::default());
-    let evd = sw_evd(8);
-    evd.modify_upcall(UpcallPolicy::Disable, Some(rec.upcall()), ReEnable::Strict)
-        .unwrap();
+    let (rec, evd) = recorded_evd(8, UpcallPolicy::Disable);
     for i in 0..3 {
         evd.post_se(i).unwrap();
     }
@@ -1363,10 +1181,7 @@ fn on_any_reenable_delivers_queued_events_by_upcall() {
 
 #[test]
 fn on_new_reenable_reports_pending_and_waits_for_a_new_arrival() {
-    let rec = Arc::new(Recorder::default());
-    let evd = sw_evd(8);
-    evd.modify_upcall(UpcallPolicy::Disable, Some(rec.upcall()), ReEnable::Strict)
-        .unwrap();
+    let (rec, evd) = recorded_evd(8, UpcallPolicy::Disable);
     evd.post_se(1).unwrap();
     evd.post_se(2).unwrap();
     assert_eq!(

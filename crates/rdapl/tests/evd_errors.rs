@@ -3,10 +3,15 @@
 //! Each test that can block runs the blocking call on a helper thread and
 //! gives up (failing) after a bounded time, so a hang shows up as a failure.
 
+mod common;
+
+use common::{
+    LIMIT, noop_upcall, start_waiter, sw_evd, teardown_within, upcall, upcall_evd, waiter_owns,
+    within,
+};
 use rdapl::error::{DatType, Subtype};
 use rdapl::evd::MAX_QLEN;
-use rdapl::{Cno, DatReturn, Error, Evd, EvdFlags, Event, ReEnable, Upcall, UpcallPolicy};
-use std::sync::Arc;
+use rdapl::{Cno, DatReturn, Error, Evd, EvdFlags, Event, ReEnable, UpcallPolicy};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -29,52 +34,6 @@ const DAT_INVALID_STATE_EVD_UNWAITABLE: u32 = 73;
 const DAT_INVALID_STATE_EVD_IN_USE: u32 = 74;
 const DAT_INVALID_STATE_EVD_WAITER: u32 = 78;
 
-const LIMIT: Duration = Duration::from_secs(5);
-
-/// Runs `f` on a helper thread and fails the test if it does not finish
-/// within `limit` (the helper is leaked in that case).
-fn within<T: Send + 'static>(
-    limit: Duration,
-    what: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => v,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: did not return within {limit:?}"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
-    }
-}
-
-/// Polls `cond` until it holds or `limit` passes.
-fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// True while a `wait` call owns the EVD. `dequeue_batch` with `max == 0`
-/// claims nothing, so this probe never consumes an event.
-fn waiter_owns(evd: &Evd) -> bool {
-    matches!(
-        evd.dequeue_batch(&mut Vec::new(), 0),
-        Err(Error::InvalidState {
-            state: Subtype::InvalidStateEvdWaiter,
-            ..
-        })
-    )
-}
-
 /// Checks the DAT return of `e`: error class, `ty`/`sub` through the typed
 /// accessors, and the raw value against the header numbers.
 fn assert_dat(e: &Error, ty: DatType, sub: Subtype, raw_ty: u32, raw_sub: u32) {
@@ -90,30 +49,71 @@ fn assert_dat(e: &Error, ty: DatType, sub: Subtype, raw_ty: u32, raw_sub: u32) {
     assert_ne!(r, DatReturn::SUCCESS);
 }
 
-/// A software-event EVD that also accepts `flags_extra`.
-fn sw(flags_extra: EvdFlags, qlen: usize) -> Evd {
-    Evd::create(qlen, EvdFlags::SOFTWARE | flags_extra).unwrap()
+/// `e` is `InvalidParameter` for argument `arg`, subtype `sub` (raw `raw_sub`).
+fn assert_invalid_arg(e: &Error, arg: u8, sub: Subtype, raw_sub: u32) {
+    assert!(
+        matches!(e, Error::InvalidParameter { arg: a, .. } if *a == arg),
+        "{e:?}"
+    );
+    assert_dat(
+        e,
+        DatType::InvalidParameter,
+        sub,
+        DAT_INVALID_PARAMETER,
+        raw_sub,
+    );
 }
 
-fn noop_upcall() -> Arc<dyn Upcall> {
-    Arc::new(|_: &Evd, _: Option<Event>, _: bool| {})
+/// `e` is `InvalidState` with subtype `sub` (raw `raw_sub`).
+fn assert_invalid_state(e: &Error, sub: Subtype, raw_sub: u32) {
+    assert!(
+        matches!(e, Error::InvalidState { state, .. } if *state == sub),
+        "{e:?}"
+    );
+    assert_dat(e, DatType::InvalidState, sub, DAT_INVALID_STATE, raw_sub);
+}
+
+/// `e` is `InvalidState` (any subtype), with the DAT type to match.
+fn assert_any_invalid_state(e: &Error) {
+    assert!(matches!(e, Error::InvalidState { .. }), "{e:?}");
+    assert_eq!(e.dat_return().ty(), Some(DatType::InvalidState));
+    assert_eq!(e.dat_return().0 & DatReturn::TYPE_MASK, DAT_INVALID_STATE);
+}
+
+/// `e` is `InsufficientResources` of the EVD (`DAT_RESOURCE_TEVD`).
+fn assert_no_tevd(e: &Error) {
+    assert!(
+        matches!(
+            e,
+            Error::InsufficientResources {
+                resource: Subtype::ResourceTevd,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_dat(
+        e,
+        DatType::InsufficientResources,
+        Subtype::ResourceTevd,
+        DAT_INSUFFICIENT_RESOURCES,
+        DAT_RESOURCE_TEVD,
+    );
+}
+
+/// A software-event EVD that also accepts DTO completions.
+fn sw_dto_evd(qlen: usize) -> Evd {
+    Evd::create(qlen, EvdFlags::SOFTWARE | EvdFlags::DTO).unwrap()
 }
 
 // ----- wait -----------------------------------------------------------------
 
 #[test]
 fn wait_threshold_zero_is_invalid_arg3() {
-    let evd = sw(EvdFlags::default(), 4);
+    let evd = sw_evd(4);
     evd.post_se(1).unwrap();
     let e = evd.wait(Some(Duration::ZERO), 0).unwrap_err();
-    assert!(matches!(e, Error::InvalidParameter { arg: 3, .. }), "{e:?}");
-    assert_dat(
-        &e,
-        DatType::InvalidParameter,
-        Subtype::InvalidArg3,
-        DAT_INVALID_PARAMETER,
-        DAT_INVALID_ARG3,
-    );
+    assert_invalid_arg(&e, 3, Subtype::InvalidArg3, DAT_INVALID_ARG3);
     // The refused call took nothing and did not leave the EVD owned.
     assert_eq!(evd.query().unwrap().pending, 1);
     assert_eq!(evd.dequeue().unwrap(), Some(Event::Software(1)));
@@ -121,16 +121,9 @@ fn wait_threshold_zero_is_invalid_arg3() {
 
 #[test]
 fn wait_threshold_above_qlen_is_invalid_arg3() {
-    let evd = sw(EvdFlags::default(), 4);
+    let evd = sw_evd(4);
     let e = evd.wait(Some(Duration::ZERO), 5).unwrap_err();
-    assert!(matches!(e, Error::InvalidParameter { arg: 3, .. }), "{e:?}");
-    assert_dat(
-        &e,
-        DatType::InvalidParameter,
-        Subtype::InvalidArg3,
-        DAT_INVALID_PARAMETER,
-        DAT_INVALID_ARG3,
-    );
+    assert_invalid_arg(&e, 3, Subtype::InvalidArg3, DAT_INVALID_ARG3);
     // threshold == qlen is legal.
     for i in 0..4 {
         evd.post_se(i).unwrap();
@@ -151,26 +144,14 @@ fn wait_threshold_above_qlen_is_invalid_arg3() {
 
 #[test]
 fn wait_on_unwaitable_evd_is_invalid_state_unwaitable() {
-    let evd = sw(EvdFlags::default(), 4);
+    let evd = sw_evd(4);
     evd.post_se(9).unwrap();
     evd.set_unwaitable().unwrap();
     assert!(!evd.query().unwrap().waitable);
     let e = evd.wait(Some(Duration::ZERO), 1).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::InvalidState {
-                state: Subtype::InvalidStateEvdUnwaitable,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
-    assert_dat(
+    assert_invalid_state(
         &e,
-        DatType::InvalidState,
         Subtype::InvalidStateEvdUnwaitable,
-        DAT_INVALID_STATE,
         DAT_INVALID_STATE_EVD_UNWAITABLE,
     );
     // Unwaitable does not stop events or dequeue.
@@ -186,32 +167,12 @@ fn wait_on_unwaitable_evd_is_invalid_state_unwaitable() {
 
 #[test]
 fn second_concurrent_waiter_is_invalid_state_waiter() {
-    let evd = sw(EvdFlags::default(), 4);
-    let e2 = evd.clone();
-    let (tx, rx) = mpsc::channel();
-    let h = thread::spawn(move || {
-        let _ = tx.send(e2.wait(Some(LIMIT), 1));
-    });
-    assert!(
-        eventually(LIMIT, || waiter_owns(&evd)),
-        "the first waiter never owned the EVD"
-    );
+    let evd = sw_evd(4);
+    let (h, rx) = start_waiter(&evd, Some(LIMIT), 1);
     let e = evd.wait(Some(Duration::from_millis(1)), 1).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::InvalidState {
-                state: Subtype::InvalidStateEvdWaiter,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
-    assert_dat(
+    assert_invalid_state(
         &e,
-        DatType::InvalidState,
         Subtype::InvalidStateEvdWaiter,
-        DAT_INVALID_STATE,
         DAT_INVALID_STATE_EVD_WAITER,
     );
     // The refused second waiter did not disturb the first one.
@@ -226,34 +187,14 @@ fn second_concurrent_waiter_is_invalid_state_waiter() {
 
 #[test]
 fn dequeue_while_waiter_owns_is_invalid_state() {
-    let evd = sw(EvdFlags::default(), 8);
+    let evd = sw_evd(8);
     evd.post_se(1).unwrap();
-    let e2 = evd.clone();
-    let (tx, rx) = mpsc::channel();
-    let h = thread::spawn(move || {
-        // Threshold 3: one event queued is not enough, the waiter blocks.
-        let _ = tx.send(e2.wait(Some(LIMIT), 3));
-    });
-    assert!(
-        eventually(LIMIT, || waiter_owns(&evd)),
-        "the waiter never owned the EVD"
-    );
+    // Threshold 3: one event queued is not enough, the waiter blocks.
+    let (h, rx) = start_waiter(&evd, Some(LIMIT), 3);
     let check = |e: Error| {
-        assert!(
-            matches!(
-                e,
-                Error::InvalidState {
-                    state: Subtype::InvalidStateEvdWaiter,
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
-        assert_dat(
+        assert_invalid_state(
             &e,
-            DatType::InvalidState,
             Subtype::InvalidStateEvdWaiter,
-            DAT_INVALID_STATE,
             DAT_INVALID_STATE_EVD_WAITER,
         );
     };
@@ -279,7 +220,7 @@ fn dequeue_while_waiter_owns_is_invalid_state() {
 
 #[test]
 fn wait_timeout_is_timeout_expired_with_nmore() {
-    let evd = sw(EvdFlags::default(), 8);
+    let evd = sw_evd(8);
     evd.post_se(1).unwrap();
     evd.post_se(2).unwrap();
     let t0 = Instant::now();
@@ -313,16 +254,8 @@ fn wait_timeout_is_timeout_expired_with_nmore() {
 
 #[test]
 fn freeing_evd_aborts_blocked_waiter() {
-    let evd = sw(EvdFlags::default(), 4);
-    let e2 = evd.clone();
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(e2.wait(None, 1));
-    });
-    assert!(
-        eventually(LIMIT, || waiter_owns(&evd)),
-        "the waiter never owned the EVD"
-    );
+    let evd = sw_evd(4);
+    let (_h, rx) = start_waiter(&evd, None, 1);
     thread::sleep(Duration::from_millis(20)); // let it reach its sleep
     evd.free().unwrap();
     let got = rx.recv_timeout(LIMIT).expect("waiter not woken by free");
@@ -333,25 +266,15 @@ fn freeing_evd_aborts_blocked_waiter() {
 
 #[test]
 fn set_unwaitable_wakes_blocked_waiter_with_invalid_state() {
-    let evd = sw(EvdFlags::default(), 4);
-    let e2 = evd.clone();
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(e2.wait(None, 1));
-    });
-    assert!(
-        eventually(LIMIT, || waiter_owns(&evd)),
-        "the waiter never owned the EVD"
-    );
+    let evd = sw_evd(4);
+    let (_h, rx) = start_waiter(&evd, None, 1);
     thread::sleep(Duration::from_millis(20));
     evd.set_unwaitable().unwrap();
     let got = rx
         .recv_timeout(LIMIT)
         .expect("waiter not woken by set_unwaitable");
     let e = got.unwrap_err();
-    assert!(matches!(e, Error::InvalidState { .. }), "{e:?}");
-    assert_eq!(e.dat_return().ty(), Some(DatType::InvalidState));
-    assert_eq!(e.dat_return().0 & DatReturn::TYPE_MASK, DAT_INVALID_STATE);
+    assert_any_invalid_state(&e);
     assert_eq!(
         e.dat_return().subtype(),
         Some(Subtype::InvalidStateEvdUnwaitable)
@@ -373,7 +296,7 @@ fn set_unwaitable_wakes_blocked_waiter_with_invalid_state() {
 
 #[test]
 fn post_se_on_full_evd_is_queue_full_and_queues_nothing() {
-    let evd = sw(EvdFlags::default(), 3);
+    let evd = sw_evd(3);
     for i in 1..=3 {
         evd.post_se(i).unwrap();
     }
@@ -407,14 +330,7 @@ fn post_se_on_full_evd_is_queue_full_and_queues_nothing() {
 fn post_se_without_software_flag_is_invalid_arg1() {
     let evd = Evd::create(4, EvdFlags::DEFAULT).unwrap();
     let e = evd.post_se(1).unwrap_err();
-    assert!(matches!(e, Error::InvalidParameter { arg: 1, .. }), "{e:?}");
-    assert_dat(
-        &e,
-        DatType::InvalidParameter,
-        Subtype::InvalidArg1,
-        DAT_INVALID_PARAMETER,
-        DAT_INVALID_ARG1,
-    );
+    assert_invalid_arg(&e, 1, Subtype::InvalidArg1, DAT_INVALID_ARG1);
     let q = evd.query().unwrap();
     assert_eq!(
         (q.pending, q.occupied),
@@ -428,7 +344,7 @@ fn post_se_without_software_flag_is_invalid_arg1() {
 
 #[test]
 fn resize_below_occupied_is_invalid_state_and_changes_nothing() {
-    let evd = sw(EvdFlags::DTO, 8);
+    let evd = sw_dto_evd(8);
     for i in 0..3 {
         evd.post_se(i).unwrap();
     }
@@ -465,40 +381,17 @@ fn resize_below_occupied_is_invalid_state_and_changes_nothing() {
 
 #[test]
 fn resize_bad_lengths() {
-    let evd = sw(EvdFlags::default(), 8);
+    let evd = sw_evd(8);
     let e = evd.resize(0).unwrap_err();
-    assert!(matches!(e, Error::InvalidParameter { arg: 2, .. }), "{e:?}");
-    assert_dat(
-        &e,
-        DatType::InvalidParameter,
-        Subtype::InvalidArg2,
-        DAT_INVALID_PARAMETER,
-        DAT_INVALID_ARG2,
-    );
+    assert_invalid_arg(&e, 2, Subtype::InvalidArg2, DAT_INVALID_ARG2);
     let e = evd.resize(MAX_QLEN + 1).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::InsufficientResources {
-                resource: Subtype::ResourceTevd,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
-    assert_dat(
-        &e,
-        DatType::InsufficientResources,
-        Subtype::ResourceTevd,
-        DAT_INSUFFICIENT_RESOURCES,
-        DAT_RESOURCE_TEVD,
-    );
+    assert_no_tevd(&e);
     assert_eq!(evd.query().unwrap().qlen, 8);
 }
 
 #[test]
 fn resize_keeps_every_event_in_order_grow_and_shrink() {
-    let evd = sw(EvdFlags::default(), 4);
+    let evd = sw_evd(4);
     for i in 0..4 {
         evd.post_se(i).unwrap();
     }
@@ -528,7 +421,7 @@ fn resize_keeps_every_event_in_order_grow_and_shrink() {
 
 #[test]
 fn free_while_fed_is_refused_then_allowed() {
-    let evd = sw(EvdFlags::DTO, 4);
+    let evd = sw_dto_evd(4);
     let f1 = evd.feeder();
     let f2 = evd.feeder();
     assert_eq!(f1.evd().handle(), evd.handle());
@@ -632,38 +525,29 @@ fn every_operation_on_freed_evd_is_invalid_handle() {
 fn teardown_from_own_upcall_is_an_error_not_a_deadlock() {
     let (tx, rx) = mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
-    let up: Arc<dyn Upcall> = Arc::new(move |evd: &Evd, _ev: Option<Event>, _more: bool| {
+    let up = upcall(move |evd, _ev, _more| {
         let r = evd.modify_upcall(UpcallPolicy::Teardown, None, ReEnable::Strict);
         let _ = tx.lock().unwrap().send(r);
     });
-    let evd = Evd::builder(4, EvdFlags::SOFTWARE)
-        .upcall(UpcallPolicy::SingleInstance, up)
-        .build()
-        .unwrap();
+    let evd = upcall_evd(4, None, UpcallPolicy::SingleInstance, up);
     evd.post_se(1).unwrap();
     let r = rx
         .recv_timeout(LIMIT)
         .expect("Teardown inside the EVD's own upcall deadlocked (or no upcall ran)");
     let e = r.unwrap_err();
-    assert!(matches!(e, Error::InvalidState { .. }), "{e:?}");
-    assert_eq!(e.dat_return().ty(), Some(DatType::InvalidState));
-    assert_eq!(e.dat_return().0 & DatReturn::TYPE_MASK, DAT_INVALID_STATE);
+    assert_any_invalid_state(&e);
     // The refused teardown left the policy alone; teardown from outside works.
     assert_eq!(
         evd.query().unwrap().upcall_policy,
         UpcallPolicy::SingleInstance
     );
-    let evd2 = evd.clone();
-    within(LIMIT, "Teardown from outside the upcall", move || {
-        evd2.modify_upcall(UpcallPolicy::Teardown, None, ReEnable::Strict)
-    })
-    .unwrap();
+    teardown_within(&evd, "Teardown from outside the upcall").unwrap();
     assert_eq!(evd.query().unwrap().upcall_policy, UpcallPolicy::Teardown);
 }
 
 #[test]
 fn enabling_upcalls_without_upcall_object_is_refused() {
-    let evd = sw(EvdFlags::default(), 4);
+    let evd = sw_evd(4);
     evd.post_se(1).unwrap();
     for p in [
         UpcallPolicy::SingleInstance,
@@ -699,7 +583,7 @@ fn enabling_upcalls_without_upcall_object_is_refused() {
 
 #[test]
 fn strict_busy_maps_to_invalid_state_evd_in_use() {
-    let evd = sw(EvdFlags::default(), 4);
+    let evd = sw_evd(4);
     evd.modify_upcall(UpcallPolicy::Disable, Some(noop_upcall()), ReEnable::Strict)
         .unwrap();
     evd.post_se(1).unwrap();
@@ -722,32 +606,9 @@ fn strict_busy_maps_to_invalid_state_evd_in_use() {
 #[test]
 fn create_with_bad_qlen() {
     let e = Evd::create(0, EvdFlags::SOFTWARE).unwrap_err();
-    assert!(matches!(e, Error::InvalidParameter { arg: 2, .. }), "{e:?}");
-    assert_dat(
-        &e,
-        DatType::InvalidParameter,
-        Subtype::InvalidArg2,
-        DAT_INVALID_PARAMETER,
-        DAT_INVALID_ARG2,
-    );
+    assert_invalid_arg(&e, 2, Subtype::InvalidArg2, DAT_INVALID_ARG2);
     let e = Evd::create(MAX_QLEN + 1, EvdFlags::SOFTWARE).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::InsufficientResources {
-                resource: Subtype::ResourceTevd,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
-    assert_dat(
-        &e,
-        DatType::InsufficientResources,
-        Subtype::ResourceTevd,
-        DAT_INSUFFICIENT_RESOURCES,
-        DAT_RESOURCE_TEVD,
-    );
+    assert_no_tevd(&e);
     let e = Evd::builder(0, EvdFlags::SOFTWARE).build().unwrap_err();
     assert!(matches!(e, Error::InvalidParameter { arg: 2, .. }), "{e:?}");
     // The bounds themselves are legal.

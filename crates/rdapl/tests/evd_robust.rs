@@ -1,16 +1,18 @@
 //! Robustness: a panicking upcall does not wedge its EVD.
 
+mod common;
+
+use common::{LIMIT, eventually, sw_evd, upcall};
 use rdapl::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 #[test]
 fn panicking_upcall_is_caught_and_delivery_goes_on() {
-    let evd = Evd::create(16, EvdFlags::SOFTWARE).unwrap();
+    let evd = sw_evd(16);
     let seen = Arc::new(AtomicUsize::new(0));
     let s2 = seen.clone();
-    let up: Arc<dyn Upcall> = Arc::new(move |_: &Evd, ev: Option<Event>, _| {
+    let up = upcall(move |_, ev, _| {
         s2.fetch_add(1, Ordering::SeqCst);
         if ev == Some(Event::Software(1)) {
             panic!("consumer bug in the upcall (expected by this test)");
@@ -20,10 +22,7 @@ fn panicking_upcall_is_caught_and_delivery_goes_on() {
         .unwrap();
     evd.post_se(1).unwrap();
     evd.post_se(2).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while seen.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    eventually(LIMIT, || seen.load(Ordering::SeqCst) >= 2);
     assert_eq!(
         seen.load(Ordering::SeqCst),
         2,

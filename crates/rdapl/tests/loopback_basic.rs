@@ -1,11 +1,13 @@
 //! End-to-end smoke of the object model on the loopback provider: connect
 //! with private data, send/receive, RDMA write and read, disconnect.
 
+mod common;
+
+use common::{T, next, next_cr, next_dto, open};
 use rdapl::*;
 use std::time::Duration;
 
-const T: Option<Duration> = Some(Duration::from_secs(5));
-
+/// One side: an IA, a PZ, one EVD for every stream, and an endpoint.
 struct Side {
     ia: Ia,
     pz: Pz,
@@ -14,14 +16,7 @@ struct Side {
 }
 
 fn side(addr: &str) -> Side {
-    let ia = Ia::open_with(
-        "loopback",
-        IaOptions {
-            params: format!("addr={addr}"),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let ia = open(addr);
     let pz = ia.pz_create().unwrap();
     let evd = ia
         .evd_create(256, EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR)
@@ -32,28 +27,14 @@ fn side(addr: &str) -> Side {
     Side { ia, pz, evd, ep }
 }
 
-fn next(evd: &Evd) -> Event {
-    evd.wait(T, 1).expect("event").0
-}
-
-fn dto(evd: &Evd) -> DtoCompletion {
-    match next(evd) {
-        Event::Dto(d) => d,
-        e => panic!("expected a DTO completion, got {e:?}"),
-    }
-}
-
 #[test]
 fn connect_send_rdma_disconnect() {
     let s = side("127.0.10.1");
     let c = side("127.0.10.2");
     let _psp = s.ia.psp_create(4000, &s.evd).unwrap();
-    c.ep.connect(s.ia.address(), 4000, T, b"hello from client")
+    c.ep.connect(s.ia.address(), 4000, Some(T), b"hello from client")
         .unwrap();
-    let cr = match next(&s.evd) {
-        Event::ConnectionRequest(a) => s.ia.cr(a.cr).unwrap(),
-        e => panic!("{e:?}"),
-    };
+    let cr = next_cr(&s.ia, &s.evd);
     assert_eq!(cr.private_data(), b"hello from client");
     assert_eq!(cr.remote_address(), c.ia.address());
     cr.accept(&s.ep, b"welcome").unwrap();
@@ -79,12 +60,12 @@ fn connect_send_rdma_disconnect() {
         .unwrap();
     c.ep.post_send(&[sbuf.triplet(0, 10).unwrap()], 8, CompletionFlags::DEFAULT)
         .unwrap();
-    let d = dto(&c.evd);
+    let d = next_dto(&c.evd);
     assert_eq!(
         (d.cookie, d.status, d.operation, d.transferred_length),
         (8, DtoStatus::Success, DtoOp::Send, 10)
     );
-    let d = dto(&s.evd);
+    let d = next_dto(&s.evd);
     assert_eq!(
         (d.cookie, d.status, d.operation, d.transferred_length),
         (7, DtoStatus::Success, DtoOp::Receive, 10)
@@ -100,7 +81,7 @@ fn connect_send_rdma_disconnect() {
         CompletionFlags::DEFAULT,
     )
     .unwrap();
-    assert_eq!(dto(&c.evd).status, DtoStatus::Success);
+    assert_eq!(next_dto(&c.evd).status, DtoStatus::Success);
     assert_eq!(&rbuf.to_vec().unwrap()[20..30], b"0123456789");
     let back =
         c.pz.lmr_create(Region::zeroed(10), MemPriv::LOCAL_WRITE)
@@ -112,7 +93,7 @@ fn connect_send_rdma_disconnect() {
         CompletionFlags::DEFAULT,
     )
     .unwrap();
-    let d = dto(&c.evd);
+    let d = next_dto(&c.evd);
     assert_eq!(
         (d.status, d.operation),
         (DtoStatus::Success, DtoOp::RdmaRead)
@@ -177,11 +158,8 @@ fn shared_receive_queue_and_low_watermark() {
     );
     let _psp = s.ia.psp_create(4100, &s.evd).unwrap();
     for (c, e) in [(&c1, &e1), (&c2, &e2)] {
-        c.ep.connect(s.ia.address(), 4100, T, b"").unwrap();
-        let cr = match next(&s.evd) {
-            Event::ConnectionRequest(a) => s.ia.cr(a.cr).unwrap(),
-            ev => panic!("{ev:?}"),
-        };
+        c.ep.connect(s.ia.address(), 4100, Some(T), b"").unwrap();
+        let cr = next_cr(&s.ia, &s.evd);
         cr.accept(e, b"").unwrap();
         assert!(matches!(next(&c.evd), Event::Connection(_)));
         assert!(matches!(next(&sevd), Event::Connection(_)));
@@ -212,8 +190,8 @@ fn shared_receive_queue_and_low_watermark() {
     c2.ep
         .post_send(&[sb2.triplet(0, 8).unwrap()], 2, CompletionFlags::DEFAULT)
         .unwrap();
-    let a = dto(&sevd);
-    let b = dto(&sevd);
+    let a = next_dto(&sevd);
+    let b = next_dto(&sevd);
     assert_eq!((a.cookie, a.ep), (100, e1.handle()));
     assert_eq!((b.cookie, b.ep), (101, e2.handle()));
     let data = rb.to_vec().unwrap();
@@ -224,8 +202,8 @@ fn shared_receive_queue_and_low_watermark() {
     c1.ep
         .post_send(&[sb1.triplet(0, 8).unwrap()], 3, CompletionFlags::DEFAULT)
         .unwrap();
-    assert_eq!(dto(&sevd).cookie, 102);
-    match s.ia.async_evd().wait(T, 1).unwrap().0 {
+    assert_eq!(next_dto(&sevd).cookie, 102);
+    match s.ia.async_evd().wait(Some(T), 1).unwrap().0 {
         Event::AsyncError(e) => {
             assert_eq!(e.object, DatObject::Srq(srq.handle()));
             assert_eq!(e.reason, rdapl::srq::DAT_SRQ_LOW_WATERMARK_EVENT);
@@ -243,11 +221,8 @@ fn fmr_map_then_invalidate_queued() {
     let s = side("127.0.12.1");
     let c = side("127.0.12.2");
     let _psp = s.ia.psp_create(4200, &s.evd).unwrap();
-    c.ep.connect(s.ia.address(), 4200, T, b"").unwrap();
-    let cr = match next(&s.evd) {
-        Event::ConnectionRequest(a) => s.ia.cr(a.cr).unwrap(),
-        e => panic!("{e:?}"),
-    };
+    c.ep.connect(s.ia.address(), 4200, Some(T), b"").unwrap();
+    let cr = next_cr(&s.ia, &s.evd);
     cr.accept(&s.ep, b"").unwrap();
     assert!(matches!(next(&s.evd), Event::Connection(_)));
     assert!(matches!(next(&c.evd), Event::Connection(_)));
@@ -270,12 +245,12 @@ fn fmr_map_then_invalidate_queued() {
             .unwrap();
     s.ep.inject_delay(None);
     assert_ne!(k1, k2);
-    let d = dto(&s.evd);
+    let d = next_dto(&s.evd);
     assert_eq!(
         (d.cookie, d.status, d.operation),
         (1, DtoStatus::Success, DtoOp::LmrFmr)
     );
-    let d = dto(&s.evd);
+    let d = next_dto(&s.evd);
     assert_eq!(
         (d.cookie, d.status, d.operation),
         (2, DtoStatus::Success, DtoOp::LmrInvalidate)
@@ -295,6 +270,6 @@ fn fmr_map_then_invalidate_queued() {
         CompletionFlags::DEFAULT,
     )
     .unwrap();
-    assert_eq!(dto(&c.evd).status, DtoStatus::RemoteAccess);
+    assert_eq!(next_dto(&c.evd).status, DtoStatus::RemoteAccess);
     assert!(region.read().iter().all(|b| *b == 0), "no byte moved");
 }

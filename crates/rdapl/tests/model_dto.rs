@@ -13,162 +13,24 @@
 //! receives before the sends that need them, so none depends on the RNR time
 //! (and none waits for it).
 
+mod common;
+
+use common::{D, Pair, empty, flushed, next_dto, pair_with, resource_err, rt};
 use rdapl::error::Subtype;
 use rdapl::*;
 use std::time::{Duration, Instant};
 
-const T: Duration = Duration::from_secs(5);
-const D: CompletionFlags = CompletionFlags::DEFAULT;
 const DEFAULT_RNR: Duration = Duration::from_millis(200);
 
-struct Node {
-    ia: Ia,
-    pz: Pz,
-    req: Evd,
-    rcv: Evd,
-    conn: Evd,
-    cr: Evd,
-    ep: Ep,
-}
-
-fn node(addr: &str, attr: Option<EpAttr>, req_qlen: usize, rcv_qlen: usize) -> Node {
-    let ia = Ia::open_with(
-        "loopback",
-        IaOptions {
-            params: format!("addr={addr}"),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let pz = ia.pz_create().unwrap();
-    let req = ia.evd_create(req_qlen, EvdFlags::DTO).unwrap();
-    let rcv = ia.evd_create(rcv_qlen, EvdFlags::DTO).unwrap();
-    let conn = ia.evd_create(16, EvdFlags::CONNECTION).unwrap();
-    let cr = ia.evd_create(16, EvdFlags::CR).unwrap();
-    let ep = ia
-        .ep_create(&pz, Some(&rcv), Some(&req), Some(&conn), attr)
-        .unwrap();
-    Node {
-        ia,
-        pz,
-        req,
-        rcv,
-        conn,
-        cr,
-        ep,
-    }
-}
-
-impl Node {
-    fn lmr(&self, data: Vec<u8>) -> Lmr {
-        self.pz.lmr_create_from(data, MemPriv::ALL).unwrap()
-    }
-}
-
-fn next(evd: &Evd) -> Event {
-    evd.wait(Some(T), 1).expect("an event within the timeout").0
-}
-
-fn dto(evd: &Evd) -> DtoCompletion {
-    match next(evd) {
-        Event::Dto(d) => d,
-        e => panic!("expected a DTO completion, got {e:?}"),
-    }
-}
-
-fn conn_kind(evd: &Evd) -> ConnectionEventKind {
-    match next(evd) {
-        Event::Connection(c) => c.kind,
-        e => panic!("expected a connection event, got {e:?}"),
-    }
-}
-
-fn empty(evd: &Evd) {
-    assert_eq!(evd.dequeue().unwrap(), None, "no further event expected");
-}
-
-/// Expects `Flushed` completions with these cookies, in order, and nothing else.
-fn flushed(evd: &Evd, cookies: &[u64]) {
-    for &k in cookies {
-        let d = dto(evd);
-        assert_eq!((d.cookie, d.status), (k, DtoStatus::Flushed), "{d:?}");
-    }
-    empty(evd);
-}
-
-struct Pair {
-    c: Node,
-    s: Node,
-    _psp: Psp,
-    qual: u64,
-}
-
+/// A connected pair with 256-entry DTO EVDs (see [`pair_with`]).
 fn pair(client: &str, server: &str, qual: u64) -> Pair {
     pair_with(client, server, qual, None, 256, 256)
-}
-
-fn pair_with(
-    client: &str,
-    server: &str,
-    qual: u64,
-    attr: Option<EpAttr>,
-    req_qlen: usize,
-    rcv_qlen: usize,
-) -> Pair {
-    let c = node(client, attr, req_qlen, rcv_qlen);
-    let s = node(server, attr, req_qlen, rcv_qlen);
-    let psp = s.ia.psp_create(qual, &s.cr).unwrap();
-    let p = Pair {
-        c,
-        s,
-        _psp: psp,
-        qual,
-    };
-    p.connect();
-    p
-}
-
-impl Pair {
-    fn connect(&self) {
-        self.c
-            .ep
-            .connect(self.s.ia.address(), self.qual, Some(T), b"")
-            .unwrap();
-        let cr = match next(&self.s.cr) {
-            Event::ConnectionRequest(a) => self.s.ia.cr(a.cr).unwrap(),
-            e => panic!("expected a connection request, got {e:?}"),
-        };
-        cr.accept(&self.s.ep, b"").unwrap();
-        assert_eq!(conn_kind(&self.s.conn), ConnectionEventKind::Established);
-        assert_eq!(conn_kind(&self.c.conn), ConnectionEventKind::Established);
-    }
-
-    fn expect_end(&self, kind: ConnectionEventKind) {
-        assert_eq!(conn_kind(&self.c.conn), kind);
-        assert_eq!(conn_kind(&self.s.conn), kind);
-        assert_eq!(self.c.ep.state(), EpState::Disconnected);
-        assert_eq!(self.s.ep.state(), EpState::Disconnected);
-    }
-
-    fn reconnect(&self) {
-        self.c.ep.reset().unwrap();
-        self.s.ep.reset().unwrap();
-        self.connect();
-    }
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
-}
-
-fn rt(ctx: u32, addr: u64, len: u64) -> RmrTriplet {
-    RmrTriplet {
-        rmr_context: ctx,
-        target_address: addr,
-        segment_length: len,
-    }
 }
 
 #[test]
@@ -178,20 +40,12 @@ fn completions_and_data_in_post_order() {
     let rbuf = p.s.lmr(vec![0; N * 8]);
     let sbuf = p.c.lmr((0..N * 8).map(|i| (i / 8) as u8).collect());
     for i in 0..N {
-        p.s.ep
-            .post_recv(
-                &[rbuf.triplet((i * 8) as u64, 8).unwrap()],
-                1000 + i as u64,
-                D,
-            )
-            .unwrap();
+        p.s.recv(&rbuf, (i * 8) as u64, 8, 1000 + i as u64);
     }
     // Sends interleaved with RDMA writes into a separate area.
     let area = p.s.lmr(vec![0; N]);
     for i in 0..N {
-        p.c.ep
-            .post_send(&[sbuf.triplet((i * 8) as u64, 8).unwrap()], i as u64, D)
-            .unwrap();
+        p.c.send(&sbuf, (i * 8) as u64, 8, i as u64);
         if i % 10 == 0 {
             p.c.ep
                 .post_rdma_write(
@@ -204,19 +58,19 @@ fn completions_and_data_in_post_order() {
         }
     }
     for i in 0..N {
-        let d = dto(&p.c.req);
+        let d = next_dto(&p.c.req);
         assert_eq!(
             (d.cookie, d.status, d.operation, d.transferred_length),
             (i as u64, DtoStatus::Success, DtoOp::Send, 8)
         );
         if i % 10 == 0 {
-            let d = dto(&p.c.req);
+            let d = next_dto(&p.c.req);
             assert_eq!(
                 (d.cookie, d.status, d.operation),
                 (10_000 + i as u64, DtoStatus::Success, DtoOp::RdmaWrite)
             );
         }
-        let r = dto(&p.s.rcv);
+        let r = next_dto(&p.s.rcv);
         assert_eq!(
             (r.cookie, r.status, r.operation, r.transferred_length),
             (1000 + i as u64, DtoStatus::Success, DtoOp::Receive, 8)
@@ -236,25 +90,17 @@ fn completions_and_data_in_post_order() {
 fn receive_too_small() {
     let p = pair("127.0.23.3", "127.0.23.4", 300);
     let rbuf = p.s.lmr(vec![0; 32]);
-    p.s.ep
-        .post_recv(&[rbuf.triplet(0, 8).unwrap()], 1, D)
-        .unwrap();
-    p.s.ep
-        .post_recv(&[rbuf.triplet(8, 24).unwrap()], 2, D)
-        .unwrap();
+    p.s.recv(&rbuf, 0, 8, 1);
+    p.s.recv(&rbuf, 8, 24, 2);
     let cbuf = p.c.lmr(pattern(16, 1));
-    p.c.ep
-        .post_recv(&[cbuf.triplet(0, 16).unwrap()], 3, D)
-        .unwrap();
-    p.c.ep
-        .post_send(&[cbuf.triplet(0, 16).unwrap()], 4, D)
-        .unwrap();
-    let d = dto(&p.c.req);
+    p.c.recv(&cbuf, 0, 16, 3);
+    p.c.send(&cbuf, 0, 16, 4);
+    let d = next_dto(&p.c.req);
     assert_eq!(
         (d.cookie, d.status, d.operation, d.transferred_length),
         (4, DtoStatus::RemoteResponder, DtoOp::Send, 0)
     );
-    let d = dto(&p.s.rcv);
+    let d = next_dto(&p.s.rcv);
     assert_eq!(
         (d.cookie, d.status, d.operation),
         (1, DtoStatus::LocalLength, DtoOp::Receive)
@@ -273,14 +119,10 @@ fn receive_too_small() {
     ));
     // An exact fit is fine.
     p.reconnect();
-    p.s.ep
-        .post_recv(&[rbuf.triplet(0, 16).unwrap()], 6, D)
-        .unwrap();
-    p.c.ep
-        .post_send(&[cbuf.triplet(0, 16).unwrap()], 7, D)
-        .unwrap();
-    assert_eq!(dto(&p.c.req).status, DtoStatus::Success);
-    assert_eq!(dto(&p.s.rcv).transferred_length, 16);
+    p.s.recv(&rbuf, 0, 16, 6);
+    p.c.send(&cbuf, 0, 16, 7);
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+    assert_eq!(next_dto(&p.s.rcv).transferred_length, 16);
     assert_eq!(rbuf.to_vec().unwrap()[..16], pattern(16, 1));
 }
 
@@ -302,19 +144,15 @@ fn rnr_timeout_and_late_receive() {
     let cbuf = p.c.lmr(pattern(16, 2));
     let rbuf = p.s.lmr(vec![0; 16]);
     let cspare = p.c.lmr(vec![0; 16]);
-    p.c.ep
-        .post_recv(&[cspare.triplet(0, 16).unwrap()], 1, D)
-        .unwrap();
+    p.c.recv(&cspare, 0, 16, 1);
 
     // No receive: the send waits the RNR time, then fails.
     let t0 = Instant::now();
-    p.c.ep
-        .post_send(&[cbuf.triplet(0, 16).unwrap()], 2, D)
-        .unwrap();
+    p.c.send(&cbuf, 0, 16, 2);
     std::thread::sleep(Duration::from_millis(100));
     empty(&p.c.req);
     assert_eq!(p.c.ep.state(), EpState::Connected, "still waiting");
-    let d = dto(&p.c.req);
+    let d = next_dto(&p.c.req);
     let waited = t0.elapsed();
     assert_eq!(
         (d.cookie, d.status, d.operation),
@@ -326,17 +164,13 @@ fn rnr_timeout_and_late_receive() {
 
     // A receive posted inside the window lets the send complete.
     p.reconnect();
-    p.c.ep
-        .post_send(&[cbuf.triplet(0, 16).unwrap()], 3, D)
-        .unwrap();
+    p.c.send(&cbuf, 0, 16, 3);
     std::thread::sleep(Duration::from_millis(100));
     empty(&p.c.req);
-    p.s.ep
-        .post_recv(&[rbuf.triplet(0, 16).unwrap()], 4, D)
-        .unwrap();
-    let d = dto(&p.c.req);
+    p.s.recv(&rbuf, 0, 16, 4);
+    let d = next_dto(&p.c.req);
     assert_eq!((d.cookie, d.status), (3, DtoStatus::Success));
-    let d = dto(&p.s.rcv);
+    let d = next_dto(&p.s.rcv);
     assert_eq!(
         (d.cookie, d.status, d.transferred_length),
         (4, DtoStatus::Success, 16)
@@ -393,7 +227,7 @@ fn bad_remote_key_range_or_right() {
                 .post_rdma_read(&[sink.triplet(0, 8).unwrap()], remote, cookie, D)
                 .unwrap();
         }
-        let d = dto(&p.c.req);
+        let d = next_dto(&p.c.req);
         assert_eq!(
             (d.cookie, d.status, d.transferred_length),
             (cookie, DtoStatus::RemoteAccess, 0),
@@ -413,7 +247,7 @@ fn bad_remote_key_range_or_right() {
             D,
         )
         .unwrap();
-    assert_eq!(dto(&p.c.req).status, DtoStatus::Success);
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
     assert_eq!(sink.to_vec().unwrap()[..8], pattern(64, 4)[..8]);
     p.c.ep
         .post_rdma_write(
@@ -423,7 +257,7 @@ fn bad_remote_key_range_or_right() {
             D,
         )
         .unwrap();
-    assert_eq!(dto(&p.c.req).status, DtoStatus::Success);
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
     assert_eq!(wo.to_vec().unwrap()[56..], [0xFF; 8]);
     // A remote triplet shorter than the local list is refused at post time.
     assert!(matches!(
@@ -443,13 +277,9 @@ fn bad_local_key_or_right() {
             .lmr_create_from(vec![1; 8], MemPriv::LOCAL_WRITE)
             .unwrap();
     let rbuf = p.s.lmr(vec![0; 8]);
-    p.s.ep
-        .post_recv(&[rbuf.triplet(0, 8).unwrap()], 1, D)
-        .unwrap();
-    p.c.ep
-        .post_send(&[noread.triplet(0, 8).unwrap()], 2, D)
-        .unwrap();
-    assert_eq!(dto(&p.c.req).status, DtoStatus::LocalProtection);
+    p.s.recv(&rbuf, 0, 8, 1);
+    p.c.send(&noread, 0, 8, 2);
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::LocalProtection);
     flushed(&p.s.rcv, &[1]);
     p.expect_end(ConnectionEventKind::Broken);
     assert_eq!(rbuf.to_vec().unwrap(), vec![0; 8]);
@@ -459,26 +289,20 @@ fn bad_local_key_or_right() {
         p.s.pz
             .lmr_create_from(vec![0; 8], MemPriv::LOCAL_READ)
             .unwrap();
-    p.s.ep
-        .post_recv(&[nowrite.triplet(0, 8).unwrap()], 3, D)
-        .unwrap();
+    p.s.recv(&nowrite, 0, 8, 3);
     let sbuf = p.c.lmr(vec![2; 8]);
-    p.c.ep
-        .post_send(&[sbuf.triplet(0, 8).unwrap()], 4, D)
-        .unwrap();
-    assert_eq!(dto(&p.c.req).status, DtoStatus::RemoteResponder);
-    let d = dto(&p.s.rcv);
+    p.c.send(&sbuf, 0, 8, 4);
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::RemoteResponder);
+    let d = next_dto(&p.s.rcv);
     assert_eq!((d.cookie, d.status), (3, DtoStatus::LocalProtection));
     p.expect_end(ConnectionEventKind::Broken);
     assert_eq!(nowrite.to_vec().unwrap(), vec![0; 8]);
     p.reconnect();
     // A local range past the LMR's end.
     let t = sbuf.triplet(4, 8).unwrap();
-    p.s.ep
-        .post_recv(&[rbuf.triplet(0, 8).unwrap()], 5, D)
-        .unwrap();
+    p.s.recv(&rbuf, 0, 8, 5);
     p.c.ep.post_send(&[t], 6, D).unwrap();
-    assert_eq!(dto(&p.c.req).status, DtoStatus::LocalProtection);
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::LocalProtection);
     flushed(&p.s.rcv, &[5]);
     p.expect_end(ConnectionEventKind::Broken);
 }
@@ -502,14 +326,12 @@ fn suppress_and_unsignalled_only_report_errors() {
             )
             .unwrap();
     }
-    p.s.ep
-        .post_recv(&[rbuf.triplet(0, 8).unwrap()], 50, D)
-        .unwrap();
+    p.s.recv(&rbuf, 0, 8, 50);
     p.c.ep
         .post_send(&[src.triplet(0, 8).unwrap()], 51, CompletionFlags::SUPPRESS)
         .unwrap();
     // The receiver still sees its (default) receive complete.
-    let d = dto(&p.s.rcv);
+    let d = next_dto(&p.s.rcv);
     assert_eq!((d.cookie, d.status), (50, DtoStatus::Success));
     // A quiet receive is quiet on success too.
     p.s.ep
@@ -519,10 +341,12 @@ fn suppress_and_unsignalled_only_report_errors() {
             CompletionFlags::SUPPRESS,
         )
         .unwrap();
-    p.c.ep
-        .post_send(&[src.triplet(8, 8).unwrap()], 53, D)
-        .unwrap();
-    assert_eq!(dto(&p.c.req).cookie, 53, "only the default send reports");
+    p.c.send(&src, 8, 8, 53);
+    assert_eq!(
+        next_dto(&p.c.req).cookie,
+        53,
+        "only the default send reports"
+    );
     empty(&p.c.req);
     empty(&p.s.rcv);
     assert_eq!(tgt.to_vec().unwrap()[..20], pattern(64, 6)[..20]);
@@ -537,7 +361,7 @@ fn suppress_and_unsignalled_only_report_errors() {
             CompletionFlags::SUPPRESS,
         )
         .unwrap();
-    let d = dto(&p.c.req);
+    let d = next_dto(&p.c.req);
     assert_eq!((d.cookie, d.status), (60, DtoStatus::RemoteAccess));
     p.expect_end(ConnectionEventKind::Broken);
     p.reconnect();
@@ -556,9 +380,9 @@ fn suppress_and_unsignalled_only_report_errors() {
             CompletionFlags::UNSIGNALLED,
         )
         .unwrap();
-    let d = dto(&p.c.req);
+    let d = next_dto(&p.c.req);
     assert_eq!((d.cookie, d.status), (62, DtoStatus::RemoteResponder));
-    let d = dto(&p.s.rcv);
+    let d = next_dto(&p.s.rcv);
     assert_eq!((d.cookie, d.status), (61, DtoStatus::LocalLength));
     p.expect_end(ConnectionEventKind::Broken);
     p.reconnect();
@@ -589,8 +413,8 @@ fn suppress_and_unsignalled_only_report_errors() {
             CompletionFlags::BARRIER_FENCE,
         )
         .unwrap();
-    assert_eq!(dto(&p.s.rcv).cookie, 64);
-    assert_eq!(dto(&p.c.req).cookie, 65);
+    assert_eq!(next_dto(&p.s.rcv).cookie, 64);
+    assert_eq!(next_dto(&p.c.req).cookie, 65);
 }
 
 #[test]
@@ -616,8 +440,8 @@ fn scatter_gather_several_entries() {
     ];
     p.s.ep.post_recv(&scatter, 1, D).unwrap();
     p.c.ep.post_send(&gather, 2, D).unwrap();
-    assert_eq!(dto(&p.c.req).transferred_length, 9);
-    let d = dto(&p.s.rcv);
+    assert_eq!(next_dto(&p.c.req).transferred_length, 9);
+    let d = next_dto(&p.s.rcv);
     assert_eq!((d.status, d.transferred_length), (DtoStatus::Success, 9));
     // "ABC2345IJ" -> x[1..3]="AB", y[0]="C", x[6..11]="2345I", y[4..5]="J".
     assert_eq!(x.to_vec().unwrap(), b".AB...2345I.");
@@ -628,7 +452,7 @@ fn scatter_gather_several_entries() {
     p.c.ep
         .post_rdma_write(&gather, tgt.rmr_triplet(2, 9).unwrap(), 3, D)
         .unwrap();
-    assert_eq!(dto(&p.c.req).transferred_length, 9);
+    assert_eq!(next_dto(&p.c.req).transferred_length, 9);
     assert_eq!(tgt.to_vec().unwrap(), b"--ABC2345IJ-----");
     // RDMA read scatters a contiguous remote range.
     let r1 = p.c.lmr(vec![b'_'; 4]);
@@ -641,7 +465,7 @@ fn scatter_gather_several_entries() {
             D,
         )
         .unwrap();
-    let d = dto(&p.c.req);
+    let d = next_dto(&p.c.req);
     assert_eq!((d.status, d.transferred_length), (DtoStatus::Success, 9));
     assert_eq!(r1.to_vec().unwrap(), b"_ABC");
     assert_eq!(r2.to_vec().unwrap(), b"2345IJ__");
@@ -674,8 +498,8 @@ fn too_many_iov_entries() {
     p.s.ep
         .post_send(&[sb.triplet(0, 1).unwrap(); 2], 6, D)
         .unwrap();
-    assert_eq!(dto(&p.c.rcv).transferred_length, 2);
-    assert_eq!(dto(&p.s.req).status, DtoStatus::Success);
+    assert_eq!(next_dto(&p.c.rcv).transferred_length, 2);
+    assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
     empty(&p.c.req);
     assert_eq!(p.c.ep.state(), EpState::Connected);
 }
@@ -688,73 +512,41 @@ fn work_queue_full() {
         ..Default::default()
     };
     let p = pair_with("127.0.23.17", "127.0.23.18", 1700, Some(attr), 64, 64);
-    let tep = |r: Result<()>| {
-        assert!(
-            matches!(
-                r,
-                Err(Error::InsufficientResources {
-                    resource: Subtype::ResourceTep,
-                    ..
-                })
-            ),
-            "{r:?}"
-        )
-    };
+    let tep = |r: Result<()>| resource_err(r, Subtype::ResourceTep);
     let rb = p.s.lmr(vec![0; 32]);
     for i in 0..3 {
-        p.s.ep
-            .post_recv(&[rb.triplet(i * 8, 8).unwrap()], i, D)
-            .unwrap();
+        p.s.recv(&rb, i * 8, 8, i);
     }
     tep(p.s.ep.post_recv(&[rb.triplet(24, 8).unwrap()], 3, D));
     // Requests held back by an injected delay fill the send queue.
     let sb = p.c.lmr(pattern(24, 7));
     p.c.ep.inject_delay(Some(Duration::from_millis(50)));
-    p.c.ep
-        .post_send(&[sb.triplet(0, 8).unwrap()], 10, D)
-        .unwrap();
-    p.c.ep
-        .post_send(&[sb.triplet(8, 8).unwrap()], 11, D)
-        .unwrap();
+    p.c.send(&sb, 0, 8, 10);
+    p.c.send(&sb, 8, 8, 11);
     tep(p.c.ep.post_send(&[sb.triplet(16, 8).unwrap()], 12, D));
     assert_eq!(p.c.ep.query().unwrap().outstanding.0, 2);
     p.c.ep.inject_delay(None);
     // Nothing was lost: both complete, in order, into the first receives.
     for k in [10, 11] {
-        let d = dto(&p.c.req);
+        let d = next_dto(&p.c.req);
         assert_eq!((d.cookie, d.status), (k, DtoStatus::Success));
     }
     for k in [0, 1] {
-        let d = dto(&p.s.rcv);
+        let d = next_dto(&p.s.rcv);
         assert_eq!((d.cookie, d.status), (k, DtoStatus::Success));
     }
     assert_eq!(rb.to_vec().unwrap()[..16], pattern(24, 7)[..16]);
     // Room again.
-    p.s.ep
-        .post_recv(&[rb.triplet(24, 8).unwrap()], 3, D)
-        .unwrap();
-    p.c.ep
-        .post_send(&[sb.triplet(16, 8).unwrap()], 12, D)
-        .unwrap();
-    assert_eq!(dto(&p.c.req).cookie, 12);
-    assert_eq!(dto(&p.s.rcv).cookie, 2);
+    p.s.recv(&rb, 24, 8, 3);
+    p.c.send(&sb, 16, 8, 12);
+    assert_eq!(next_dto(&p.c.req).cookie, 12);
+    assert_eq!(next_dto(&p.s.rcv).cookie, 2);
 }
 
 #[test]
 fn completion_evd_full_is_refused_at_post_time() {
     let p = pair_with("127.0.23.19", "127.0.23.20", 1900, None, 2, 2);
-    let tevd = |r: Result<()>| {
-        assert!(
-            matches!(
-                r,
-                Err(Error::InsufficientResources {
-                    resource: Subtype::ResourceTevd,
-                    ..
-                })
-            ),
-            "{r:?}"
-        )
-    };
+    let tevd = |r: Result<()>| resource_err(r, Subtype::ResourceTevd);
     let src = p.c.lmr(pattern(8, 8));
     let tgt = p.s.lmr(vec![0; 8]);
     for i in 0..2u64 {
@@ -777,17 +569,13 @@ fn completion_evd_full_is_refused_at_post_time() {
     assert_eq!(tgt.to_vec().unwrap()[2], 0, "the refused write did not run");
     // Receives reserve their slot when posted, before they complete.
     let rb = p.s.lmr(vec![0; 8]);
-    p.s.ep
-        .post_recv(&[rb.triplet(0, 4).unwrap()], 20, D)
-        .unwrap();
-    p.s.ep
-        .post_recv(&[rb.triplet(4, 4).unwrap()], 21, D)
-        .unwrap();
+    p.s.recv(&rb, 0, 4, 20);
+    p.s.recv(&rb, 4, 4, 21);
     tevd(p.s.ep.post_recv(&[rb.triplet(0, 4).unwrap()], 22, D));
     assert_eq!(p.c.ep.state(), EpState::Connected);
     // Nothing lost: the queued completions are intact and room comes back.
     for i in 0..2 {
-        let d = dto(&p.c.req);
+        let d = next_dto(&p.c.req);
         assert_eq!((d.cookie, d.status), (i, DtoStatus::Success));
     }
     p.c.ep
@@ -798,17 +586,13 @@ fn completion_evd_full_is_refused_at_post_time() {
             D,
         )
         .unwrap();
-    assert_eq!(dto(&p.c.req).cookie, 2);
+    assert_eq!(next_dto(&p.c.req).cookie, 2);
     assert_eq!(tgt.to_vec().unwrap()[..3], pattern(8, 8)[..3]);
     // The two receives still complete.
-    p.c.ep
-        .post_send(&[src.triplet(0, 4).unwrap()], 30, D)
-        .unwrap();
-    p.c.ep
-        .post_send(&[src.triplet(4, 4).unwrap()], 31, D)
-        .unwrap();
-    assert_eq!(dto(&p.s.rcv).cookie, 20);
-    assert_eq!(dto(&p.s.rcv).cookie, 21);
+    p.c.send(&src, 0, 4, 30);
+    p.c.send(&src, 4, 4, 31);
+    assert_eq!(next_dto(&p.s.rcv).cookie, 20);
+    assert_eq!(next_dto(&p.s.rcv).cookie, 21);
     assert_eq!(rb.to_vec().unwrap(), pattern(8, 8));
 }
 
@@ -817,20 +601,12 @@ fn inject_failure_fails_next_dto_and_breaks() {
     let p = pair("127.0.23.21", "127.0.23.22", 2100);
     let sb = p.c.lmr(pattern(16, 9));
     let rb = p.s.lmr(vec![0; 16]);
-    p.s.ep
-        .post_recv(&[rb.triplet(0, 8).unwrap()], 1, D)
-        .unwrap();
-    p.s.ep
-        .post_recv(&[rb.triplet(8, 8).unwrap()], 2, D)
-        .unwrap();
-    p.c.ep
-        .post_recv(&[sb.triplet(0, 8).unwrap()], 3, D)
-        .unwrap();
+    p.s.recv(&rb, 0, 8, 1);
+    p.s.recv(&rb, 8, 8, 2);
+    p.c.recv(&sb, 0, 8, 3);
     p.c.ep.inject_failure(DtoStatus::Transport);
-    p.c.ep
-        .post_send(&[sb.triplet(0, 8).unwrap()], 4, D)
-        .unwrap();
-    let d = dto(&p.c.req);
+    p.c.send(&sb, 0, 8, 4);
+    let d = next_dto(&p.c.req);
     assert_eq!(
         (d.cookie, d.status, d.operation),
         (4, DtoStatus::Transport, DtoOp::Send)
@@ -841,14 +617,10 @@ fn inject_failure_fails_next_dto_and_breaks() {
     assert_eq!(rb.to_vec().unwrap(), vec![0; 16]);
     // One failure only: after reconnecting everything works.
     p.reconnect();
-    p.s.ep
-        .post_recv(&[rb.triplet(0, 8).unwrap()], 5, D)
-        .unwrap();
-    p.c.ep
-        .post_send(&[sb.triplet(0, 8).unwrap()], 6, D)
-        .unwrap();
-    assert_eq!(dto(&p.c.req).status, DtoStatus::Success);
-    assert_eq!(dto(&p.s.rcv).status, DtoStatus::Success);
+    p.s.recv(&rb, 0, 8, 5);
+    p.c.send(&sb, 0, 8, 6);
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+    assert_eq!(next_dto(&p.s.rcv).status, DtoStatus::Success);
     // The next DTO may be an RDMA write; the status is the injected one.
     let before = rb.to_vec().unwrap();
     p.c.ep.inject_failure(DtoStatus::LocalEp);
@@ -860,7 +632,7 @@ fn inject_failure_fails_next_dto_and_breaks() {
             D,
         )
         .unwrap();
-    let d = dto(&p.c.req);
+    let d = next_dto(&p.c.req);
     assert_eq!(
         (d.cookie, d.status, d.operation),
         (7, DtoStatus::LocalEp, DtoOp::RdmaWrite)
@@ -878,34 +650,26 @@ fn inject_delay_delays() {
     let p = pair("127.0.23.23", "127.0.23.24", 2300);
     let sb = p.c.lmr(pattern(8, 10));
     let rb = p.s.lmr(vec![0; 16]);
-    p.s.ep
-        .post_recv(&[rb.triplet(0, 8).unwrap()], 1, D)
-        .unwrap();
-    p.s.ep
-        .post_recv(&[rb.triplet(8, 8).unwrap()], 2, D)
-        .unwrap();
+    p.s.recv(&rb, 0, 8, 1);
+    p.s.recv(&rb, 8, 8, 2);
     let delay = Duration::from_millis(150);
     p.c.ep.inject_delay(Some(delay));
     let t0 = Instant::now();
-    p.c.ep
-        .post_send(&[sb.triplet(0, 8).unwrap()], 3, D)
-        .unwrap();
+    p.c.send(&sb, 0, 8, 3);
     empty(&p.c.req);
     empty(&p.s.rcv);
-    let d = dto(&p.c.req);
+    let d = next_dto(&p.c.req);
     assert_eq!((d.cookie, d.status), (3, DtoStatus::Success));
     assert!(
         t0.elapsed() >= delay - Duration::from_millis(5),
         "{:?}",
         t0.elapsed()
     );
-    assert_eq!(dto(&p.s.rcv).cookie, 1);
+    assert_eq!(next_dto(&p.s.rcv).cookie, 1);
     assert_eq!(rb.to_vec().unwrap()[..8], pattern(8, 10));
     // Delay off: the next request runs at once.
     p.c.ep.inject_delay(None);
-    p.c.ep
-        .post_send(&[sb.triplet(0, 8).unwrap()], 4, D)
-        .unwrap();
+    p.c.send(&sb, 0, 8, 4);
     assert_eq!(
         p.c.req.dequeue().unwrap().map(|e| match e {
             Event::Dto(d) => d.cookie,
@@ -913,7 +677,7 @@ fn inject_delay_delays() {
         }),
         Some(4)
     );
-    assert_eq!(dto(&p.s.rcv).cookie, 2);
+    assert_eq!(next_dto(&p.s.rcv).cookie, 2);
 }
 
 #[test]
@@ -921,15 +685,9 @@ fn inject_break_breaks_both_sides() {
     let p = pair("127.0.23.25", "127.0.23.26", 2500);
     let cb = p.c.lmr(vec![0; 32]);
     let sb = p.s.lmr(vec![0; 32]);
-    p.c.ep
-        .post_recv(&[cb.triplet(0, 8).unwrap()], 1, D)
-        .unwrap();
-    p.s.ep
-        .post_recv(&[sb.triplet(0, 8).unwrap()], 2, D)
-        .unwrap();
-    p.s.ep
-        .post_recv(&[sb.triplet(8, 8).unwrap()], 3, D)
-        .unwrap();
+    p.c.recv(&cb, 0, 8, 1);
+    p.s.recv(&sb, 0, 8, 2);
+    p.s.recv(&sb, 8, 8, 3);
     p.c.ep.inject_delay(Some(Duration::from_secs(2)));
     p.c.ep
         .post_rdma_write(
@@ -977,7 +735,7 @@ fn message_and_rdma_size_limits() {
     p.c.ep
         .post_rdma_write(&[b.triplet(0, 16).unwrap()], r, 5, D)
         .unwrap();
-    assert_eq!(dto(&p.c.req).cookie, 5);
+    assert_eq!(next_dto(&p.c.req).cookie, 5);
     empty(&p.c.req);
     assert_eq!(p.c.ep.state(), EpState::Connected);
 }
@@ -1016,9 +774,7 @@ fn concurrent_posters_keep_completion_order() {
         .collect();
     for round in 0..ROUNDS {
         for i in 0..2 * PER {
-            p.s.ep
-                .post_recv(&[rb.triplet((i * 4) as u64, 4).unwrap()], i as u64, D)
-                .unwrap();
+            p.s.recv(&rb, (i * 4) as u64, 4, i as u64);
         }
         let threads: Vec<_> = (0..2u64)
             .map(|t| {
@@ -1037,13 +793,13 @@ fn concurrent_posters_keep_completion_order() {
         }
         let mut recv_order = Vec::new();
         for _ in 0..2 * PER {
-            let d = dto(&p.s.rcv);
+            let d = next_dto(&p.s.rcv);
             assert_eq!(d.status, DtoStatus::Success);
             recv_order.push(d.cookie);
         }
         let mut last = [None::<u64>; 2];
         for _ in 0..2 * PER {
-            let d = dto(&p.c.req);
+            let d = next_dto(&p.c.req);
             assert_eq!(d.status, DtoStatus::Success);
             let t = (d.cookie >> 32) as usize;
             let i = d.cookie & 0xffff_ffff;

@@ -6,131 +6,15 @@
 //! Every test uses its own IA addresses (`127.0.22.<m>`) and qualifiers, so
 //! the tests run in parallel; every wait has a timeout.
 
+mod common;
+
+use common::{
+    D, Node, T, conn_ev, conn_kind, cr_arrival, empty, establish, handle_err, ip, listening, next,
+    next_cr, next_dto, open, state_err,
+};
 use rdapl::error::Subtype;
 use rdapl::*;
-use std::net::IpAddr;
 use std::time::{Duration, Instant};
-
-const T: Duration = Duration::from_secs(5);
-const D: CompletionFlags = CompletionFlags::DEFAULT;
-
-fn open(addr: &str) -> Ia {
-    Ia::open_with(
-        "loopback",
-        IaOptions {
-            params: format!("addr={addr}"),
-            ..Default::default()
-        },
-    )
-    .unwrap()
-}
-
-fn ip(addr: &str) -> IpAddr {
-    addr.parse().unwrap()
-}
-
-struct Node {
-    ia: Ia,
-    pz: Pz,
-    req: Evd,
-    rcv: Evd,
-    conn: Evd,
-    cr: Evd,
-    ep: Ep,
-}
-
-impl Node {
-    fn new(addr: &str) -> Node {
-        let ia = open(addr);
-        let pz = ia.pz_create().unwrap();
-        let req = ia.evd_create(64, EvdFlags::DTO).unwrap();
-        let rcv = ia.evd_create(64, EvdFlags::DTO).unwrap();
-        let conn = ia.evd_create(16, EvdFlags::CONNECTION).unwrap();
-        let cr = ia.evd_create(16, EvdFlags::CR).unwrap();
-        let ep = ia
-            .ep_create(&pz, Some(&rcv), Some(&req), Some(&conn), None)
-            .unwrap();
-        Node {
-            ia,
-            pz,
-            req,
-            rcv,
-            conn,
-            cr,
-            ep,
-        }
-    }
-
-    /// Another endpoint on this node's EVDs.
-    fn ep2(&self) -> Ep {
-        self.ia
-            .ep_create(
-                &self.pz,
-                Some(&self.rcv),
-                Some(&self.req),
-                Some(&self.conn),
-                None,
-            )
-            .unwrap()
-    }
-
-    fn buf(&self, len: usize) -> Lmr {
-        self.pz
-            .lmr_create(Region::zeroed(len), MemPriv::ALL)
-            .unwrap()
-    }
-}
-
-fn next(evd: &Evd) -> Event {
-    evd.wait(Some(T), 1).expect("an event within the timeout").0
-}
-
-fn dto(evd: &Evd) -> DtoCompletion {
-    match next(evd) {
-        Event::Dto(d) => d,
-        e => panic!("expected a DTO completion, got {e:?}"),
-    }
-}
-
-fn conn_ev(evd: &Evd) -> ConnectionEvent {
-    match next(evd) {
-        Event::Connection(c) => c,
-        e => panic!("expected a connection event, got {e:?}"),
-    }
-}
-
-fn conn_kind(evd: &Evd) -> ConnectionEventKind {
-    conn_ev(evd).kind
-}
-
-fn cr_arrival(evd: &Evd) -> CrArrival {
-    match next(evd) {
-        Event::ConnectionRequest(a) => a,
-        e => panic!("expected a connection request, got {e:?}"),
-    }
-}
-
-fn empty(evd: &Evd) {
-    assert_eq!(evd.dequeue().unwrap(), None, "no further event expected");
-}
-
-fn state_err<T: std::fmt::Debug>(r: Result<T>, want: Subtype) {
-    match r {
-        Err(Error::InvalidState { state, .. }) if state == want => {}
-        r => panic!("expected InvalidState({want:?}), got {r:?}"),
-    }
-}
-
-/// `c.ep` connects to `s` on `qual`, `s.ep` accepts; both established.
-fn establish(c: &Node, s: &Node, qual: u64) {
-    c.ep.connect(s.ia.address(), qual, Some(T), b"").unwrap();
-    let a = cr_arrival(&s.cr);
-    s.ia.cr(a.cr).unwrap().accept(&s.ep, b"").unwrap();
-    assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
-    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
-    assert_eq!(c.ep.state(), EpState::Connected);
-    assert_eq!(s.ep.state(), EpState::Connected);
-}
 
 #[test]
 fn posting_on_an_unconnected_endpoint() {
@@ -162,7 +46,7 @@ fn posting_on_an_unconnected_endpoint() {
     empty(&n.req);
     // Free flushes it.
     n.ep.free().unwrap();
-    let d = dto(&n.rcv);
+    let d = next_dto(&n.rcv);
     assert_eq!(
         (d.cookie, d.status, d.operation),
         (4, DtoStatus::Flushed, DtoOp::Receive)
@@ -184,9 +68,7 @@ fn posting_on_an_unconnected_endpoint() {
 
 #[test]
 fn connect_twice_is_refused() {
-    let c = Node::new("127.0.22.3");
-    let s = Node::new("127.0.22.4");
-    let _psp = s.ia.psp_create(300, &s.cr).unwrap();
+    let (c, s, _psp) = listening("127.0.22.3", "127.0.22.4", 300);
     c.ep.connect(s.ia.address(), 300, Some(T), b"one").unwrap();
     assert_eq!(c.ep.state(), EpState::ActiveConnectionPending);
     state_err(
@@ -218,9 +100,7 @@ fn connect_twice_is_refused() {
 
 #[test]
 fn accept_twice_is_refused() {
-    let c = Node::new("127.0.22.5");
-    let s = Node::new("127.0.22.6");
-    let _psp = s.ia.psp_create(500, &s.cr).unwrap();
+    let (c, s, _psp) = listening("127.0.22.5", "127.0.22.6", 500);
     c.ep.connect(s.ia.address(), 500, Some(T), b"hi").unwrap();
     let a = cr_arrival(&s.cr);
     assert_eq!(a.conn_qual, 500);
@@ -243,29 +123,17 @@ fn accept_twice_is_refused() {
     assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
 
     // Same CR again: on the same endpoint and on a fresh one.
-    assert!(matches!(
-        cr.accept(&s.ep, b""),
-        Err(Error::InvalidHandle(Subtype::InvalidHandleCr))
-    ));
+    handle_err(cr.accept(&s.ep, b""), Subtype::InvalidHandleCr);
     let spare = s.ep2();
-    assert!(matches!(
-        cr.accept(&spare, b""),
-        Err(Error::InvalidHandle(Subtype::InvalidHandleCr))
-    ));
+    handle_err(cr.accept(&spare, b""), Subtype::InvalidHandleCr);
     assert_eq!(spare.state(), EpState::Unconnected);
-    assert!(matches!(
-        cr.reject(b""),
-        Err(Error::InvalidHandle(Subtype::InvalidHandleCr))
-    ));
+    handle_err(cr.reject(b""), Subtype::InvalidHandleCr);
     // The request is gone from the IA.
-    assert!(matches!(
-        s.ia.cr(a.cr),
-        Err(Error::InvalidHandle(Subtype::InvalidHandleCr))
-    ));
+    handle_err(s.ia.cr(a.cr), Subtype::InvalidHandleCr);
     // A new request cannot be accepted on an endpoint that is connected.
     let c2 = Node::new("127.0.22.7");
     c2.ep.connect(s.ia.address(), 500, Some(T), b"").unwrap();
-    let cr2 = s.ia.cr(cr_arrival(&s.cr).cr).unwrap();
+    let cr2 = next_cr(&s.ia, &s.cr);
     state_err(cr2.accept(&s.ep, b""), Subtype::InvalidStateEpConnected);
     assert_eq!(cr2.state(), CrState::Pending);
     cr2.accept(&spare, b"").unwrap();
@@ -276,12 +144,10 @@ fn accept_twice_is_refused() {
 
 #[test]
 fn reject_then_accept() {
-    let c = Node::new("127.0.22.8");
-    let s = Node::new("127.0.22.9");
-    let _psp = s.ia.psp_create(800, &s.cr).unwrap();
+    let (c, s, _psp) = listening("127.0.22.8", "127.0.22.9", 800);
     c.ep.connect(s.ia.address(), 800, Some(T), b"please")
         .unwrap();
-    let cr = s.ia.cr(cr_arrival(&s.cr).cr).unwrap();
+    let cr = next_cr(&s.ia, &s.cr);
     cr.reject(b"no thanks").unwrap();
     assert_eq!(cr.state(), CrState::Rejected);
     let ev = conn_ev(&c.conn);
@@ -290,14 +156,8 @@ fn reject_then_accept() {
     assert_eq!(ev.private_data.as_deref(), Some(&b"no thanks"[..]));
     assert_eq!(c.ep.state(), EpState::Disconnected);
 
-    assert!(matches!(
-        cr.accept(&s.ep, b""),
-        Err(Error::InvalidHandle(Subtype::InvalidHandleCr))
-    ));
-    assert!(matches!(
-        cr.reject(b""),
-        Err(Error::InvalidHandle(Subtype::InvalidHandleCr))
-    ));
+    handle_err(cr.accept(&s.ep, b""), Subtype::InvalidHandleCr);
+    handle_err(cr.reject(b""), Subtype::InvalidHandleCr);
     assert_eq!(s.ep.state(), EpState::Unconnected);
     empty(&s.conn);
     empty(&c.conn);
@@ -333,9 +193,7 @@ fn connect_without_listener_or_ia() {
 
 #[test]
 fn connect_timeout_then_late_accept_fails() {
-    let c = Node::new("127.0.22.12");
-    let s = Node::new("127.0.22.13");
-    let _psp = s.ia.psp_create(1200, &s.cr).unwrap();
+    let (c, s, _psp) = listening("127.0.22.12", "127.0.22.13", 1200);
     let t0 = Instant::now();
     c.ep.connect(s.ia.address(), 1200, Some(Duration::from_millis(100)), b"")
         .unwrap();
@@ -351,10 +209,7 @@ fn connect_timeout_then_late_accept_fails() {
     assert_eq!(c.ep.state(), EpState::Disconnected);
     assert_eq!(cr.state(), CrState::Cancelled);
     // Accepting now fails and leaves the server endpoint untouched.
-    assert!(matches!(
-        cr.accept(&s.ep, b""),
-        Err(Error::InvalidHandle(Subtype::InvalidHandleCr))
-    ));
+    handle_err(cr.accept(&s.ep, b""), Subtype::InvalidHandleCr);
     assert_eq!(s.ep.state(), EpState::Unconnected);
     assert!(s.ia.cr(a.cr).is_err());
     empty(&s.conn);
@@ -366,11 +221,9 @@ fn connect_timeout_then_late_accept_fails() {
 
 #[test]
 fn disconnect_aborts_a_pending_connect() {
-    let c = Node::new("127.0.22.14");
-    let s = Node::new("127.0.22.15");
-    let _psp = s.ia.psp_create(1400, &s.cr).unwrap();
+    let (c, s, _psp) = listening("127.0.22.14", "127.0.22.15", 1400);
     c.ep.connect(s.ia.address(), 1400, None, b"").unwrap();
-    let cr = s.ia.cr(cr_arrival(&s.cr).cr).unwrap();
+    let cr = next_cr(&s.ia, &s.cr);
     c.ep.disconnect(false).unwrap();
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Disconnected);
     assert_eq!(c.ep.state(), EpState::Disconnected);
@@ -430,10 +283,7 @@ fn rsp_serves_one_request() {
     let rsp2 = s.ia.rsp_create(1602, &ep, &s.cr).unwrap();
     rsp2.free().unwrap();
     assert_eq!(ep.state(), EpState::Unconnected);
-    assert!(matches!(
-        rsp2.free(),
-        Err(Error::InvalidHandle(Subtype::InvalidHandleRsp))
-    ));
+    handle_err(rsp2.free(), Subtype::InvalidHandleRsp);
     c2.ep.reset().unwrap();
     c2.ep.connect(s.ia.address(), 1602, Some(T), b"").unwrap();
     assert_eq!(conn_kind(&c2.conn), ConnectionEventKind::PeerRejected);
@@ -450,7 +300,7 @@ fn rsp_reject_returns_endpoint() {
     let c = Node::new("127.0.22.20");
     let _rsp = s.ia.rsp_create(1900, &s.ep, &s.cr).unwrap();
     c.ep.connect(s.ia.address(), 1900, Some(T), b"").unwrap();
-    let cr = s.ia.cr(cr_arrival(&s.cr).cr).unwrap();
+    let cr = next_cr(&s.ia, &s.cr);
     cr.reject(b"busy").unwrap();
     let ev = conn_ev(&c.conn);
     assert_eq!(ev.kind, ConnectionEventKind::PeerRejected);
@@ -460,23 +310,18 @@ fn rsp_reject_returns_endpoint() {
 
 #[test]
 fn disconnect_flushes_both_sides() {
-    let c = Node::new("127.0.22.21");
-    let s = Node::new("127.0.22.22");
-    let _psp = s.ia.psp_create(2100, &s.cr).unwrap();
+    let (c, s, _psp) = listening("127.0.22.21", "127.0.22.22", 2100);
     establish(&c, &s, 2100);
     let cb = c.buf(64);
     let sb = s.buf(64);
     // Server: two receives. Client: two delayed sends (they would match the
     // receives only after 2 s) and a receive. Server: a delayed RDMA write.
-    s.ep.post_recv(&[sb.triplet(0, 32).unwrap()], 10, D)
-        .unwrap();
-    s.ep.post_recv(&[sb.triplet(32, 32).unwrap()], 11, D)
-        .unwrap();
+    s.recv(&sb, 0, 32, 10);
+    s.recv(&sb, 32, 32, 11);
     c.ep.inject_delay(Some(Duration::from_secs(2)));
-    c.ep.post_send(&[cb.triplet(0, 8).unwrap()], 20, D).unwrap();
-    c.ep.post_send(&[cb.triplet(8, 8).unwrap()], 21, D).unwrap();
-    c.ep.post_recv(&[cb.triplet(32, 32).unwrap()], 22, D)
-        .unwrap();
+    c.send(&cb, 0, 8, 20);
+    c.send(&cb, 8, 8, 21);
+    c.recv(&cb, 32, 32, 22);
     s.ep.inject_delay(Some(Duration::from_secs(2)));
     s.ep.post_rdma_write(
         &[sb.triplet(0, 8).unwrap()],
@@ -495,7 +340,7 @@ fn disconnect_flushes_both_sides() {
     assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Disconnected);
     let flushed = |evd: &Evd, cookies: &[u64]| {
         for &k in cookies {
-            let d = dto(evd);
+            let d = next_dto(evd);
             assert_eq!((d.cookie, d.status), (k, DtoStatus::Flushed));
             assert_eq!(d.transferred_length, 0);
         }
@@ -528,12 +373,10 @@ fn disconnect_flushes_both_sides() {
 
 #[test]
 fn reset_only_from_disconnected() {
-    let c = Node::new("127.0.22.23");
-    let s = Node::new("127.0.22.24");
-    let _psp = s.ia.psp_create(2300, &s.cr).unwrap();
+    let (c, s, _psp) = listening("127.0.22.23", "127.0.22.24", 2300);
     c.ep.connect(s.ia.address(), 2300, Some(T), b"").unwrap();
     state_err(c.ep.reset(), Subtype::InvalidStateEpActconnpending);
-    let cr = s.ia.cr(cr_arrival(&s.cr).cr).unwrap();
+    let cr = next_cr(&s.ia, &s.cr);
     cr.accept(&s.ep, b"").unwrap();
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
     assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
@@ -552,43 +395,34 @@ fn reset_only_from_disconnected() {
     // The endpoints are reusable: connect again and move data.
     establish(&c, &s, 2300);
     let sb = s.buf(8);
-    let cb =
-        c.pz.lmr_create_from(b"again!!!".to_vec(), MemPriv::ALL)
-            .unwrap();
-    s.ep.post_recv(&[sb.triplet(0, 8).unwrap()], 1, D).unwrap();
-    c.ep.post_send(&[cb.triplet(0, 8).unwrap()], 2, D).unwrap();
-    assert_eq!(dto(&c.req).status, DtoStatus::Success);
-    assert_eq!(dto(&s.rcv).status, DtoStatus::Success);
+    let cb = c.lmr(b"again!!!".to_vec());
+    s.recv(&sb, 0, 8, 1);
+    c.send(&cb, 0, 8, 2);
+    assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
+    assert_eq!(next_dto(&s.rcv).status, DtoStatus::Success);
     assert_eq!(sb.to_vec().unwrap(), b"again!!!");
 }
 
 #[test]
 fn free_of_a_connected_endpoint() {
-    let c = Node::new("127.0.22.25");
-    let s = Node::new("127.0.22.26");
-    let _psp = s.ia.psp_create(2500, &s.cr).unwrap();
+    let (c, s, _psp) = listening("127.0.22.25", "127.0.22.26", 2500);
     establish(&c, &s, 2500);
     let cb = c.buf(16);
     let sb = s.buf(16);
-    c.ep.post_recv(&[cb.triplet(0, 16).unwrap()], 1, D).unwrap();
-    s.ep.post_recv(&[sb.triplet(0, 16).unwrap()], 2, D).unwrap();
+    c.recv(&cb, 0, 16, 1);
+    s.recv(&sb, 0, 16, 2);
 
     s.ep.free().unwrap();
     // The peer is disconnected and flushed.
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Disconnected);
-    let d = dto(&c.rcv);
+    let d = next_dto(&c.rcv);
     assert_eq!((d.cookie, d.status), (1, DtoStatus::Flushed));
     assert_eq!(c.ep.state(), EpState::Disconnected);
     // The freed endpoint's own work was flushed too.
-    let d = dto(&s.rcv);
+    let d = next_dto(&s.rcv);
     assert_eq!((d.cookie, d.status), (2, DtoStatus::Flushed));
     // Its handle is dead.
-    let dead = |r: std::result::Result<(), Error>| {
-        assert!(
-            matches!(r, Err(Error::InvalidHandle(Subtype::InvalidHandleEp))),
-            "{r:?}"
-        )
-    };
+    let dead = |r: Result<()>| handle_err(r, Subtype::InvalidHandleEp);
     dead(s.ep.free());
     dead(s.ep.post_recv(&[sb.triplet(0, 16).unwrap()], 3, D));
     dead(s.ep.post_send(&[], 3, D));
@@ -636,10 +470,7 @@ fn conn_qual_in_use() {
     assert_eq!(ep.state(), EpState::Unconnected);
     // Freed, the qualifier can be used again; a freed PSP is dead.
     psp.free().unwrap();
-    assert!(matches!(
-        psp.free(),
-        Err(Error::InvalidHandle(Subtype::InvalidHandlePsp))
-    ));
+    handle_err(psp.free(), Subtype::InvalidHandlePsp);
     let again = s.ia.psp_create(2700, &s.cr).unwrap();
     again.free().unwrap();
     p2.free().unwrap();

@@ -6,141 +6,25 @@
 //! timeout. A remote access error breaks the connection (RC semantics), so
 //! the window tests reconnect (`Pair::reconnect`) between failing accesses.
 
+mod common;
+
+use common::{
+    D, Node, Pair, T, conn_kind, empty, handle_err, ia_options, ip, next_dto, open, pair, rt,
+    state_err, within,
+};
 use rdapl::error::Subtype;
 use rdapl::*;
-use std::net::IpAddr;
 use std::time::Duration;
 
-const T: Duration = Duration::from_secs(5);
-const D: CompletionFlags = CompletionFlags::DEFAULT;
-
-fn opts(addr: &str) -> IaOptions {
-    IaOptions {
-        params: format!("addr={addr}"),
-        ..Default::default()
-    }
-}
-
-fn open(addr: &str) -> Ia {
-    Ia::open_with("loopback", opts(addr)).unwrap()
-}
-
-fn ip(addr: &str) -> IpAddr {
-    addr.parse().unwrap()
-}
-
-/// One side: an IA, a PZ, one EVD per stream and an endpoint.
-struct Node {
-    ia: Ia,
-    pz: Pz,
-    req: Evd,
-    rcv: Evd,
-    conn: Evd,
-    cr: Evd,
-    ep: Ep,
-}
-
-fn node(addr: &str) -> Node {
-    let ia = open(addr);
-    let pz = ia.pz_create().unwrap();
-    let req = ia.evd_create(64, EvdFlags::DTO).unwrap();
-    let rcv = ia.evd_create(64, EvdFlags::DTO).unwrap();
-    let conn = ia.evd_create(16, EvdFlags::CONNECTION).unwrap();
-    let cr = ia.evd_create(16, EvdFlags::CR).unwrap();
-    let ep = ia
-        .ep_create(&pz, Some(&rcv), Some(&req), Some(&conn), None)
-        .unwrap();
-    Node {
-        ia,
-        pz,
-        req,
-        rcv,
-        conn,
-        cr,
-        ep,
-    }
-}
-
-fn next(evd: &Evd) -> Event {
-    evd.wait(Some(T), 1).expect("an event within the timeout").0
-}
-
-fn dto(evd: &Evd) -> DtoCompletion {
-    match next(evd) {
-        Event::Dto(d) => d,
-        e => panic!("expected a DTO completion, got {e:?}"),
-    }
-}
-
-fn conn_kind(evd: &Evd) -> ConnectionEventKind {
-    match next(evd) {
-        Event::Connection(c) => c.kind,
-        e => panic!("expected a connection event, got {e:?}"),
-    }
-}
-
-fn empty(evd: &Evd) {
-    assert_eq!(evd.dequeue().unwrap(), None, "no further event expected");
-}
-
-/// A client (`c`) connected to a server (`s`) listening on `qual`.
-struct Pair {
-    c: Node,
-    s: Node,
-    _psp: Psp,
-    qual: u64,
-}
-
-fn pair(client: &str, server: &str, qual: u64) -> Pair {
-    let c = node(client);
-    let s = node(server);
-    let psp = s.ia.psp_create(qual, &s.cr).unwrap();
-    let p = Pair {
-        c,
-        s,
-        _psp: psp,
-        qual,
-    };
-    p.connect();
-    p
-}
-
+/// RDMA and window helpers of a [`common::pair`] for this file's tests.
 impl Pair {
-    fn connect(&self) {
-        self.c
-            .ep
-            .connect(self.s.ia.address(), self.qual, Some(T), b"")
-            .unwrap();
-        let cr = match next(&self.s.cr) {
-            Event::ConnectionRequest(a) => self.s.ia.cr(a.cr).unwrap(),
-            e => panic!("expected a connection request, got {e:?}"),
-        };
-        cr.accept(&self.s.ep, b"").unwrap();
-        assert_eq!(conn_kind(&self.s.conn), ConnectionEventKind::Established);
-        assert_eq!(conn_kind(&self.c.conn), ConnectionEventKind::Established);
-    }
-
-    /// Both sides saw the connection end with `kind`.
-    fn expect_end(&self, kind: ConnectionEventKind) {
-        assert_eq!(conn_kind(&self.c.conn), kind);
-        assert_eq!(conn_kind(&self.s.conn), kind);
-        assert_eq!(self.c.ep.state(), EpState::Disconnected);
-        assert_eq!(self.s.ep.state(), EpState::Disconnected);
-    }
-
-    fn reconnect(&self) {
-        self.c.ep.reset().unwrap();
-        self.s.ep.reset().unwrap();
-        self.connect();
-    }
-
     /// Client RDMA write of `len` bytes of `src` to `remote`; its completion.
     fn write(&self, src: &Lmr, len: u64, remote: RmrTriplet, cookie: u64) -> DtoCompletion {
         self.c
             .ep
             .post_rdma_write(&[src.triplet(0, len).unwrap()], remote, cookie, D)
             .unwrap();
-        let d = dto(&self.c.req);
+        let d = next_dto(&self.c.req);
         assert_eq!((d.cookie, d.operation), (cookie, DtoOp::RdmaWrite));
         d
     }
@@ -151,7 +35,7 @@ impl Pair {
             .ep
             .post_rdma_read(&[dst.triplet(0, len).unwrap()], remote, cookie, D)
             .unwrap();
-        let d = dto(&self.c.req);
+        let d = next_dto(&self.c.req);
         assert_eq!((d.cookie, d.operation), (cookie, DtoOp::RdmaRead));
         d
     }
@@ -164,7 +48,7 @@ impl Pair {
             .ep
             .post_rmr_bind(rmr, lmr, lmr.triplet(off, len).unwrap(), privs, cookie, D)
             .unwrap();
-        let d = dto(&self.s.req);
+        let d = next_dto(&self.s.req);
         assert_eq!(
             (d.cookie, d.status, d.operation),
             (cookie, DtoStatus::Success, DtoOp::BindMw)
@@ -174,33 +58,10 @@ impl Pair {
     }
 }
 
-fn rt(ctx: u32, addr: u64, len: u64) -> RmrTriplet {
-    RmrTriplet {
-        rmr_context: ctx,
-        target_address: addr,
-        segment_length: len,
-    }
-}
-
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
         .collect()
-}
-
-/// Runs `f` on its own thread; fails (instead of hanging) if it does not
-/// finish within `limit` (a deadlocked thread is left behind).
-fn with_watchdog<F: FnOnce() + Send + 'static>(limit: Duration, f: F) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        let _ = tx.send(r);
-    });
-    match rx.recv_timeout(limit) {
-        Ok(Ok(())) => {}
-        Ok(Err(p)) => std::panic::resume_unwind(p),
-        Err(_) => panic!("the scenario did not finish within {limit:?} (deadlock)"),
-    }
 }
 
 // ----- IA ------------------------------------------------------------------
@@ -267,7 +128,7 @@ fn bad_open_and_create_parameters() {
         "loopback",
         IaOptions {
             async_qlen: 0,
-            ..opts("127.0.21.2")
+            ..ia_options("127.0.21.2")
         },
     );
     assert!(
@@ -279,7 +140,7 @@ fn bad_open_and_create_parameters() {
         "loopback",
         IaOptions {
             async_evd: Some(not_async),
-            ..opts("127.0.21.2")
+            ..ia_options("127.0.21.2")
         },
     );
     assert!(
@@ -293,7 +154,7 @@ fn bad_open_and_create_parameters() {
         "loopback",
         IaOptions {
             async_evd: Some(mine.clone()),
-            ..opts("127.0.21.2")
+            ..ia_options("127.0.21.2")
         },
     )
     .unwrap();
@@ -373,11 +234,11 @@ fn failed_open_leaves_no_reachable_address() {
         "loopback",
         IaOptions {
             async_qlen: 0,
-            ..opts("127.0.21.4")
+            ..ia_options("127.0.21.4")
         },
     );
     assert!(r.is_err());
-    let c = node("127.0.21.5");
+    let c = Node::new("127.0.21.5");
     c.ep.connect(ip("127.0.21.4"), 1, Some(T), b"").unwrap();
     assert_eq!(
         conn_kind(&c.conn),
@@ -388,19 +249,8 @@ fn failed_open_leaves_no_reachable_address() {
 
 #[test]
 fn graceful_close_refused_while_objects_live() {
-    let n = node("127.0.21.6");
-    let in_use = |r: Result<()>| {
-        assert!(
-            matches!(
-                r,
-                Err(Error::InvalidState {
-                    state: Subtype::InvalidStateIaInUse,
-                    ..
-                })
-            ),
-            "{r:?}"
-        )
-    };
+    let n = Node::new("127.0.21.6");
+    let in_use = |r: Result<()>| state_err(r, Subtype::InvalidStateIaInUse);
     in_use(n.ia.close(CloseFlags::Graceful));
     n.ep.free().unwrap();
     let psp = n.ia.psp_create(600, &n.cr).unwrap();
@@ -416,7 +266,7 @@ fn graceful_close_refused_while_objects_live() {
     in_use(n.ia.close(CloseFlags::Graceful));
     ep2.free().unwrap();
     // Protection zones and memory regions hold it too.
-    let lmr = n.pz.lmr_create(Region::zeroed(8), MemPriv::ALL).unwrap();
+    let lmr = n.buf(8);
     let rmr = n.pz.rmr_create().unwrap();
     in_use(n.ia.close(CloseFlags::Graceful));
     lmr.free().unwrap();
@@ -428,12 +278,7 @@ fn graceful_close_refused_while_objects_live() {
     n.ia.close(CloseFlags::Graceful).unwrap();
 
     // Every IA operation after close names an invalid IA handle.
-    let bad = |r: std::result::Result<(), Error>| {
-        assert!(
-            matches!(r, Err(Error::InvalidHandle(Subtype::InvalidHandleIa))),
-            "{r:?}"
-        )
-    };
+    let bad = |r: Result<()>| handle_err(r, Subtype::InvalidHandleIa);
     bad(n.ia.query().map(drop));
     bad(n.ia.pz_create().map(drop));
     bad(n.ia.evd_create(4, EvdFlags::DTO).map(drop));
@@ -446,15 +291,13 @@ fn graceful_close_refused_while_objects_live() {
 #[test]
 fn abrupt_close_tears_down() {
     let p = pair("127.0.21.7", "127.0.21.8", 700);
-    let buf = p.c.pz.lmr_create(Region::zeroed(16), MemPriv::ALL).unwrap();
-    p.c.ep
-        .post_recv(&[buf.triplet(0, 16).unwrap()], 1, D)
-        .unwrap();
+    let buf = p.c.buf(16);
+    p.c.recv(&buf, 0, 16, 1);
     p.s.ia.close(CloseFlags::Abrupt).unwrap();
 
     // The peer sees Disconnected and its outstanding receive is flushed.
     assert_eq!(conn_kind(&p.c.conn), ConnectionEventKind::Disconnected);
-    let d = dto(&p.c.rcv);
+    let d = next_dto(&p.c.rcv);
     assert_eq!((d.cookie, d.status), (1, DtoStatus::Flushed));
     assert_eq!(p.c.ep.state(), EpState::Disconnected);
     // The closed side's endpoint saw the end of its connection too.
@@ -470,7 +313,7 @@ fn abrupt_close_tears_down() {
         Err(Error::InvalidHandle(Subtype::InvalidHandleEp))
     ));
     assert!(matches!(
-        p._psp.free(),
+        p.psp.free(),
         Err(Error::InvalidHandle(Subtype::InvalidHandlePsp))
     ));
     assert!(matches!(
@@ -500,18 +343,7 @@ fn objects_of_an_abruptly_closed_ia_are_invalid() {
 fn pz_free_refused_while_used() {
     let ia = open("127.0.21.10");
     let pz = ia.pz_create().unwrap();
-    let pz_in_use = |r: Result<()>| {
-        assert!(
-            matches!(
-                r,
-                Err(Error::InvalidState {
-                    state: Subtype::InvalidStatePzInUse,
-                    ..
-                })
-            ),
-            "{r:?}"
-        )
-    };
+    let pz_in_use = |r: Result<()>| state_err(r, Subtype::InvalidStatePzInUse);
     let lmr = pz.lmr_create(Region::zeroed(8), MemPriv::ALL).unwrap();
     pz_in_use(pz.free());
     lmr.free().unwrap();
@@ -526,12 +358,7 @@ fn pz_free_refused_while_used() {
     ep.free().unwrap();
     pz.free().unwrap();
 
-    let dead = |r: std::result::Result<(), Error>| {
-        assert!(
-            matches!(r, Err(Error::InvalidHandle(Subtype::InvalidHandlePz))),
-            "{r:?}"
-        )
-    };
+    let dead = |r: Result<()>| handle_err(r, Subtype::InvalidHandlePz);
     dead(pz.free());
     dead(pz.lmr_create(Region::zeroed(8), MemPriv::ALL).map(drop));
     dead(pz.rmr_create().map(drop));
@@ -588,12 +415,7 @@ fn lmr_create_free_keys_and_rights() {
 
     // A freed LMR's handle is dead, and its key never comes back.
     lmr.free().unwrap();
-    let dead = |r: std::result::Result<(), Error>| {
-        assert!(
-            matches!(r, Err(Error::InvalidHandle(Subtype::InvalidHandleLmr))),
-            "{r:?}"
-        )
-    };
+    let dead = |r: Result<()>| handle_err(r, Subtype::InvalidHandleLmr);
     dead(lmr.context().map(drop));
     dead(lmr.free());
     dead(lmr.triplet(0, 1).map(drop));
@@ -611,7 +433,7 @@ fn lmr_create_free_keys_and_rights() {
 #[test]
 fn lmr_free_refused_while_rmr_bound() {
     let p = pair("127.0.21.12", "127.0.21.13", 1200);
-    let lmr = p.s.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+    let lmr = p.s.buf(64);
     let rmr = p.s.pz.rmr_create().unwrap();
     let unbound = rmr.context().unwrap();
     let k = p.bind(&rmr, &lmr, 0, 32, MemPriv::REMOTE_WRITE, 5);
@@ -719,8 +541,8 @@ fn rmr_bind_argument_checks() {
 
 #[test]
 fn refused_bind_keeps_the_window_context() {
-    let n = node("127.0.21.16");
-    let lmr = n.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+    let n = Node::new("127.0.21.16");
+    let lmr = n.buf(64);
     let rmr = n.pz.rmr_create().unwrap();
     let before = rmr.context().unwrap();
     // The endpoint is not connected: the bind is refused.
@@ -740,7 +562,7 @@ fn refused_bind_keeps_the_window_context() {
     );
 
     // A refused re-bind of a bound window leaves the window bound and working.
-    with_watchdog(Duration::from_secs(10), || {
+    within(Duration::from_secs(10), "the scenario (deadlock?)", || {
         let p = pair("127.0.21.37", "127.0.21.38", 3700);
         let tgt = target(&p);
         let rmr = p.s.pz.rmr_create().unwrap();
@@ -758,7 +580,7 @@ fn refused_bind_keeps_the_window_context() {
         assert!(matches!(r, Err(Error::InvalidState { .. })), "{r:?}");
         assert_eq!(rmr.context().unwrap(), k);
         p.reconnect();
-        let src = p.c.pz.lmr_create_from(vec![4; 8], MemPriv::ALL).unwrap();
+        let src = p.c.lmr(vec![4; 8]);
         let base = tgt.address().unwrap();
         assert_eq!(
             p.write(&src, 8, rt(k, base, 8), 3).status,
@@ -775,24 +597,28 @@ fn target(p: &Pair) -> Lmr {
         .unwrap()
 }
 
+/// A window over `len` bytes at `off` of a new [`target`], bound by the
+/// server with `privs`: the target, its address, the window, its context.
+fn target_window(
+    p: &Pair,
+    off: u64,
+    len: u64,
+    privs: MemPriv,
+    cookie: u64,
+) -> (Lmr, u64, Rmr, u32) {
+    let tgt = target(p);
+    let base = tgt.address().unwrap();
+    let rmr = p.s.pz.rmr_create().unwrap();
+    let k = p.bind(&rmr, &tgt, off, len, privs, cookie);
+    (tgt, base, rmr, k)
+}
+
 #[test]
 fn window_access_within_range_and_rights() {
     let p = pair("127.0.21.17", "127.0.21.18", 1700);
-    let tgt = target(&p);
-    let base = tgt.address().unwrap();
-    let rmr = p.s.pz.rmr_create().unwrap();
-    let k = p.bind(
-        &rmr,
-        &tgt,
-        64,
-        64,
-        MemPriv::REMOTE_READ | MemPriv::REMOTE_WRITE,
-        9,
-    );
-    let src =
-        p.c.pz
-            .lmr_create_from(vec![0xAB; 64], MemPriv::ALL)
-            .unwrap();
+    let (tgt, base, _rmr, k) =
+        target_window(&p, 64, 64, MemPriv::REMOTE_READ | MemPriv::REMOTE_WRITE, 9);
+    let src = p.c.lmr(vec![0xAB; 64]);
     // The whole window, then its last 8 bytes.
     let d = p.write(&src, 64, rt(k, base + 64, 64), 1);
     assert_eq!((d.status, d.transferred_length), (DtoStatus::Success, 64));
@@ -807,7 +633,7 @@ fn window_access_within_range_and_rights() {
     want[120..128].fill(0xCD);
     assert_eq!(tgt.to_vec().unwrap(), want);
     // Read it back through the window.
-    let sink = p.c.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+    let sink = p.c.buf(64);
     let d = p.read(&sink, 64, rt(k, base + 64, 64), 3);
     assert_eq!((d.status, d.transferred_length), (DtoStatus::Success, 64));
     assert_eq!(sink.to_vec().unwrap(), want[64..128]);
@@ -818,22 +644,10 @@ fn window_access_within_range_and_rights() {
 #[test]
 fn window_access_outside_range_or_right_fails() {
     let p = pair("127.0.21.19", "127.0.21.20", 1900);
-    let tgt = target(&p);
-    let base = tgt.address().unwrap();
-    let rmr = p.s.pz.rmr_create().unwrap();
-    let k = p.bind(
-        &rmr,
-        &tgt,
-        64,
-        64,
-        MemPriv::REMOTE_READ | MemPriv::REMOTE_WRITE,
-        1,
-    );
-    let src =
-        p.c.pz
-            .lmr_create_from(vec![0xEE; 64], MemPriv::ALL)
-            .unwrap();
-    let sink = p.c.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+    let (tgt, base, _rmr, k) =
+        target_window(&p, 64, 64, MemPriv::REMOTE_READ | MemPriv::REMOTE_WRITE, 1);
+    let src = p.c.lmr(vec![0xEE; 64]);
+    let sink = p.c.buf(64);
     let before = tgt.to_vec().unwrap();
 
     // Straddling the start, straddling the end, entirely past it.
@@ -880,11 +694,8 @@ fn window_access_outside_range_or_right_fails() {
 #[test]
 fn window_after_rmr_free_is_refused() {
     let p = pair("127.0.21.21", "127.0.21.22", 2100);
-    let tgt = target(&p);
-    let base = tgt.address().unwrap();
-    let rmr = p.s.pz.rmr_create().unwrap();
-    let k = p.bind(&rmr, &tgt, 0, 32, MemPriv::REMOTE_WRITE, 1);
-    let src = p.c.pz.lmr_create_from(vec![1; 32], MemPriv::ALL).unwrap();
+    let (tgt, base, rmr, k) = target_window(&p, 0, 32, MemPriv::REMOTE_WRITE, 1);
+    let src = p.c.lmr(vec![1; 32]);
     assert_eq!(
         p.write(&src, 32, rt(k, base, 32), 1).status,
         DtoStatus::Success
@@ -902,13 +713,10 @@ fn window_after_rmr_free_is_refused() {
 
 #[test]
 fn window_old_key_dead_after_rebind_and_unbind() {
-    with_watchdog(Duration::from_secs(10), || {
+    within(Duration::from_secs(10), "the scenario (deadlock?)", || {
         let p = pair("127.0.21.23", "127.0.21.24", 2300);
-        let tgt = target(&p);
-        let base = tgt.address().unwrap();
-        let rmr = p.s.pz.rmr_create().unwrap();
-        let k1 = p.bind(&rmr, &tgt, 0, 64, MemPriv::REMOTE_WRITE, 1);
-        let src = p.c.pz.lmr_create_from(vec![9; 64], MemPriv::ALL).unwrap();
+        let (tgt, base, rmr, k1) = target_window(&p, 0, 64, MemPriv::REMOTE_WRITE, 1);
+        let src = p.c.lmr(vec![9; 64]);
         // Re-bind to another range: the old key dies, the new one works.
         let k2 = p.bind(&rmr, &tgt, 128, 64, MemPriv::REMOTE_WRITE, 2);
         assert_ne!(k1, k2);
@@ -928,7 +736,7 @@ fn window_old_key_dead_after_rebind_and_unbind() {
         assert!(tgt.free().is_err());
         // Unbind: neither key works, and the LMR may be freed.
         let k3 = p.s.ep.post_rmr_unbind(&rmr, 5, D).unwrap();
-        let d = dto(&p.s.req);
+        let d = next_dto(&p.s.req);
         assert_eq!(
             (d.cookie, d.status, d.operation),
             (5, DtoStatus::Success, DtoOp::BindMw)
@@ -965,7 +773,7 @@ fn fmr_map_access_invalidate() {
         })
     ));
     // A plain LMR is not fast-registration.
-    let plain = p.s.pz.lmr_create(Region::zeroed(8), MemPriv::ALL).unwrap();
+    let plain = p.s.buf(8);
     assert!(matches!(
         p.s.ep
             .post_lmr_fmr(&plain, Region::zeroed(8), MemPriv::ALL, 1, D),
@@ -989,7 +797,7 @@ fn fmr_map_access_invalidate() {
         p.s.ep
             .post_lmr_fmr(&fmr, region.clone(), MemPriv::ALL, 2, D)
             .unwrap();
-    let d = dto(&p.s.req);
+    let d = next_dto(&p.s.req);
     assert_eq!(
         (d.cookie, d.status, d.operation),
         (2, DtoStatus::Success, DtoOp::LmrFmr)
@@ -999,16 +807,13 @@ fn fmr_map_access_invalidate() {
     assert_eq!(fmr.privileges(), MemPriv::ALL);
     assert_eq!(fmr.address().unwrap(), region.address());
     // Remote access through the mapping.
-    let src =
-        p.c.pz
-            .lmr_create_from(vec![0x5A; 16], MemPriv::ALL)
-            .unwrap();
+    let src = p.c.lmr(vec![0x5A; 16]);
     let d = p.write(&src, 16, fmr.rmr_triplet(8, 16).unwrap(), 3);
     assert_eq!(d.status, DtoStatus::Success);
     let mut want = pattern(64, 5);
     want[8..24].fill(0x5A);
     assert_eq!(fmr.to_vec().unwrap(), want);
-    let sink = p.c.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+    let sink = p.c.buf(64);
     assert_eq!(
         p.read(&sink, 64, fmr.rmr_triplet(0, 64).unwrap(), 4).status,
         DtoStatus::Success
@@ -1019,7 +824,7 @@ fn fmr_map_access_invalidate() {
     // Invalidate: the key dies at once.
     let k2 = p.s.ep.post_lmr_invalidate(&fmr, 5, D).unwrap();
     assert!(k2 != k1 && k2 != k0);
-    let d = dto(&p.s.req);
+    let d = next_dto(&p.s.req);
     assert_eq!(
         (d.cookie, d.status, d.operation),
         (5, DtoStatus::Success, DtoOp::LmrInvalidate)
@@ -1043,7 +848,7 @@ fn fmr_map_access_invalidate() {
         p.s.ep
             .post_lmr_fmr(&fmr, region2.clone(), MemPriv::ALL, 8, D)
             .unwrap();
-    assert_eq!(dto(&p.s.req).status, DtoStatus::Success);
+    assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
     assert!(![k0, k1, k2].contains(&k3));
     assert_eq!(
         p.write(&src, 16, fmr.rmr_triplet(0, 16).unwrap(), 9).status,
@@ -1063,15 +868,15 @@ fn fmr_remap_after_invalidate_up_to_max_len() {
     p.s.ep
         .post_lmr_fmr(&fmr, Region::zeroed(32), MemPriv::ALL, 1, D)
         .unwrap();
-    assert_eq!(dto(&p.s.req).status, DtoStatus::Success);
+    assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
     p.s.ep.post_lmr_invalidate(&fmr, 2, D).unwrap();
-    assert_eq!(dto(&p.s.req).status, DtoStatus::Success);
+    assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
     // 64 bytes is within the maximum given at creation.
     let r =
         p.s.ep
             .post_lmr_fmr(&fmr, Region::zeroed(64), MemPriv::ALL, 3, D);
     assert!(r.is_ok(), "{r:?}");
-    assert_eq!(dto(&p.s.req).status, DtoStatus::Success);
+    assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
 }
 
 #[test]
@@ -1081,7 +886,7 @@ fn fmr_remap_beyond_max_len_refused() {
     p.s.ep
         .post_lmr_fmr(&fmr, Region::zeroed(32), MemPriv::ALL, 1, D)
         .unwrap();
-    assert_eq!(dto(&p.s.req).status, DtoStatus::Success);
+    assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
     let r =
         p.s.ep
             .post_lmr_fmr(&fmr, Region::zeroed(4096), MemPriv::ALL, 2, D);
@@ -1099,7 +904,7 @@ fn fmr_of_another_pz_refused() {
     match r {
         Err(_) => empty(&p.s.req),
         Ok(_) => {
-            let d = dto(&p.s.req);
+            let d = next_dto(&p.s.req);
             assert_ne!(
                 d.status,
                 DtoStatus::Success,
@@ -1120,7 +925,7 @@ fn freed_lmr_key_refused() {
     let region = tgt.region().unwrap();
     let before = region.read().to_vec();
     tgt.free().unwrap();
-    let src = p.c.pz.lmr_create_from(vec![7; 16], MemPriv::ALL).unwrap();
+    let src = p.c.lmr(vec![7; 16]);
     let d = p.write(&src, 16, remote, 1);
     assert_eq!(d.status, DtoStatus::RemoteAccess);
     p.expect_end(ConnectionEventKind::Broken);
@@ -1128,19 +933,17 @@ fn freed_lmr_key_refused() {
     p.reconnect();
 
     // Local: the client frees its source LMR; a receive is waiting.
-    let rbuf = p.s.pz.lmr_create(Region::zeroed(16), MemPriv::ALL).unwrap();
-    p.s.ep
-        .post_recv(&[rbuf.triplet(0, 16).unwrap()], 2, D)
-        .unwrap();
+    let rbuf = p.s.buf(16);
+    p.s.recv(&rbuf, 0, 16, 2);
     let stale = src.triplet(0, 16).unwrap();
     src.free().unwrap();
     p.c.ep.post_send(&[stale], 3, D).unwrap();
-    let d = dto(&p.c.req);
+    let d = next_dto(&p.c.req);
     assert_eq!(
         (d.cookie, d.status, d.operation),
         (3, DtoStatus::LocalProtection, DtoOp::Send)
     );
-    let d = dto(&p.s.rcv);
+    let d = next_dto(&p.s.rcv);
     assert_eq!((d.cookie, d.status), (2, DtoStatus::Flushed));
     p.expect_end(ConnectionEventKind::Broken);
     assert_eq!(rbuf.to_vec().unwrap(), vec![0; 16]);
@@ -1154,13 +957,13 @@ fn lmr_of_another_pz_refused() {
     let tgt = spz2
         .lmr_create(Region::from_vec(pattern(32, 9)), MemPriv::ALL)
         .unwrap();
-    let src = p.c.pz.lmr_create_from(vec![1; 32], MemPriv::ALL).unwrap();
+    let src = p.c.lmr(vec![1; 32]);
     let d = p.write(&src, 32, tgt.rmr_triplet(0, 32).unwrap(), 1);
     assert_eq!(d.status, DtoStatus::RemoteAccess);
     p.expect_end(ConnectionEventKind::Broken);
     assert_eq!(tgt.to_vec().unwrap(), pattern(32, 9));
     p.reconnect();
-    let sink = p.c.pz.lmr_create(Region::zeroed(32), MemPriv::ALL).unwrap();
+    let sink = p.c.buf(32);
     let d = p.read(&sink, 32, tgt.rmr_triplet(0, 32).unwrap(), 2);
     assert_eq!(d.status, DtoStatus::RemoteAccess);
     p.expect_end(ConnectionEventKind::Broken);

@@ -30,6 +30,9 @@
 //! Failure persistence is off so a failing run writes no files; proptest
 //! prints the minimal failing sequence.
 
+mod common;
+
+use common::{Node, conn_kind, connect_nodes, next};
 use proptest::prelude::*;
 use rdapl::error::Subtype;
 use rdapl::*;
@@ -37,7 +40,6 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-const T: Duration = Duration::from_secs(5);
 const RNR: Duration = Duration::from_millis(20);
 const TGT_LEN: usize = 256;
 const SRC_LEN: usize = 512;
@@ -141,40 +143,17 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// Client `a` and server `b` (listening on [`QUAL`]), connected, with the
+/// memory the operations use.
 struct World {
-    a_ia: Ia,
-    a_req: Evd,
-    a_rcv: Evd,
-    a_conn: Evd,
-    a_ep: Ep,
-    b_ia: Ia,
-    b_req: Evd,
-    b_rcv: Evd,
-    b_conn: Evd,
-    b_cr: Evd,
-    b_ep: Ep,
-    b_pz: Pz,
+    a: Node,
+    b: Node,
     _psp: Psp,
     src: Lmr,
     sink: Lmr,
     tgt: Lmr,
     other: Lmr,
     keys: [u32; 5],
-}
-
-fn evd(ia: &Ia, qlen: usize, f: EvdFlags) -> Evd {
-    ia.evd_create(qlen, f).unwrap()
-}
-
-fn next(evd: &Evd) -> Event {
-    evd.wait(Some(T), 1).expect("an event within the timeout").0
-}
-
-fn conn_kind(evd: &Evd) -> ConnectionEventKind {
-    match next(evd) {
-        Event::Connection(c) => c.kind,
-        e => panic!("expected a connection event, got {e:?}"),
-    }
 }
 
 fn empty(evd: &Evd, what: &str) {
@@ -185,69 +164,22 @@ fn empty(evd: &Evd, what: &str) {
 impl World {
     fn new() -> World {
         let (aa, ba) = addresses();
-        let open = |addr: &str| {
-            Ia::open_with(
-                "loopback",
-                IaOptions {
-                    params: format!("addr={addr}"),
-                    ..Default::default()
-                },
-            )
-            .unwrap()
-        };
-        let a_ia = open(&aa);
-        let b_ia = open(&ba);
-        let a_pz = a_ia.pz_create().unwrap();
-        let b_pz = b_ia.pz_create().unwrap();
-        let (a_req, a_rcv, a_conn) = (
-            evd(&a_ia, 256, EvdFlags::DTO),
-            evd(&a_ia, 256, EvdFlags::DTO),
-            evd(&a_ia, 16, EvdFlags::CONNECTION),
-        );
-        let (b_req, b_rcv, b_conn, b_cr) = (
-            evd(&b_ia, 256, EvdFlags::DTO),
-            evd(&b_ia, 256, EvdFlags::DTO),
-            evd(&b_ia, 16, EvdFlags::CONNECTION),
-            evd(&b_ia, 16, EvdFlags::CR),
-        );
-        let a_ep = a_ia
-            .ep_create(&a_pz, Some(&a_rcv), Some(&a_req), Some(&a_conn), None)
-            .unwrap();
-        let b_ep = b_ia
-            .ep_create(&b_pz, Some(&b_rcv), Some(&b_req), Some(&b_conn), None)
-            .unwrap();
-        let psp = b_ia.psp_create(QUAL, &b_cr).unwrap();
-        let src = a_pz
-            .lmr_create_from(pattern(SRC_LEN, 1), MemPriv::ALL)
-            .unwrap();
-        let sink = a_pz
-            .lmr_create(Region::zeroed(SINK_LEN), MemPriv::ALL)
-            .unwrap();
-        let tgt = b_pz
-            .lmr_create_from(pattern(TGT_LEN, 2), MemPriv::ALL)
-            .unwrap();
-        let dead = b_pz
-            .lmr_create(Region::zeroed(TGT_LEN), MemPriv::ALL)
-            .unwrap();
+        let a = Node::with(&aa, None, 256, 256);
+        let b = Node::with(&ba, None, 256, 256);
+        let psp = b.ia.psp_create(QUAL, &b.cr).unwrap();
+        let src = a.lmr(pattern(SRC_LEN, 1));
+        let sink = a.buf(SINK_LEN);
+        let tgt = b.lmr(pattern(TGT_LEN, 2));
+        let dead = b.buf(TGT_LEN);
         let k_dead = dead.context().unwrap();
         dead.free().unwrap();
-        let pz2 = b_ia.pz_create().unwrap();
+        let pz2 = b.ia.pz_create().unwrap();
         let other = pz2
             .lmr_create_from(pattern(TGT_LEN, 3), MemPriv::ALL)
             .unwrap();
         let mut w = World {
-            a_ia,
-            a_req,
-            a_rcv,
-            a_conn,
-            a_ep,
-            b_ia,
-            b_req,
-            b_rcv,
-            b_conn,
-            b_cr,
-            b_ep,
-            b_pz,
+            a,
+            b,
             _psp: psp,
             src,
             sink,
@@ -269,26 +201,18 @@ impl World {
     }
 
     fn connect(&self) {
-        self.a_ep
-            .connect(self.b_ia.address(), QUAL, Some(T), b"")
-            .unwrap();
-        let cr = match next(&self.b_cr) {
-            Event::ConnectionRequest(a) => self.b_ia.cr(a.cr).unwrap(),
-            e => panic!("expected a connection request, got {e:?}"),
-        };
-        cr.accept(&self.b_ep, b"").unwrap();
-        assert_eq!(conn_kind(&self.b_conn), ConnectionEventKind::Established);
-        assert_eq!(conn_kind(&self.a_conn), ConnectionEventKind::Established);
+        connect_nodes(&self.a, &self.b, QUAL);
     }
 
     fn bind(&self, (lo, hi): (usize, usize), privs: MemPriv) -> u32 {
-        let rmr = self.b_pz.rmr_create().unwrap();
+        let rmr = self.b.pz.rmr_create().unwrap();
         let t = self.tgt.triplet(lo as u64, (hi - lo) as u64).unwrap();
         let k = self
-            .b_ep
+            .b
+            .ep
             .post_rmr_bind(&rmr, &self.tgt, t, privs, 0, CompletionFlags::DEFAULT)
             .unwrap();
-        match next(&self.b_req) {
+        match next(&self.b.req) {
             Event::Dto(d) => {
                 assert_eq!((d.status, d.operation), (DtoStatus::Success, DtoOp::BindMw))
             }
@@ -365,6 +289,24 @@ impl Model {
         exp.conn = Some(kind);
     }
 
+    /// The start of every A request, posted with result `r`: refused while
+    /// disconnected, else accepted; an injected failure waiting for it fails
+    /// it. True when the request then runs as usual.
+    fn runs(&mut self, exp: &mut Expect, r: Result<()>, cookie: u64, op: DtoOp) -> bool {
+        if !self.connected {
+            refused(r);
+            return false;
+        }
+        r.unwrap();
+        match self.fail.take() {
+            Some(st) => {
+                self.fail(exp, cookie, op, st);
+                false
+            }
+            None => true,
+        }
+    }
+
     /// An A request failed with `status`: reported, then the connection breaks.
     fn fail(&mut self, exp: &mut Expect, cookie: u64, op: DtoOp, status: DtoStatus) {
         exp.a_req.push(Exp {
@@ -424,11 +366,8 @@ fn step(w: &World, m: &mut Model, cookie: u64, op: &Op) -> Expect {
     };
     match *op {
         Op::Recv { len } => {
-            let lmr = w
-                .b_pz
-                .lmr_create(Region::zeroed(len), MemPriv::ALL)
-                .unwrap();
-            let r = w.b_ep.post_recv(
+            let lmr = w.b.buf(len);
+            let r = w.b.ep.post_recv(
                 &[lmr.triplet(0, len as u64).unwrap()],
                 cookie,
                 CompletionFlags::DEFAULT,
@@ -448,19 +387,15 @@ fn step(w: &World, m: &mut Model, cookie: u64, op: &Op) -> Expect {
         }
         Op::Send { len, quiet } => {
             let so = src_off(cookie);
-            let r = w.a_ep.post_send(
+            let r = w.a.ep.post_send(
                 &[w.src.triplet(so as u64, len as u64).unwrap()],
                 cookie,
                 quiet_flag(quiet, cookie),
             );
-            if !m.connected {
-                refused(r);
+            if !m.runs(&mut exp, r, cookie, DtoOp::Send) {
                 return exp;
             }
-            r.unwrap();
-            if let Some(st) = m.fail.take() {
-                m.fail(&mut exp, cookie, DtoOp::Send, st);
-            } else if let Some(i) = m.recvs.pop_front() {
+            if let Some(i) = m.recvs.pop_front() {
                 let b = &mut m.bufs[i];
                 if len <= b.len {
                     if !quiet {
@@ -497,20 +432,16 @@ fn step(w: &World, m: &mut Model, cookie: u64, op: &Op) -> Expect {
             quiet,
         } => {
             let so = src_off(cookie);
-            let r = w.a_ep.post_rdma_write(
+            let r = w.a.ep.post_rdma_write(
                 &[w.src.triplet(so as u64, len as u64).unwrap()],
                 w.remote(key, off, len),
                 cookie,
                 quiet_flag(quiet, cookie),
             );
-            if !m.connected {
-                refused(r);
+            if !m.runs(&mut exp, r, cookie, DtoOp::RdmaWrite) {
                 return exp;
             }
-            r.unwrap();
-            if let Some(st) = m.fail.take() {
-                m.fail(&mut exp, cookie, DtoOp::RdmaWrite, st);
-            } else if len == 0 || allowed(key, off, len, true) {
+            if len == 0 || allowed(key, off, len, true) {
                 if !quiet {
                     exp.a_req
                         .push(a_op(DtoOp::RdmaWrite, DtoStatus::Success, len));
@@ -525,20 +456,16 @@ fn step(w: &World, m: &mut Model, cookie: u64, op: &Op) -> Expect {
             }
         }
         Op::Read { key, off, len } => {
-            let r = w.a_ep.post_rdma_read(
+            let r = w.a.ep.post_rdma_read(
                 &[w.sink.triplet(0, len as u64).unwrap()],
                 w.remote(key, off, len),
                 cookie,
                 CompletionFlags::DEFAULT,
             );
-            if !m.connected {
-                refused(r);
+            if !m.runs(&mut exp, r, cookie, DtoOp::RdmaRead) {
                 return exp;
             }
-            r.unwrap();
-            if let Some(st) = m.fail.take() {
-                m.fail(&mut exp, cookie, DtoOp::RdmaRead, st);
-            } else if len == 0 || allowed(key, off, len, false) {
+            if len == 0 || allowed(key, off, len, false) {
                 exp.a_req
                     .push(a_op(DtoOp::RdmaRead, DtoStatus::Success, len));
                 if len > 0 {
@@ -550,18 +477,18 @@ fn step(w: &World, m: &mut Model, cookie: u64, op: &Op) -> Expect {
             }
         }
         Op::Disconnect { by_server } => {
-            let ep = if by_server { &w.b_ep } else { &w.a_ep };
+            let ep = if by_server { &w.b.ep } else { &w.a.ep };
             ep.disconnect(!by_server).unwrap();
             if m.connected {
                 m.end(&mut exp, ConnectionEventKind::Disconnected);
             }
         }
         Op::Fail(st) => {
-            w.a_ep.inject_failure(st);
+            w.a.ep.inject_failure(st);
             m.fail = Some(st);
         }
         Op::Break { by_server } => {
-            let ep = if by_server { &w.b_ep } else { &w.a_ep };
+            let ep = if by_server { &w.b.ep } else { &w.a.ep };
             ep.inject_break();
             if m.connected {
                 m.end(&mut exp, ConnectionEventKind::Broken);
@@ -569,8 +496,8 @@ fn step(w: &World, m: &mut Model, cookie: u64, op: &Op) -> Expect {
         }
         Op::Reconnect => {
             if !m.connected {
-                w.a_ep.reset().unwrap();
-                w.b_ep.reset().unwrap();
+                w.a.ep.reset().unwrap();
+                w.b.ep.reset().unwrap();
                 w.connect();
                 m.connected = true;
             }
@@ -594,23 +521,23 @@ fn check(w: &World, m: &Model, exp: Expect, what: &str) {
         }
     };
     for e in exp.a_req {
-        assert_eq!(got(&w.a_req, &w.a_ep), e, "{what}: A's request EVD");
+        assert_eq!(got(&w.a.req, &w.a.ep), e, "{what}: A's request EVD");
     }
     for e in exp.b_rcv {
-        assert_eq!(got(&w.b_rcv, &w.b_ep), e, "{what}: B's receive EVD");
+        assert_eq!(got(&w.b.rcv, &w.b.ep), e, "{what}: B's receive EVD");
     }
     if let Some(k) = exp.conn {
-        assert_eq!(conn_kind(&w.a_conn), k, "{what}: A's connection EVD");
-        assert_eq!(conn_kind(&w.b_conn), k, "{what}: B's connection EVD");
+        assert_eq!(conn_kind(&w.a.conn), k, "{what}: A's connection EVD");
+        assert_eq!(conn_kind(&w.b.conn), k, "{what}: B's connection EVD");
     }
     for (evd, name) in [
-        (&w.a_req, "A request"),
-        (&w.a_rcv, "A receive"),
-        (&w.a_conn, "A connection"),
-        (&w.b_req, "B request"),
-        (&w.b_rcv, "B receive"),
-        (&w.b_conn, "B connection"),
-        (&w.b_cr, "B CR"),
+        (&w.a.req, "A request"),
+        (&w.a.rcv, "A receive"),
+        (&w.a.conn, "A connection"),
+        (&w.b.req, "B request"),
+        (&w.b.rcv, "B receive"),
+        (&w.b.conn, "B connection"),
+        (&w.b.cr, "B CR"),
     ] {
         empty(evd, &format!("{what}: {name} EVD"));
     }
@@ -619,15 +546,15 @@ fn check(w: &World, m: &Model, exp: Expect, what: &str) {
     } else {
         EpState::Disconnected
     };
-    assert_eq!(w.a_ep.state(), state, "{what}: A's state");
-    assert_eq!(w.b_ep.state(), state, "{what}: B's state");
+    assert_eq!(w.a.ep.state(), state, "{what}: A's state");
+    assert_eq!(w.b.ep.state(), state, "{what}: B's state");
     assert_eq!(
-        w.b_ep.query().unwrap().outstanding,
+        w.b.ep.query().unwrap().outstanding,
         (0, m.recvs.len()),
         "{what}: B's queues"
     );
     assert_eq!(
-        w.a_ep.query().unwrap().outstanding,
+        w.a.ep.query().unwrap().outstanding,
         (0, 0),
         "{what}: A's queues"
     );
@@ -671,8 +598,8 @@ fn run(ops: &[Op]) {
         let exp = step(&w, &mut m, cookie, op);
         check(&w, &m, exp, &format!("op #{i} {op:?}"));
     }
-    w.a_ia.close(CloseFlags::Abrupt).unwrap();
-    w.b_ia.close(CloseFlags::Abrupt).unwrap();
+    w.a.ia.close(CloseFlags::Abrupt).unwrap();
+    w.b.ia.close(CloseFlags::Abrupt).unwrap();
 }
 
 proptest! {

@@ -2,50 +2,24 @@
 //! Exactly-once delivery across bursts, the budget, one handler run per EVD
 //! at a time, fairness between EVDs, `remove`, and the re-arm modes.
 
-use rdapl::{Error, Evd, EvdFlags, Event, Poller, PollerConfig, ReEnable, UpcallPolicy};
+mod common;
+
+use common::{QUIET, eventually, post_retry, spawn_poster, sw_evd, sw_value, tag, untag};
+use rdapl::{Error, Evd, Event, Poller, PollerConfig, ReEnable, UpcallPolicy};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(8);
-const QUIET: Duration = Duration::from_millis(100);
 
-fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// Posts `v`, retrying while the EVD is full (bounded by `end`).
-fn post_retry(evd: &Evd, v: u64, end: Instant) {
-    loop {
-        match evd.post_se(v) {
-            Ok(()) => return,
-            Err(Error::QueueFull) => {
-                assert!(
-                    Instant::now() < end,
-                    "EVD stayed full: the poller stopped draining"
-                );
-                thread::yield_now();
-            }
-            Err(e) => panic!("post_se: {e:?}"),
-        }
-    }
-}
-
-fn value(ev: &Event) -> u64 {
-    match ev {
-        Event::Software(v) => *v,
-        other => panic!("unexpected event {other:?}"),
-    }
+fn new_poller(threads: usize, budget: usize, mode: ReEnable) -> Poller {
+    Poller::new(PollerConfig {
+        threads,
+        budget,
+        mode,
+    })
+    .unwrap()
 }
 
 /// A handler that records every value and flags overlapping runs.
@@ -67,7 +41,7 @@ impl Sink {
             if !pause.is_zero() {
                 thread::sleep(pause);
             }
-            s.seen.lock().unwrap().push(value(&ev));
+            s.seen.lock().unwrap().push(sw_value(&ev));
             s.inside.store(false, Ordering::SeqCst);
             s.count.fetch_add(1, Ordering::SeqCst);
         }
@@ -81,13 +55,8 @@ impl Sink {
 fn exactly_once_in_bursts(mode: ReEnable, threads: usize, budget: usize) {
     const BURSTS: u64 = 40;
     const PER_BURST: u64 = 100;
-    let poller = Poller::new(PollerConfig {
-        threads,
-        budget,
-        mode,
-    })
-    .unwrap();
-    let evd = Evd::create(256, EvdFlags::SOFTWARE).unwrap();
+    let poller = new_poller(threads, budget, mode);
+    let evd = sw_evd(256);
     let sink = Arc::new(Sink::default());
     let entry = poller.add(&evd, sink.handler(Duration::ZERO)).unwrap();
     let end = Instant::now() + LIMIT;
@@ -153,13 +122,8 @@ fn exactly_once_across_bursts_on_any() {
 /// a later arrival here (in the burst tests the next burst rescues it).
 fn trickle(mode: ReEnable) {
     const N: usize = 1500;
-    let poller = Poller::new(PollerConfig {
-        threads: 1,
-        budget: 8,
-        mode,
-    })
-    .unwrap();
-    let evd = Evd::create(16, EvdFlags::SOFTWARE).unwrap();
+    let poller = new_poller(1, 8, mode);
+    let evd = sw_evd(16);
     let sink = Arc::new(Sink::default());
     let entry = poller.add(&evd, sink.handler(Duration::ZERO)).unwrap();
     let end = Instant::now() + LIMIT;
@@ -198,14 +162,9 @@ fn trickle_of_single_events_strict() {
 
 #[test]
 fn budget_is_respected() {
-    let poller = Poller::new(PollerConfig {
-        threads: 1,
-        budget: 4,
-        mode: ReEnable::OnNew,
-    })
-    .unwrap();
+    let poller = new_poller(1, 4, ReEnable::OnNew);
     assert_eq!(poller.config().budget, 4);
-    let evd = Evd::create(128, EvdFlags::SOFTWARE).unwrap();
+    let evd = sw_evd(128);
     for i in 0..100 {
         evd.post_se(i).unwrap();
     }
@@ -240,13 +199,8 @@ fn zero_budget_is_refused() {
 
 #[test]
 fn handler_never_runs_concurrently_for_one_evd() {
-    let poller = Poller::new(PollerConfig {
-        threads: 4,
-        budget: 3,
-        mode: ReEnable::OnNew,
-    })
-    .unwrap();
-    let evd = Evd::create(512, EvdFlags::SOFTWARE).unwrap();
+    let poller = new_poller(4, 3, ReEnable::OnNew);
+    let evd = sw_evd(512);
     let sink = Arc::new(Sink::default());
     let _entry = poller
         .add(&evd, sink.handler(Duration::from_micros(50)))
@@ -254,13 +208,9 @@ fn handler_never_runs_concurrently_for_one_evd() {
     let end = Instant::now() + LIMIT;
     let producers: Vec<_> = (0..3u64)
         .map(|p| {
-            let evd = evd.clone();
-            thread::spawn(move || {
-                for i in 0..300 {
-                    post_retry(&evd, (p << 32) | i, end);
-                    if i % 25 == 0 {
-                        thread::sleep(Duration::from_micros(300));
-                    }
+            spawn_poster(&evd, (0..300).map(move |i| tag(p, i)), end, |i| {
+                if i % 25 == 0 {
+                    thread::sleep(Duration::from_micros(300));
                 }
             })
         })
@@ -281,7 +231,7 @@ fn handler_never_runs_concurrently_for_one_evd() {
     // Per-producer order survives budgets and reschedules.
     let mut next = [0u64; 3];
     for v in sink.seen.lock().unwrap().iter() {
-        let (p, i) = ((v >> 32) as usize, v & 0xFFFF_FFFF);
+        let (p, i) = untag(*v);
         assert_eq!(i, next[p]);
         next[p] += 1;
     }
@@ -289,14 +239,9 @@ fn handler_never_runs_concurrently_for_one_evd() {
 
 #[test]
 fn flooded_evd_does_not_starve_another() {
-    let poller = Poller::new(PollerConfig {
-        threads: 1,
-        budget: 8,
-        mode: ReEnable::OnNew,
-    })
-    .unwrap();
-    let hot = Evd::create(256, EvdFlags::SOFTWARE).unwrap();
-    let cold = Evd::create(64, EvdFlags::SOFTWARE).unwrap();
+    let poller = new_poller(1, 8, ReEnable::OnNew);
+    let hot = sw_evd(256);
+    let cold = sw_evd(64);
     let hot_sink = Arc::new(Sink::default());
     let cold_sink = Arc::new(Sink::default());
     let hot_entry = poller
@@ -363,7 +308,7 @@ fn flooded_evd_does_not_starve_another() {
 #[test]
 fn remove_stops_handling_and_leaves_later_events_queued() {
     let poller = Poller::new(PollerConfig::default()).unwrap();
-    let evd = Evd::create(64, EvdFlags::SOFTWARE).unwrap();
+    let evd = sw_evd(64);
     let sink = Arc::new(Sink::default());
     let entry = poller.add(&evd, sink.handler(Duration::ZERO)).unwrap();
     assert_eq!(entry.evd().handle(), evd.handle());
@@ -387,7 +332,7 @@ fn remove_stops_handling_and_leaves_later_events_queued() {
     let mut v = Vec::new();
     evd.dequeue_batch(&mut v, 10).unwrap();
     assert_eq!(
-        v.iter().map(value).collect::<Vec<_>>(),
+        v.iter().map(sw_value).collect::<Vec<_>>(),
         (10..15).collect::<Vec<_>>()
     );
     // The EVD can be attached again.
@@ -400,7 +345,7 @@ fn remove_stops_handling_and_leaves_later_events_queued() {
 #[test]
 fn remove_waits_for_a_running_handler() {
     let poller = Poller::new(PollerConfig::default()).unwrap();
-    let evd = Evd::create(64, EvdFlags::SOFTWARE).unwrap();
+    let evd = sw_evd(64);
     let started = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicBool::new(false));
     let entry = {
@@ -424,15 +369,8 @@ fn remove_waits_for_a_running_handler() {
 
 #[test]
 fn several_evds_on_one_poller_each_exactly_once() {
-    let poller = Poller::new(PollerConfig {
-        threads: 2,
-        budget: 8,
-        mode: ReEnable::Strict,
-    })
-    .unwrap();
-    let evds: Vec<Evd> = (0..4)
-        .map(|_| Evd::create(64, EvdFlags::SOFTWARE).unwrap())
-        .collect();
+    let poller = new_poller(2, 8, ReEnable::Strict);
+    let evds: Vec<Evd> = (0..4).map(|_| sw_evd(64)).collect();
     let sinks: Vec<Arc<Sink>> = (0..4).map(|_| Arc::new(Sink::default())).collect();
     let _entries: Vec<_> = evds
         .iter()
@@ -442,14 +380,7 @@ fn several_evds_on_one_poller_each_exactly_once() {
     let end = Instant::now() + LIMIT;
     let producers: Vec<_> = evds
         .iter()
-        .map(|evd| {
-            let evd = evd.clone();
-            thread::spawn(move || {
-                for i in 0..500 {
-                    post_retry(&evd, i, end);
-                }
-            })
-        })
+        .map(|evd| spawn_poster(evd, 0..500, end, |_| {}))
         .collect();
     for h in producers {
         h.join().unwrap();

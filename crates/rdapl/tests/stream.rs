@@ -1,33 +1,18 @@
 //! The async `Stream` of EVD events (feature `stream`).
 #![cfg(feature = "stream")]
 
+mod common;
+
+use common::{LIMIT, spawn_poster, start_waiter, sw_evd, within};
 use futures_executor::block_on;
 use rdapl::error::Subtype;
-use rdapl::{Error, Evd, EvdFlags, Event};
+use rdapl::{Error, Event};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::mpsc;
 use std::task::{Context, Poll};
 use std::thread;
 use std::time::{Duration, Instant};
-
-const LIMIT: Duration = Duration::from_secs(5);
-
-fn within<T: Send + 'static>(
-    limit: Duration,
-    what: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => v,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: did not finish within {limit:?}"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
-    }
-}
 
 /// `StreamExt::next` without futures-util.
 struct Next<'a, S>(&'a mut S);
@@ -45,7 +30,7 @@ fn next<S: futures_core::Stream + Unpin>(s: &mut S) -> Next<'_, S> {
 
 #[test]
 fn yields_queued_events_in_order() {
-    let evd = Evd::create(16, EvdFlags::SOFTWARE).unwrap();
+    let evd = sw_evd(16);
     for i in 0..10 {
         evd.post_se(i).unwrap();
     }
@@ -66,30 +51,13 @@ fn yields_queued_events_in_order() {
 #[test]
 fn wakes_on_later_arrivals_from_another_thread() {
     const N: u64 = 2000;
-    let evd = Evd::create(64, EvdFlags::SOFTWARE).unwrap();
-    let producer = {
-        let evd = evd.clone();
-        thread::spawn(move || {
-            let end = Instant::now() + LIMIT;
-            let mut i = 0;
-            while i < N {
-                match evd.post_se(i) {
-                    Ok(()) => {
-                        i += 1;
-                        // Sometimes let the consumer go idle first.
-                        if i % 100 == 0 {
-                            thread::sleep(Duration::from_millis(1));
-                        }
-                    }
-                    Err(Error::QueueFull) => {
-                        assert!(Instant::now() < end, "stream consumer stalled");
-                        thread::yield_now();
-                    }
-                    Err(e) => panic!("{e:?}"),
-                }
-            }
-        })
-    };
+    let evd = sw_evd(64);
+    let producer = spawn_poster(&evd, 0..N, Instant::now() + LIMIT, |k| {
+        // Sometimes let the consumer go idle first.
+        if (k + 1) % 100 == 0 {
+            thread::sleep(Duration::from_millis(1));
+        }
+    });
     let mut s = evd.stream();
     let got = within(LIMIT, "stream consumer (a wakeup was missed?)", move || {
         block_on(async {
@@ -109,7 +77,7 @@ fn wakes_on_later_arrivals_from_another_thread() {
 
 #[test]
 fn a_pending_stream_is_woken_by_a_single_arrival() {
-    let evd = Evd::create(4, EvdFlags::SOFTWARE).unwrap();
+    let evd = sw_evd(4);
     let mut s = evd.stream();
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
@@ -127,7 +95,7 @@ fn a_pending_stream_is_woken_by_a_single_arrival() {
 
 #[test]
 fn ends_after_free() {
-    let evd = Evd::create(4, EvdFlags::SOFTWARE).unwrap();
+    let evd = sw_evd(4);
     let mut s = evd.stream();
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
@@ -164,22 +132,8 @@ fn ends_after_free() {
 
 #[test]
 fn reports_a_waiter_owning_the_evd() {
-    let evd = Evd::create(8, EvdFlags::SOFTWARE).unwrap();
-    let waiter = {
-        let evd = evd.clone();
-        thread::spawn(move || evd.wait(Some(LIMIT), 2))
-    };
-    let end = Instant::now() + LIMIT;
-    while !matches!(
-        evd.dequeue_batch(&mut Vec::new(), 0),
-        Err(Error::InvalidState {
-            state: Subtype::InvalidStateEvdWaiter,
-            ..
-        })
-    ) {
-        assert!(Instant::now() < end);
-        thread::sleep(Duration::from_millis(1));
-    }
+    let evd = sw_evd(8);
+    let (waiter, result) = start_waiter(&evd, Some(LIMIT), 2);
     let mut s = evd.stream();
     let r = within(LIMIT, "stream while a waiter owns", move || {
         block_on(next(&mut s))
@@ -193,5 +147,6 @@ fn reports_a_waiter_owning_the_evd() {
     }
     evd.post_se(1).unwrap();
     evd.post_se(2).unwrap();
-    assert_eq!(waiter.join().unwrap().unwrap(), (Event::Software(1), 1));
+    waiter.join().unwrap();
+    assert_eq!(result.recv().unwrap().unwrap(), (Event::Software(1), 1));
 }
