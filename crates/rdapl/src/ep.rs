@@ -927,25 +927,13 @@ impl EpInner {
                 privs,
                 new_ctx,
                 ..
-            } => match mem.get(*lctx) {
-                Some(l) if l.region.is_some() => {
-                    let region = l.region.clone();
-                    let bound = mem.with_mut(*new_ctx, |e| {
-                        e.region = region;
-                        e.start = t.virtual_address;
-                        e.len = t.segment_length;
-                        e.privs = *privs;
-                        e.parent = Some(*lctx);
-                    });
-                    if bound.is_some() {
-                        mem.with_mut(*lctx, |l| l.bound_rmrs += 1);
-                        DtoStatus::Success
-                    } else {
-                        DtoStatus::RmrOperationFailed
-                    }
+            } => {
+                if mem.bind_window(*lctx, *new_ctx, t.virtual_address, t.segment_length, *privs) {
+                    DtoStatus::Success
+                } else {
+                    DtoStatus::RmrOperationFailed
                 }
-                _ => DtoStatus::RmrOperationFailed,
-            },
+            }
             WrOp::Fmr {
                 lmr,
                 region,

@@ -78,7 +78,7 @@ pub use {
     ia::{CloseFlags, Ia, IaAttr, IaOptions, ProviderAttr},
     mem::{LmrTriplet, MemPriv, Region, RmrTriplet},
     provider::loopback::Loopback,
-    pz::{Lmr, Pz, Rmr},
+    pz::{BorrowedLmr, Lmr, LmrScope, Pz, Rmr, lmr_scope},
     sp::{Cr, CrState, Psp, Rsp},
     srq::{Srq, SrqParam},
 };

@@ -11,18 +11,40 @@
 //! * **No access outside the grant.** Every access is checked against the
 //!   entry's protection zone, its range and its rights before a byte moves;
 //!   a refused access moves nothing.
-//! * **Safe memory.** Region memory is owned (`Box<[u8]>`) behind a
-//!   read/write lock; the data mover takes read locks on sources and write
-//!   locks on sinks in a fixed order, so concurrent transfers neither race
-//!   nor deadlock. Raw (caller-owned) memory for the C ABI is registered
-//!   through the one `unsafe` constructor, [`Region::from_raw`].
+//! * **Safe memory.** Region memory sits behind a read/write lock; the data
+//!   mover takes read locks on sources and write locks on sinks in a fixed
+//!   order, so concurrent transfers neither race nor deadlock. Memory comes
+//!   in three forms:
+//!   - *owned* by rdapl ([`Region::from_vec`], [`Region::zeroed`]): a
+//!     `Box<[u8]>` that lives as long as the region;
+//!   - *borrowed* from the caller for a scope ([`crate::pz::lmr_scope`],
+//!     [`Pz::lmr_create_borrowed`](crate::pz::Pz::lmr_create_borrowed)):
+//!     the [`BorrowedLmr`](crate::pz::BorrowedLmr) holds the caller's
+//!     `&mut [u8]`, so the caller cannot touch the buffer while it is
+//!     registered, and the registration is retired (below) when the
+//!     `BorrowedLmr` is dropped or released, and in any case (even if it was
+//!     leaked) before the scope returns;
+//!   - *raw* caller-owned memory for the C ABI, registered through the one
+//!     `unsafe` constructor, [`Region::from_raw`], whose caller keeps the
+//!     memory valid until the region is retired.
+//! * **Retired memory is never touched again.** [`Region::retire`] marks a
+//!   region dead under its write lock, so it first waits for any copy in
+//!   progress to finish. Every access to region memory takes the region's
+//!   lock and checks the mark under it: a key resolved before the
+//!   retirement whose transfer runs after it moves no byte and fails
+//!   (`LocalProtection` for a local buffer, `RemoteAccess` for a remote one,
+//!   breaking the connection like any DTO error); resolving a key to a
+//!   retired region is refused; [`Region::read`] and [`Region::write`]
+//!   panic ([`Region::try_read`] and [`Region::try_write`] return `None`).
+//!   So once `retire` returns, rdapl never reads or writes that memory
+//!   again, and borrowed memory can go back to its owner.
 
 use crate::error::{Error, Result, Subtype};
 use crate::event::{DtoStatus, PzHandle};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// `DAT_MEM_PRIV_FLAGS`: access rights of a registration.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Default)]
@@ -117,8 +139,9 @@ enum Backing {
 
 // SAFETY: a raw backing is only created by `Region::from_raw`, whose caller
 // guarantees the memory stays valid and is only accessed through this region
-// (or not concurrently with it) while the region lives; every access goes
-// through `lock`.
+// until the region is retired (or, never retired, while it lives); every
+// access goes through `lock` and checks the retirement mark under it, so the
+// pointer is never dereferenced after `Region::retire` returns.
 #[allow(unsafe_code)]
 unsafe impl Send for Backing {}
 // SAFETY: as above; shared access is serialised by the read/write lock.
@@ -131,6 +154,9 @@ pub struct Region {
     base: u64,
     len: usize,
     backing: Backing,
+    /// Set (under the backing's write lock) by [`Region::retire`]; checked
+    /// under the lock by every access.
+    retired: AtomicBool,
 }
 
 impl fmt::Debug for Region {
@@ -204,17 +230,23 @@ impl Region {
             base,
             len: b.len(),
             backing: Backing::Owned(RwLock::new(b)),
+            retired: AtomicBool::new(false),
         })
     }
 
     /// A region over caller-owned memory (the C ABI's `dat_lmr_create` of
-    /// `DAT_MEM_TYPE_VIRTUAL`).
+    /// `DAT_MEM_TYPE_VIRTUAL`). Safe code borrows memory for a scope
+    /// instead: [`Pz::lmr_create_borrowed`](crate::pz::Pz::lmr_create_borrowed).
     ///
     /// # Safety
     ///
-    /// `ptr..ptr+len` must be valid for reads and writes for as long as the
-    /// returned region (and any registration of it) lives, and must not be
-    /// accessed other than through this region while a transfer may run.
+    /// `ptr` must be non-null (even when `len` is 0), and `ptr..ptr+len`
+    /// must be valid for reads and writes and must not be accessed other
+    /// than through this region, from this call until [`Region::retire`]
+    /// returns on the returned region or, if it is never retired, for as
+    /// long as the region (any clone of the `Arc`: registrations, resolved
+    /// spans) lives. After `retire` returns the memory may be used, freed
+    /// or reused freely: rdapl never touches it again.
     #[allow(unsafe_code)]
     pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Arc<Region> {
         Arc::new(Region {
@@ -226,6 +258,7 @@ impl Region {
                 len,
                 lock: RwLock::new(()),
             },
+            retired: AtomicBool::new(false),
         })
     }
 
@@ -244,36 +277,107 @@ impl Region {
         self.len == 0
     }
 
+    /// Retires the region: marks it dead under its write lock (so this first
+    /// waits for any copy in progress to finish). From then on every access
+    /// is refused: transfers through spans resolved earlier fail without
+    /// moving a byte, keys naming it no longer resolve, [`Region::read`] and
+    /// [`Region::write`] panic. Once this returns rdapl never touches the
+    /// region's memory again. Retiring twice is harmless.
+    ///
+    /// Do not call it while holding one of this region's guards: it would
+    /// wait for that guard forever.
+    pub fn retire(&self) {
+        let _exclusive = match &self.backing {
+            Backing::Owned(l) => RegionLock::Owned(l.write()),
+            Backing::Raw { lock, .. } => RegionLock::Raw(lock.write()),
+        };
+        self.retired.store(true, Ordering::Release);
+    }
+
+    /// True once [`Region::retire`] has run (or is running).
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
     /// Locks the region for reading.
+    ///
+    /// # Panics
+    ///
+    /// If the region is retired.
     pub fn read(&self) -> RegionRead<'_> {
+        self.try_read().expect("the region is retired")
+    }
+
+    /// Locks the region for writing.
+    ///
+    /// # Panics
+    ///
+    /// If the region is retired.
+    pub fn write(&self) -> RegionWrite<'_> {
+        self.try_write().expect("the region is retired")
+    }
+
+    /// Locks the region for reading; `None` if it is retired.
+    pub fn try_read(&self) -> Option<RegionRead<'_>> {
         match &self.backing {
-            Backing::Owned(l) => RegionRead::Owned(l.read()),
+            Backing::Owned(l) => {
+                let g = l.read();
+                // Checked under the lock: `retire` sets it under the write lock.
+                (!self.is_retired()).then_some(RegionRead::Owned(g))
+            }
             Backing::Raw { ptr, len, lock } => {
                 let g = lock.read();
+                if self.is_retired() {
+                    return None;
+                }
                 // SAFETY: `from_raw`'s contract: the memory is valid for
-                // `len` bytes while the region lives; the read lock keeps
-                // rdapl's own writers out.
+                // `len` bytes until the region is retired, and it is not: the
+                // mark was clear under the lock, and `retire` needs the write
+                // lock, which `g` keeps out for the slice's lifetime. The read
+                // lock keeps rdapl's own writers out.
                 #[allow(unsafe_code)]
                 let s = unsafe { std::slice::from_raw_parts(*ptr as *const u8, *len) };
-                RegionRead::Raw(g, s)
+                Some(RegionRead::Raw(g, s))
             }
         }
     }
 
-    /// Locks the region for writing.
-    pub fn write(&self) -> RegionWrite<'_> {
+    /// Locks the region for writing; `None` if it is retired.
+    pub fn try_write(&self) -> Option<RegionWrite<'_>> {
         match &self.backing {
-            Backing::Owned(l) => RegionWrite::Owned(l.write()),
+            Backing::Owned(l) => {
+                let g = l.write();
+                (!self.is_retired()).then_some(RegionWrite::Owned(g))
+            }
             Backing::Raw { ptr, len, lock } => {
                 let g = lock.write();
-                // SAFETY: `from_raw`'s contract, and the write lock makes this
-                // the only rdapl access to the memory.
+                if self.is_retired() {
+                    return None;
+                }
+                // SAFETY: `from_raw`'s contract, and the region is not retired
+                // (checked under the lock, which `retire` needs for writing
+                // and `g` holds for the slice's lifetime); the write lock
+                // makes this the only rdapl access to the memory.
                 #[allow(unsafe_code)]
                 let s = unsafe { std::slice::from_raw_parts_mut(*ptr, *len) };
-                RegionWrite::Raw(g, s)
+                Some(RegionWrite::Raw(g, s))
             }
         }
     }
+
+    /// The raw memory of a region made by [`Region::from_raw`].
+    pub(crate) fn raw_parts(&self) -> Option<(*mut u8, usize)> {
+        match &self.backing {
+            Backing::Owned(_) => None,
+            Backing::Raw { ptr, len, .. } => Some((*ptr, *len)),
+        }
+    }
+}
+
+/// The write lock [`Region::retire`] takes.
+enum RegionLock<'a> {
+    Owned(#[allow(dead_code)] RwLockWriteGuard<'a, Box<[u8]>>),
+    Raw(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
 }
 
 /// What a registration entry is.
@@ -443,6 +547,61 @@ impl MemTable {
         true
     }
 
+    /// Binds the window `win` to `len` bytes at `start` of the live LMR
+    /// `lmr` with `privs`, under one lock (the LMR cannot be freed half-way).
+    /// False if either is gone or the LMR is unmapped.
+    pub(crate) fn bind_window(
+        &self,
+        lmr: u32,
+        win: u32,
+        start: u64,
+        len: u64,
+        privs: MemPriv,
+    ) -> bool {
+        let (li, lk) = Self::slot_of(lmr);
+        let (wi, wk) = Self::slot_of(win);
+        let mut slots = self.slots.write();
+        let region = match slots.get(li).and_then(|s| s.entry.as_ref()) {
+            Some(l) if l.key == lk && l.region.is_some() => l.region.clone(),
+            _ => return false,
+        };
+        match slots.get_mut(wi).and_then(|s| s.entry.as_mut()) {
+            Some(w) if w.key == wk => {
+                w.region = region;
+                w.start = start;
+                w.len = len;
+                w.privs = privs;
+                w.parent = Some(lmr);
+            }
+            _ => return false,
+        }
+        if let Some(l) = slots.get_mut(li).and_then(|s| s.entry.as_mut()) {
+            l.bound_rmrs += 1;
+        }
+        true
+    }
+
+    /// Removes the entry of `ctx` unless windows are bound to it (checked
+    /// under the same lock). `Err(())` if windows are bound; `Ok(None)` if
+    /// `ctx` is not live.
+    pub(crate) fn remove_unbound(&self, ctx: u32) -> std::result::Result<Option<Entry>, ()> {
+        let (i, k) = Self::slot_of(ctx);
+        let mut slots = self.slots.write();
+        let Some(slot) = slots.get_mut(i) else {
+            return Ok(None);
+        };
+        match slot.entry.as_ref() {
+            Some(e) if e.key == k && e.bound_rmrs > 0 => return Err(()),
+            Some(e) if e.key == k => {}
+            _ => return Ok(None),
+        }
+        let e = slot.entry.take();
+        if slot.next_key <= 255 {
+            self.free.lock().push(i as u32);
+        }
+        Ok(e)
+    }
+
     /// Removes the entry of `ctx`; its key dies for good.
     pub(crate) fn remove(&self, ctx: u32) -> Option<Entry> {
         let (i, k) = Self::slot_of(ctx);
@@ -458,6 +617,37 @@ impl MemTable {
         e
     }
 
+    /// Removes the LMR entry of `ctx` even if windows are bound to it: its
+    /// key dies for good, and every window bound to it is left unbound (its
+    /// region, range and rights cleared), so the window's key is refused
+    /// from then on; a window only gets memory again through a bind, which
+    /// gives it a new key, so that key is never valid again either. Returns
+    /// the removed entry and the number of windows unbound.
+    pub(crate) fn invalidate_lmr(&self, ctx: u32) -> Option<(Entry, usize)> {
+        let (i, k) = Self::slot_of(ctx);
+        let mut slots = self.slots.write();
+        let slot = slots.get_mut(i)?;
+        if slot.entry.as_ref()?.key != k {
+            return None;
+        }
+        let e = slot.entry.take()?;
+        if slot.next_key <= 255 {
+            self.free.lock().push(i as u32);
+        }
+        let mut unbound = 0;
+        for w in slots.iter_mut().filter_map(|s| s.entry.as_mut()) {
+            if w.kind == EntryKind::Rmr && w.parent == Some(ctx) {
+                w.region = None;
+                w.start = 0;
+                w.len = 0;
+                w.privs = MemPriv::NONE;
+                w.parent = None;
+                unbound += 1;
+            }
+        }
+        Some((e, unbound))
+    }
+
     /// Checks an access of `len` bytes at `addr` through `ctx`, needing
     /// `right`, from protection zone `pz`; returns the span to copy.
     pub(crate) fn resolve(
@@ -470,6 +660,12 @@ impl MemTable {
     ) -> std::result::Result<Span, AccessError> {
         let e = self.get(ctx).ok_or(AccessError::BadKey)?;
         let region = e.region.clone().ok_or(AccessError::BadKey)?;
+        // A retired region's memory may be gone (borrowed memory given back):
+        // its keys resolve to nothing. (A transfer through a span resolved
+        // just before the retirement is refused by `copy_spans`.)
+        if region.is_retired() {
+            return Err(AccessError::BadKey);
+        }
         if e.pz != pz {
             return Err(AccessError::WrongPz);
         }
@@ -529,36 +725,81 @@ pub(crate) fn total(spans: &[Span]) -> usize {
     spans.iter().map(|s| s.len).sum()
 }
 
+/// A copy refused because a region it names is retired: which side(s).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Retired {
+    /// A source span's region is retired.
+    pub src: bool,
+    /// A sink span's region is retired.
+    pub dst: bool,
+}
+
 /// Copies `min(total(src), total(dst))` bytes from the `src` spans into the
 /// `dst` spans, in order, with one copy per contiguous piece. Regions are
 /// locked in id order (sinks for writing, sources for reading), so
-/// concurrent copies cannot deadlock. Returns the bytes copied.
-pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> usize {
+/// concurrent copies cannot deadlock. Returns the bytes copied, or, if a
+/// region is retired (checked under its lock, with every lock held), which
+/// side names it: then no byte moves.
+pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> std::result::Result<usize, Retired> {
     let n = total(src).min(total(dst));
-    if n == 0 {
-        return 0;
+    // Distinct regions, each with the sides it is used on.
+    struct Use<'a> {
+        id: u64,
+        region: &'a Arc<Region>,
+        src: bool,
+        dst: bool,
     }
-    // Distinct regions, each with the strongest access it needs.
-    let mut regions: Vec<(u64, &Arc<Region>, bool)> = Vec::new();
+    let mut regions: Vec<Use<'_>> = Vec::new();
     for (s, write) in src
         .iter()
         .map(|s| (s, false))
         .chain(dst.iter().map(|d| (d, true)))
     {
-        match regions.iter_mut().find(|r| r.0 == s.region.id) {
-            Some(r) => r.2 |= write,
-            None => regions.push((s.region.id, &s.region, write)),
+        let u = match regions.iter().position(|r| r.id == s.region.id) {
+            Some(i) => &mut regions[i],
+            None => {
+                regions.push(Use {
+                    id: s.region.id,
+                    region: &s.region,
+                    src: false,
+                    dst: false,
+                });
+                regions.last_mut().expect("just pushed")
+            }
+        };
+        if write {
+            u.dst = true;
+        } else {
+            u.src = true;
         }
     }
-    regions.sort_by_key(|r| r.0);
+    regions.sort_by_key(|r| r.id);
     enum G<'a> {
         R(RegionRead<'a>),
         W(RegionWrite<'a>),
     }
-    let mut guards: Vec<(u64, G<'_>)> = regions
-        .iter()
-        .map(|(id, r, w)| (*id, if *w { G::W(r.write()) } else { G::R(r.read()) }))
-        .collect();
+    let mut guards: Vec<(u64, G<'_>)> = Vec::with_capacity(regions.len());
+    let mut retired = Retired {
+        src: false,
+        dst: false,
+    };
+    for u in &regions {
+        let g = if u.dst {
+            u.region.try_write().map(G::W)
+        } else {
+            u.region.try_read().map(G::R)
+        };
+        match g {
+            Some(g) => guards.push((u.id, g)),
+            None => {
+                retired.src |= u.src;
+                retired.dst |= u.dst;
+            }
+        }
+    }
+    if retired.src || retired.dst {
+        return Err(retired);
+    }
     let find = |id: u64, gs: &[(u64, G<'_>)]| gs.iter().position(|g| g.0 == id).unwrap_or(0);
 
     let (mut si, mut so) = (0usize, 0usize);
@@ -603,7 +844,7 @@ pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> usize {
             doff = 0;
         }
     }
-    n
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -720,7 +961,7 @@ mod tests {
                 len: 4,
             },
         ];
-        assert_eq!(copy_spans(&src, &dst), 8);
+        assert_eq!(copy_spans(&src, &dst), Ok(8));
         assert_eq!(&*b.read(), &[0, 0, 1, 2, 5, 0, 6, 7, 8, 9]);
         // Same region source and sink.
         let s = vec![Span {
@@ -733,7 +974,111 @@ mod tests {
             offset: 6,
             len: 4,
         }];
-        assert_eq!(copy_spans(&s, &d), 4);
+        assert_eq!(copy_spans(&s, &d), Ok(4));
         assert_eq!(&*a.read(), &[0, 1, 2, 3, 4, 5, 0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn retired_regions_are_refused_and_untouched() {
+        let t = MemTable::default();
+        let a = Region::from_vec(vec![1; 8]);
+        let b = Region::zeroed(8);
+        let ca = t.insert(entry(&a, MemPriv::ALL)).unwrap();
+        let span = |r: &Arc<Region>| {
+            vec![Span {
+                region: r.clone(),
+                offset: 0,
+                len: 8,
+            }]
+        };
+        // Spans resolved before the retirement...
+        let sa = t
+            .resolve(ca, a.address(), 8, MemPriv::LOCAL_READ, PzHandle(1))
+            .unwrap();
+        assert_eq!(sa.len, 8);
+        b.retire();
+        b.retire(); // harmless twice
+        assert!(b.is_retired() && !a.is_retired());
+        // ...move nothing into or out of a retired region, and say which side.
+        assert_eq!(
+            copy_spans(&span(&a), &span(&b)),
+            Err(Retired {
+                src: false,
+                dst: true
+            })
+        );
+        assert_eq!(
+            copy_spans(&span(&b), &span(&a)),
+            Err(Retired {
+                src: true,
+                dst: false
+            })
+        );
+        assert_eq!(
+            copy_spans(&span(&b), &span(&b)),
+            Err(Retired {
+                src: true,
+                dst: true
+            })
+        );
+        assert!(a.read().iter().all(|x| *x == 1));
+        assert!(b.try_read().is_none() && b.try_write().is_none());
+        // A key naming a retired region no longer resolves.
+        let cb = t.insert(entry(&b, MemPriv::ALL)).unwrap();
+        assert_eq!(
+            t.resolve(cb, b.address(), 1, MemPriv::LOCAL_READ, PzHandle(1))
+                .unwrap_err(),
+            AccessError::BadKey
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "retired")]
+    fn reading_a_retired_region_panics() {
+        let r = Region::zeroed(4);
+        r.retire();
+        let _ = r.read();
+    }
+
+    #[test]
+    fn retire_waits_for_a_copy_in_progress() {
+        let r = Region::zeroed(4);
+        let g = r.write();
+        let r2 = r.clone();
+        let h = std::thread::spawn(move || r2.retire());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!h.is_finished(), "retire must wait for the guard");
+        assert!(!r.is_retired());
+        drop(g);
+        h.join().unwrap();
+        assert!(r.is_retired());
+    }
+
+    #[test]
+    fn invalidate_lmr_unbinds_its_windows() {
+        let t = MemTable::default();
+        let r = Region::zeroed(16);
+        let l = t.insert(entry(&r, MemPriv::ALL)).unwrap();
+        let mut w = entry(&r, MemPriv::REMOTE_WRITE);
+        w.kind = EntryKind::Rmr;
+        w.parent = Some(l);
+        let wc = t.insert(w.clone()).unwrap();
+        w.parent = None; // a window bound elsewhere is left alone
+        let other = t.insert(w).unwrap();
+        t.with_mut(l, |e| e.bound_rmrs = 1);
+        let (e, n) = t.invalidate_lmr(l).unwrap();
+        assert_eq!((e.kind, n), (EntryKind::Lmr, 1));
+        assert!(t.get(l).is_none());
+        assert!(t.invalidate_lmr(l).is_none());
+        let a = r.address();
+        assert_eq!(
+            t.resolve(wc, a, 1, MemPriv::REMOTE_WRITE, PzHandle(1))
+                .unwrap_err(),
+            AccessError::BadKey
+        );
+        assert!(
+            t.resolve(other, a, 1, MemPriv::REMOTE_WRITE, PzHandle(1))
+                .is_ok()
+        );
     }
 }

@@ -10,6 +10,22 @@
 //! (`Ep::post_lmr_fmr`, `Ep::post_lmr_invalidate`). Every bind, map,
 //! invalidate or free gives the entry a new key: a key from before is
 //! refused for good (see [`crate::mem`]).
+//!
+//! # Whose memory
+//!
+//! An LMR's memory is owned by rdapl ([`Pz::lmr_create`] of a
+//! [`Region::from_vec`] or [`Region::zeroed`], [`Pz::lmr_create_from`]), or
+//! borrowed from the caller for a scope: [`lmr_scope`] and
+//! [`Pz::lmr_create_borrowed`] register a `&mut [u8]` in place (no copy) as
+//! a [`BorrowedLmr`], which holds the borrow. Dropping or
+//! [releasing](BorrowedLmr::release) it frees the LMR (invalidating it, and
+//! every window bound to it, if windows are still bound) and retires its
+//! region: once that returns rdapl never touches the buffer again, and a
+//! transfer that raced with it either finished before or moves nothing and
+//! fails. The scope does the same for any `BorrowedLmr` that was leaked
+//! (`std::mem::forget`) before it returns, which is what makes the borrow
+//! safe: a destructor alone is not guaranteed to run. Raw memory for the C
+//! ABI goes through the `unsafe` [`Region::from_raw`].
 
 use crate::error::{Error, Result, Subtype};
 use crate::event::PzHandle;
@@ -17,6 +33,7 @@ use crate::ia::{Ia, IaInner};
 use crate::mem::{Entry, EntryKind, LmrTriplet, MemPriv, Region, RmrTriplet};
 use parking_lot::Mutex;
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -86,9 +103,13 @@ impl Pz {
         Ok(())
     }
 
-    /// Registers `region` with `privs` (`dat_lmr_create`).
+    /// Registers `region` with `privs` (`dat_lmr_create`). A retired region
+    /// is refused.
     pub fn lmr_create(&self, region: Arc<Region>, privs: MemPriv) -> Result<Lmr> {
         self.check_live()?;
+        if region.is_retired() {
+            return Err(Error::param(1, "the region is retired"));
+        }
         let max = self.inner.ia.attr.max_lmr_block_size;
         if region.len() as u64 > max {
             return Err(Error::InsufficientResources {
@@ -122,6 +143,122 @@ impl Pz {
     /// Registers a copy of `data` in memory rdapl owns.
     pub fn lmr_create_from(&self, data: Vec<u8>, privs: MemPriv) -> Result<Lmr> {
         self.lmr_create(Region::from_vec(data), privs)
+    }
+
+    /// Registers the caller's buffer in place, without copying it, until the
+    /// returned [`BorrowedLmr`] is dropped or
+    /// [released](BorrowedLmr::release), or at the latest until `scope`
+    /// ends (see [`lmr_scope`]).
+    ///
+    /// The `BorrowedLmr` derefs to an [`Lmr`] (triplets, contexts,
+    /// [`Lmr::read_at`], [`Lmr::write_at`], windows and transfers all work
+    /// as for any LMR) and holds the borrow of `buf`, so the caller cannot
+    /// touch the buffer while it is registered. When it goes, rdapl
+    /// guarantees it never touches the buffer again: the LMR is freed (its
+    /// keys die for good; if windows are still bound to it, it is
+    /// invalidated anyway and every window bound to it is unbound, so their
+    /// keys die too), and the region is retired, which first waits for any
+    /// copy in progress. A transfer that resolved a key before then and
+    /// runs after moves no byte and fails (`LocalProtection` or
+    /// `RemoteAccess`, breaking its connection). Keep the region's address
+    /// in mind: it is the buffer's, and triplets refer to it.
+    ///
+    /// The scope is what makes this safe: a destructor is not guaranteed to
+    /// run (`std::mem::forget` is safe), so the buffer stays borrowed until
+    /// the scope ends, which retires every registration made in it.
+    ///
+    /// ```
+    /// use rdapl::{Ia, MemPriv};
+    ///
+    /// let ia = Ia::open_with("loopback", Default::default()).unwrap();
+    /// let pz = ia.pz_create().unwrap();
+    /// let mut buf = *b"hello, world";
+    /// rdapl::lmr_scope(|s| {
+    ///     let lmr = pz.lmr_create_borrowed(s, &mut buf, MemPriv::ALL).unwrap();
+    ///     lmr.write_at(0, b"HELLO").unwrap(); // as a transfer would
+    ///     let t = lmr.triplet(0, 12).unwrap(); // for a scatter/gather list
+    ///     assert_eq!(t.segment_length, 12);
+    ///     let back: &mut [u8] = lmr.release(); // the borrow, given back
+    ///     back[5] = b'!';
+    /// });
+    /// assert_eq!(&buf, b"HELLO! world");
+    /// ```
+    ///
+    /// While it is registered the buffer cannot be used:
+    ///
+    /// ```compile_fail
+    /// # use rdapl::{Ia, MemPriv};
+    /// # let ia = Ia::open_with("loopback", Default::default()).unwrap();
+    /// # let pz = ia.pz_create().unwrap();
+    /// let mut buf = [0u8; 64];
+    /// rdapl::lmr_scope(|s| {
+    ///     let lmr = pz.lmr_create_borrowed(s, &mut buf, MemPriv::ALL).unwrap();
+    ///     buf[0] = 1; // error: `buf` is borrowed by the registration
+    ///     drop(lmr);
+    /// });
+    /// ```
+    ///
+    /// and leaking the registration does not end the borrow (only the scope
+    /// does, after retiring the region):
+    ///
+    /// ```compile_fail
+    /// # use rdapl::{Ia, MemPriv};
+    /// # let ia = Ia::open_with("loopback", Default::default()).unwrap();
+    /// # let pz = ia.pz_create().unwrap();
+    /// let mut buf = [0u8; 64];
+    /// rdapl::lmr_scope(|s| {
+    ///     let lmr = pz.lmr_create_borrowed(s, &mut buf, MemPriv::ALL).unwrap();
+    ///     std::mem::forget(lmr);
+    ///     buf[0] = 1; // error: `buf` is borrowed until the scope ends
+    /// });
+    /// ```
+    ///
+    /// nor can the registration outlive the scope:
+    ///
+    /// ```compile_fail
+    /// # use rdapl::{Ia, MemPriv};
+    /// # let ia = Ia::open_with("loopback", Default::default()).unwrap();
+    /// # let pz = ia.pz_create().unwrap();
+    /// let mut buf = [0u8; 64];
+    /// let lmr = rdapl::lmr_scope(|s| pz.lmr_create_borrowed(s, &mut buf, MemPriv::ALL).unwrap());
+    /// ```
+    pub fn lmr_create_borrowed<'scope>(
+        &self,
+        scope: &'scope LmrScope<'scope, '_>,
+        buf: &'scope mut [u8],
+        privs: MemPriv,
+    ) -> Result<BorrowedLmr<'scope>> {
+        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+        // SAFETY: `Region::from_raw`'s contract holds until the region is
+        // retired:
+        // * `ptr` is non-null and `ptr..ptr+len` valid for reads and writes:
+        //   they come from a `&'scope mut [u8]`, valid for all of `'scope`;
+        // * nothing else accesses the memory: the borrow is exclusive, and it
+        //   stays with us (the `BorrowedLmr` carries it as `PhantomData`; its
+        //   `release` hands it back only after retiring the region);
+        // * the region is retired before `'scope` ends: `BorrowedLmr`'s drop
+        //   and `release` retire it, and since those may never run (a leak),
+        //   it is recorded in `scope`, which `lmr_scope` retires before it
+        //   returns, i.e. while the borrow of `buf` still lasts. Only `Arc`
+        //   clones of the region may outlive that, and a retired region never
+        //   touches its memory.
+        #[allow(unsafe_code)]
+        let region = unsafe { Region::from_raw(ptr, len) };
+        // Recorded first, so a registration can never escape retirement.
+        scope.record(&region);
+        let lmr = match self.lmr_create(region.clone(), privs) {
+            Ok(l) => l,
+            Err(e) => {
+                region.retire();
+                return Err(e);
+            }
+        };
+        scope.attach(&region, &lmr);
+        Ok(BorrowedLmr {
+            lmr,
+            region,
+            _buf: PhantomData,
+        })
     }
 
     /// Allocates a fast-registration LMR of at most `max_len` bytes; it is
@@ -283,7 +420,7 @@ impl Lmr {
     /// Copies `buf.len()` bytes at `offset` of the region out.
     pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
         let r = self.live_region()?;
-        let g = r.read();
+        let g = r.try_read().ok_or(RETIRED)?;
         let end = offset
             .checked_add(buf.len())
             .filter(|e| *e <= g.len())
@@ -295,7 +432,7 @@ impl Lmr {
     /// Copies `data` into the region at `offset`.
     pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         let r = self.live_region()?;
-        let mut g = r.write();
+        let mut g = r.try_write().ok_or(RETIRED)?;
         let end = offset
             .checked_add(data.len())
             .filter(|e| *e <= g.len())
@@ -306,7 +443,7 @@ impl Lmr {
 
     /// The whole region's bytes, copied out.
     pub fn to_vec(&self) -> Result<Vec<u8>> {
-        Ok(self.live_region()?.read().to_vec())
+        Ok(self.live_region()?.try_read().ok_or(RETIRED)?.to_vec())
     }
 
     fn live_region(&self) -> Result<Arc<Region>> {
@@ -323,14 +460,31 @@ impl Lmr {
         let mut ctx = self.inner.ctx.lock();
         let c = ctx.ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))?;
         let mem = &self.inner.pz.inner.ia.mem;
-        if mem.get(c).is_some_and(|e| e.bound_rmrs > 0) {
+        if mem.remove_unbound(c).is_err() {
             return Err(Error::state(
                 Subtype::InvalidStateLmrInUse,
                 "an RMR is still bound to this LMR",
             ));
         }
-        mem.remove(c);
         *ctx = None;
+        self.freed();
+        Ok(())
+    }
+
+    /// Frees the LMR (if not freed already) even if windows are bound to it:
+    /// then it is invalidated anyway and every window bound to it is unbound
+    /// (their keys are refused from then on). Handles forget the region.
+    fn free_forced(&self) {
+        let mut ctx = self.inner.ctx.lock();
+        if let Some(c) = ctx.take() {
+            self.inner.pz.inner.ia.mem.invalidate_lmr(c);
+            self.freed();
+        }
+        *self.inner.region.lock() = None;
+    }
+
+    /// Accounts for the LMR being freed.
+    fn freed(&self) {
         self.inner.pz.inner.users.fetch_sub(1, Ordering::SeqCst);
         self.inner
             .pz
@@ -339,13 +493,178 @@ impl Lmr {
             .live
             .lmrs
             .fetch_sub(1, Ordering::Relaxed);
-        Ok(())
     }
 
     pub(crate) fn set_mapping(&self, ctx: u32, region: Option<Arc<Region>>, privs: MemPriv) {
         *self.inner.ctx.lock() = Some(ctx);
         *self.inner.region.lock() = region;
         *self.inner.privs.lock() = privs;
+    }
+}
+
+const RETIRED: Error = Error::InvalidState {
+    state: Subtype::InvalidStateLmrFree,
+    what: "the region is retired",
+};
+
+/// Frees (or invalidates) `lmr` and retires `region`: afterwards rdapl never
+/// touches the region's memory again.
+fn unregister(lmr: &Lmr, region: &Region) {
+    lmr.free_forced();
+    region.retire();
+}
+
+/// A scope for [`BorrowedLmr`]s: see [`lmr_scope`].
+pub struct LmrScope<'scope, 'env: 'scope> {
+    /// Every region registered in the scope and not yet retired, with its
+    /// LMR once registered.
+    regs: Mutex<Vec<(Arc<Region>, Option<Lmr>)>>,
+    /// Invariant in both, as `std::thread::Scope`: the borrows handed to
+    /// [`Pz::lmr_create_borrowed`] must last exactly until the scope ends.
+    scope: PhantomData<&'scope mut &'scope ()>,
+    env: PhantomData<&'env mut &'env ()>,
+}
+
+impl fmt::Debug for LmrScope<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LmrScope")
+            .field("registered", &self.regs.lock().len())
+            .finish()
+    }
+}
+
+impl LmrScope<'_, '_> {
+    fn record(&self, region: &Arc<Region>) {
+        let mut regs = self.regs.lock();
+        // Forget what was released already: a loop of short registrations
+        // does not grow the scope.
+        regs.retain(|(r, _)| !r.is_retired());
+        regs.push((region.clone(), None));
+    }
+
+    fn attach(&self, region: &Arc<Region>, lmr: &Lmr) {
+        if let Some(r) = self
+            .regs
+            .lock()
+            .iter_mut()
+            .find(|(r, _)| Arc::ptr_eq(r, region))
+        {
+            r.1 = Some(lmr.clone());
+        }
+    }
+
+    /// Unregisters everything still registered.
+    fn end(&self) {
+        let regs = std::mem::take(&mut *self.regs.lock());
+        for (region, lmr) in regs {
+            match lmr {
+                Some(l) => unregister(&l, &region),
+                None => region.retire(),
+            }
+        }
+    }
+}
+
+/// Runs `f` with a scope in which caller memory can be registered in place
+/// ([`Pz::lmr_create_borrowed`]); before returning (also when `f` panics)
+/// it unregisters and retires every registration made in the scope that
+/// was not dropped or released already, so that no registration outlives
+/// the borrows, even one that was leaked.
+///
+/// Buffers registered in the scope stay borrowed until it ends, unless
+/// given back earlier by [`BorrowedLmr::release`].
+///
+/// ```
+/// use rdapl::{Ia, MemPriv};
+///
+/// let ia = Ia::open_with("loopback", Default::default()).unwrap();
+/// let pz = ia.pz_create().unwrap();
+/// let mut a = vec![0u8; 32];
+/// let mut b = [0u8; 16];
+/// let lmr = rdapl::lmr_scope(|s| {
+///     let la = pz.lmr_create_borrowed(s, &mut a, MemPriv::ALL).unwrap();
+///     let lb = pz.lmr_create_borrowed(s, &mut b, MemPriv::ALL).unwrap();
+///     la.write_at(0, b"in a").unwrap();
+///     lb.write_at(0, b"in b").unwrap();
+///     std::mem::forget(lb); // leaked: the scope still unregisters it
+///     rdapl::Lmr::clone(&la) // a plain handle may outlive the scope...
+/// });
+/// assert_eq!(&a[..4], b"in a");
+/// assert_eq!(&b[..4], b"in b");
+/// assert!(lmr.context().is_err(), "...but it is freed");
+/// assert!(pz.free().is_ok(), "nothing registered is left");
+/// ```
+pub fn lmr_scope<'env, F, T>(f: F) -> T
+where
+    F: for<'scope> FnOnce(&'scope LmrScope<'scope, 'env>) -> T,
+{
+    struct End<'a, 'scope, 'env>(&'a LmrScope<'scope, 'env>);
+    impl Drop for End<'_, '_, '_> {
+        fn drop(&mut self) {
+            self.0.end();
+        }
+    }
+    let scope = LmrScope {
+        regs: Mutex::new(Vec::new()),
+        scope: PhantomData,
+        env: PhantomData,
+    };
+    let _end = End(&scope);
+    f(&scope)
+}
+
+/// An LMR over memory borrowed from the caller for `'scope`
+/// ([`Pz::lmr_create_borrowed`]). It derefs to the [`Lmr`]; dropping it, or
+/// [`BorrowedLmr::release`], unregisters it and guarantees rdapl never
+/// touches the memory again.
+pub struct BorrowedLmr<'scope> {
+    lmr: Lmr,
+    region: Arc<Region>,
+    /// The caller's exclusive borrow of the memory, held while registered.
+    _buf: PhantomData<&'scope mut [u8]>,
+}
+
+impl fmt::Debug for BorrowedLmr<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BorrowedLmr")
+            .field("lmr", &self.lmr)
+            .field("region", &self.region)
+            .finish()
+    }
+}
+
+impl std::ops::Deref for BorrowedLmr<'_> {
+    type Target = Lmr;
+    fn deref(&self) -> &Lmr {
+        &self.lmr
+    }
+}
+
+impl<'scope> BorrowedLmr<'scope> {
+    /// Unregisters the memory as dropping does (the LMR freed, or
+    /// invalidated with its windows if windows are still bound; the region
+    /// retired, after any copy in progress) and gives the borrow back.
+    /// Clones of the [`Lmr`] are dead from then on.
+    pub fn release(self) -> &'scope mut [u8] {
+        unregister(&self.lmr, &self.region);
+        let (ptr, len) = self.region.raw_parts().expect("a borrowed region is raw");
+        // SAFETY: `ptr` and `len` are those of the `&'scope mut [u8]` this
+        // registration was made from, and `self` (consumed here) held that
+        // exclusive borrow; the region is retired, so rdapl never touches
+        // the memory again and the slice returned is the only access to it,
+        // for `'scope`, as the borrow it stands for.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts_mut(ptr, len)
+        }
+    }
+}
+
+impl Drop for BorrowedLmr<'_> {
+    fn drop(&mut self) {
+        // After `release` this finds the LMR freed and the region retired:
+        // it only takes (and drops) the region's lock once more.
+        unregister(&self.lmr, &self.region);
     }
 }
 

@@ -17,6 +17,10 @@
 //! * a receive too small: `LocalLength` on the receiver, `RemoteResponder`
 //!   on the sender;
 //! * a bad remote key, range, right or zone: `RemoteAccess`, no byte moved;
+//! * a region retired between resolving its key and the copy (see
+//!   [`crate::mem`]): no byte moved, `LocalProtection` if it is the
+//!   poster's own buffer, `RemoteAccess` (for a send: `RemoteResponder`, and
+//!   `LocalProtection` on the receive) if it is the peer's;
 //! * any DTO error breaks the connection: everything outstanding on both
 //!   sides is flushed and both get `Broken`.
 //!
@@ -543,14 +547,29 @@ fn execute(
                     true,
                 );
             }
-            mem::copy_spans(&src, &dst);
-            After::Complete(
-                vec![
-                    (true, wr, DtoStatus::Success, len as u64),
-                    (false, rwr, DtoStatus::Success, len as u64),
-                ],
-                false,
-            )
+            match mem::copy_spans(&src, &dst) {
+                Ok(_) => After::Complete(
+                    vec![
+                        (true, wr, DtoStatus::Success, len as u64),
+                        (false, rwr, DtoStatus::Success, len as u64),
+                    ],
+                    false,
+                ),
+                // A region was retired after its key resolved: no byte
+                // moved. As for a refused key: the sender's own buffer...
+                Err(r) if r.src => {
+                    untake_recv(b, cb, rwr);
+                    After::Complete(vec![(true, wr, DtoStatus::LocalProtection, 0)], true)
+                }
+                // ...or the receiver's.
+                Err(_) => After::Complete(
+                    vec![
+                        (true, wr, DtoStatus::RemoteResponder, 0),
+                        (false, rwr, DtoStatus::LocalProtection, 0),
+                    ],
+                    true,
+                ),
+            }
         }
         WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) => {
             let (r, write) = (*r, matches!(head.op, WrOp::RdmaWrite(_)));
@@ -592,12 +611,18 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
         Err(_) => return After::Complete(vec![(true, wr, DtoStatus::RemoteAccess, 0)], true),
     };
     let remote = std::slice::from_ref(&remote);
-    if write {
-        mem::copy_spans(&local, remote);
+    let copied = if write {
+        mem::copy_spans(&local, remote).map_err(|r| r.src)
     } else {
-        mem::copy_spans(remote, &local);
+        mem::copy_spans(remote, &local).map_err(|r| r.dst)
+    };
+    match copied {
+        Ok(_) => After::Complete(vec![(true, wr, DtoStatus::Success, len)], false),
+        // A region was retired after its key resolved: no byte moved; the
+        // local side is reported first, as when resolving.
+        Err(true) => After::Complete(vec![(true, wr, DtoStatus::LocalProtection, 0)], true),
+        Err(false) => After::Complete(vec![(true, wr, DtoStatus::RemoteAccess, 0)], true),
     }
-    After::Complete(vec![(true, wr, DtoStatus::Success, len)], false)
 }
 
 /// The receive a send to `b` lands in: `b`'s own queue, or one of its SRQ
