@@ -1,9 +1,9 @@
-//! The two sizes of the suite: the full run (about 40 s of measuring on
-//! two cores, well inside the five-minute budget) and `--smoke` (every
-//! benchmark at a tiny size, a second or two in total, to prove the harness
+//! The two sizes of the suite: the full run (about a minute of measuring
+//! on two cores, well inside the five-minute budget) and `--smoke` (every
+//! benchmark at a tiny size, a few seconds in total, to prove the harness
 //! works end to end).
 
-use crate::{flow, latency, throughput};
+use crate::{flow, latency, loopback, throughput};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -20,6 +20,14 @@ pub struct Scale {
     pub latency: latency::Params,
     /// Benchmark 3.
     pub flow: flow::Params,
+    /// Benchmark 4.
+    pub loopback: loopback::Params,
+}
+
+/// The transfer sizes of benchmark 4: 4 KiB, 64 KiB, 1 MiB, 16 MiB (the
+/// smoke run keeps them, so that its row ids are the full run's).
+pub fn loopback_sizes() -> Vec<usize> {
+    vec![4 << 10, 64 << 10, 1 << 20, 16 << 20]
 }
 
 impl Scale {
@@ -52,6 +60,22 @@ impl Scale {
                 qlen: 1024,
                 max_samples: 100_000,
             },
+            loopback: loopback::Params {
+                warmup_iters: 500,
+                iters: 20_000,
+                limit: Duration::from_millis(1500),
+                grace: Duration::from_secs(3),
+                recv_depth: 4,
+                capacity: 256,
+                sizes: loopback_sizes(),
+                window: 8,
+                bw_trials_per_rep: 3,
+                bw_warmup: Duration::from_millis(10),
+                bw_window: Duration::from_millis(50),
+                bw_min_ops: 16,
+                bw_min_bytes: 512 << 20,
+                bw_max_ops: 100_000_000,
+            },
         }
     }
 
@@ -83,6 +107,22 @@ impl Scale {
                 budget: 64,
                 qlen: 1024,
                 max_samples: 10_000,
+            },
+            loopback: loopback::Params {
+                warmup_iters: 10,
+                iters: 200,
+                limit: Duration::from_millis(100),
+                grace: Duration::from_secs(3),
+                recv_depth: 4,
+                capacity: 256,
+                sizes: loopback_sizes(),
+                window: 2,
+                bw_trials_per_rep: 1,
+                bw_warmup: Duration::from_millis(1),
+                bw_window: Duration::from_millis(2),
+                bw_min_ops: 1,
+                bw_min_bytes: 0,
+                bw_max_ops: 1_000_000,
             },
         }
     }

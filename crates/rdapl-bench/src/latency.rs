@@ -153,32 +153,11 @@ impl Link for EvdWait {
     }
 }
 
-/// Polls until `poll` yields a value: `SPIN_POLLS` polls with a spin hint
-/// between them, then a `yield_now` between polls (so that on a machine with
-/// fewer free cores than spinning threads the other side still gets to
-/// run); checks `deadline` every 1024 polls.
-fn spin_recv(deadline: Instant, mut poll: impl FnMut() -> Result<Option<u64>, ()>) -> Option<u64> {
-    let mut polls = 0u32;
-    loop {
-        match poll() {
-            Ok(Some(v)) => return Some(v),
-            Ok(None) => {}
-            Err(()) => return None,
-        }
-        polls = polls.wrapping_add(1);
-        if polls < SPIN_POLLS {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-        if polls % 1024 == 0 && Instant::now() > deadline {
-            return None;
-        }
-    }
+/// Busy polling with the suite's spin-then-yield policy
+/// ([`crate::util::spin_poll`]).
+fn spin_recv(deadline: Instant, poll: impl FnMut() -> Result<Option<u64>, ()>) -> Option<u64> {
+    crate::util::spin_poll(deadline, poll)
 }
-
-/// Polls spent spinning before a busy-polling side starts yielding.
-const SPIN_POLLS: u32 = 2048;
 
 #[derive(Clone)]
 struct EvdPoll(Evd);

@@ -1,7 +1,6 @@
-//! # rdapl-bench: the rdapl event dispatcher against its peers
+//! # rdapl-bench: the rdapl event dispatcher and loopback provider against their peers
 //!
-//! The benchmark suite of issue 4 (parts 1 to 3; part 4 has its place in
-//! [`loopback`]). Every figure it reports
+//! The benchmark suite of issue 4 (parts 1 to 4). Every figure it reports
 //! is a **ratio against a peer measured in the same run**: the subject and
 //! its peer run back to back inside each repetition, the ratio is taken
 //! there, and the report gives the median over repetitions with the
@@ -12,7 +11,7 @@
 //! | [`throughput`] | part 1: EVD events/s vs crossbeam-channel, `std::sync::mpsc::sync_channel` and flume; 1–2 producers, unbatched and batched consumption |
 //! | [`latency`] | part 2: ping-pong round trip by upcall, blocking `wait`, and busy `dequeue`, vs crossbeam blocking and busy-poll ping-pongs |
 //! | [`flow`] | part 3: the seed's flow: `Poller` vs pure upcalls vs pure polling at low, medium and saturating load |
-//! | [`loopback`] | part 4: DTO round trips through the loopback provider, **not measured yet** (reported as pending) |
+//! | [`loopback`] | part 4: the loopback provider: 64-byte send/receive half round trip vs crossbeam ping-pongs, RDMA write/read bandwidth vs memcpy at 4 KiB–16 MiB |
 //! | [`report`] | targets of the issue, `results.json`, `results.md` |
 //! | [`plot`] | SVG plots |
 //! | [`config`] | the full and `--smoke` sizes |

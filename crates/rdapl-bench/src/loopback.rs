@@ -1,37 +1,1205 @@
-//! Benchmark 4 (issue 4, part 4): the loopback provider — **not measured
-//! yet**.
+//! Benchmark 4 (issue 4, part 4): DTOs through rdapl's in-process loopback
+//! provider, against the cheapest in-process equivalents measured in the
+//! same run.
 //!
-//! Part 4 of the benchmark issue compares a full DTO round trip through
-//! rdapl's loopback provider (post a send/receive pair on two connected
-//! endpoints, completion through the EVD) against a peer transport measured
-//! in the same run. The suite was written before the loopback provider
-//! existed, so this module measures nothing yet: the suite reports the part
-//! as pending (in `results.md` and in the `pending` array of
-//! `results.json`) instead of printing numbers that would look like a
-//! measurement.
+//! **Half round trip of a 64-byte send/receive.** Two IAs on distinct
+//! `127.x` addresses, one connected endpoint pair; the measuring thread owns
+//! the client endpoint, an echo thread the server endpoint. Each side has
+//! one DTO EVD (receive, request and connection streams), keeps
+//! `recv_depth` 64-byte receives posted and reposts each one as soon as its
+//! completion is consumed; a message is a signalled `post_send` of a 64-byte
+//! registered buffer whose first 8 bytes carry the iteration number (written
+//! with `write_at`, read back from the receive slot with `read_at`). The
+//! sender's own `Send` completion arrives on its EVD before the reply and is
+//! consumed (and checked) on the way. One round trip is timed from before
+//! the initiator's send to after its reply was read and the receive
+//! reposted; the half round trip is half of it.
 //!
-//! To add it: write the benchmark here (`pub fn run(..) -> Output`, rows
-//! with ids `loopback/...`, a ratio against a peer run in the same
-//! process), call it from `main.rs`, add its plot and targets, expect its
-//! rows in `tests/smoke.rs`, and remove the pending entry.
+//! | method | how a side learns of the next message | peer of its ratio |
+//! |---|---|---|
+//! | `rdapl-poll` | busy polling `dequeue` on its EVD | `crossbeam-poll` |
+//! | `rdapl-wait` | blocking `wait(timeout, 1)` on its EVD | `crossbeam-blocking` |
+//! | `crossbeam-poll` | `crossbeam_channel::bounded` of `[u8; 64]`, busy `try_recv` | – |
+//! | `crossbeam-blocking` | the same channels, blocking `recv_timeout` | – |
+//!
+//! Busy polling uses the suite's spin-then-yield policy
+//! ([`crate::util::spin_poll`]) on both sides; both blocking forms carry
+//! the run's hard deadline as their timeout, so no run can hang. Median and
+//! p99 per repetition; the ratio rdapl/crossbeam is taken within the
+//! repetition (lower is better). Target: within 2× of crossbeam.
+//!
+//! **RDMA write and read bandwidth** at every size of `sizes` (4 KiB,
+//! 64 KiB, 1 MiB, 16 MiB). The client posts RDMA writes of its registered
+//! region (`size` bytes) into the server's registered region (and, as the
+//! other direction, RDMA reads of the server's region into its own),
+//! keeping up to `window` requests outstanding and reaping completions with
+//! `dequeue` (each checked: success, `size` bytes, the right operation).
+//! The peer of each direction is `copy_from_slice` of `size` bytes in the
+//! same direction between the very same two buffers (two distinct
+//! `Vec<u8>`, the regions' backing memory, reached through
+//! `Region::read`/`write` with no rdapl call in the loop): the same cache
+//! footprint (source plus destination: in L2 at 64 KiB, in the last-level
+//! cache at 1 MiB, mostly memory at 16 MiB), the same alignment (every range
+//! starts on a page boundary) and the same physical pages, so the ratio
+//! measures rdapl's path and nothing else (see `Buffers` for why separate
+//! buffers would not do). Every buffer is filled with non-zero bytes before
+//! it is used (no first-touch page faults in the window). Each trial runs
+//! the four transfers of one size back to back in a rotating order, each
+//! `bw_warmup` then at least `bw_window`, `bw_min_ops` transfers and
+//! `bw_min_bytes` bytes; the clock is read once per round of about 1 MiB.
+//! After each run the destination is compared with the source (each run
+//! writes a fresh pattern first), so a transfer that moved nothing cannot
+//! pass. Rate in GB/s (10⁹ bytes/s); ratio rdapl/memcpy within the trial.
+//! Target: ≥ 0.90 from 64 KiB up.
+//!
+//! All of it runs in the calling thread except the echo side of the
+//! ping-pong: the loopback provider executes a request in the poster's
+//! thread, so an RDMA transfer is complete (data copied, completion queued)
+//! when `post_rdma_write` returns; the window bounds the completions not yet
+//! reaped, not requests waiting to execute.
 
+use crate::latency::Run;
+use crate::stats::{Summary, percentile_sorted, ratio};
+use crate::util::{as_nanos, spin_poll};
+use rdapl::{
+    CloseFlags, CompletionFlags, ConnectionEventKind, DtoOp, DtoStatus, Ep, Evd, EvdFlags, Event,
+    Ia, IaOptions, Lmr, LmrTriplet, MemPriv, Psp, Pz, Region, RmrTriplet,
+};
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-/// A part of the suite that is known and deliberately not run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pending {
-    /// Row id prefix the part will use.
-    pub id: String,
-    /// Why it is not measured.
-    pub status: String,
+/// Parameters of the loopback benchmark.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Params {
+    /// Round trips dropped at the start of each ping-pong run.
+    pub warmup_iters: usize,
+    /// Round trips recorded per ping-pong run.
+    pub iters: usize,
+    /// Wall-clock cap of one ping-pong run (then it stops with fewer samples).
+    pub limit: Duration,
+    /// Extra time after `limit` before a side gives up waiting (the run is
+    /// then reported as failed).
+    pub grace: Duration,
+    /// Receives each side of the ping-pong keeps posted.
+    pub recv_depth: usize,
+    /// Queue length of every EVD, and the bound of the crossbeam channels.
+    pub capacity: usize,
+    /// Transfer sizes of the bandwidth benchmark, bytes.
+    pub sizes: Vec<usize>,
+    /// RDMA requests kept outstanding.
+    pub window: usize,
+    /// Bandwidth trials per repetition (each runs the three transfers of
+    /// one size back to back, in a rotating order).
+    pub bw_trials_per_rep: usize,
+    /// Warm-up of each bandwidth run.
+    pub bw_warmup: Duration,
+    /// Minimum measured time of each bandwidth run.
+    pub bw_window: Duration,
+    /// Minimum transfers of each bandwidth run.
+    pub bw_min_ops: u64,
+    /// Minimum bytes moved by each bandwidth run (more transfers of the
+    /// largest sizes, whose trials are otherwise short and noisy).
+    pub bw_min_bytes: u64,
+    /// Maximum transfers of each bandwidth run (a bound, normally not hit).
+    pub bw_max_ops: u64,
 }
 
-/// The pending entry for part 4.
-pub fn pending() -> Pending {
-    Pending {
-        id: "loopback".into(),
-        status: "not measured: issue 4 part 4 (DTO round trips through the loopback provider) \
-                 is not implemented in this suite yet; no stand-in numbers are reported"
-            .into(),
+/// Size of a ping-pong message.
+pub const MSG: usize = 64;
+
+/// The value that ends a ping-pong run.
+const STOP: u64 = u64::MAX;
+
+/// Timeout of every connection-setup step.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+const SERVER_ADDR: &str = "127.0.84.1";
+const CLIENT_ADDR: &str = "127.0.84.2";
+
+/// Bytes moved between two reads of the clock in a bandwidth run.
+const ROUND_BYTES: usize = 1 << 20;
+
+/// Target: the median half round trip at most this many times crossbeam's.
+pub const HALF_RTT_BOUND: f64 = 2.0;
+
+/// Target: RDMA GB/s at least this fraction of memcpy's ...
+pub const BANDWIDTH_BOUND: f64 = 0.90;
+
+/// ... from this size up.
+pub const TARGET_FROM_SIZE: usize = 64 << 10;
+
+/// Whether a bandwidth row has a target (an RDMA transfer of at least
+/// [`TARGET_FROM_SIZE`]).
+pub fn has_target(r: &BandwidthRow) -> bool {
+    r.transfer.is_rdma() && r.size >= TARGET_FROM_SIZE
+}
+
+/// A ping-pong method.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// Loopback send/receive, completions by busy `dequeue`.
+    RdaplPoll,
+    /// Loopback send/receive, completions by blocking `wait`.
+    RdaplWait,
+    /// crossbeam-channel, busy `try_recv`.
+    CrossbeamPoll,
+    /// crossbeam-channel, blocking `recv_timeout`.
+    CrossbeamBlocking,
+}
+
+impl Method {
+    /// Every method, in report order.
+    pub const ALL: [Method; 4] = [
+        Method::RdaplPoll,
+        Method::RdaplWait,
+        Method::CrossbeamPoll,
+        Method::CrossbeamBlocking,
+    ];
+
+    /// Short name used in row ids.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::RdaplPoll => "rdapl-poll",
+            Method::RdaplWait => "rdapl-wait",
+            Method::CrossbeamPoll => "crossbeam-poll",
+            Method::CrossbeamBlocking => "crossbeam-blocking",
+        }
+    }
+
+    /// The peer this method's ratio is taken against.
+    pub fn peer(self) -> Method {
+        match self {
+            Method::RdaplPoll | Method::CrossbeamPoll => Method::CrossbeamPoll,
+            Method::RdaplWait | Method::CrossbeamBlocking => Method::CrossbeamBlocking,
+        }
+    }
+
+    fn blocking(self) -> bool {
+        matches!(self, Method::RdaplWait | Method::CrossbeamBlocking)
+    }
+}
+
+/// A bulk transfer of the bandwidth benchmark. Both directions move data
+/// between the same two registered buffers: the client's region `a` and the
+/// server's region `b`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transfer {
+    /// `post_rdma_write` of `a` into `b`.
+    RdmaWrite,
+    /// `post_rdma_read` of `b` into `a`.
+    RdmaRead,
+    /// `copy_from_slice` of `a` into `b`, no rdapl call (the peer of
+    /// `rdma-write`).
+    MemcpyWrite,
+    /// `copy_from_slice` of `b` into `a`, no rdapl call (the peer of
+    /// `rdma-read`).
+    MemcpyRead,
+}
+
+impl Transfer {
+    /// Every transfer, in report order.
+    pub const ALL: [Transfer; 4] = [
+        Transfer::RdmaWrite,
+        Transfer::RdmaRead,
+        Transfer::MemcpyWrite,
+        Transfer::MemcpyRead,
+    ];
+
+    /// Short name used in row ids.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transfer::RdmaWrite => "rdma-write",
+            Transfer::RdmaRead => "rdma-read",
+            Transfer::MemcpyWrite => "memcpy-write",
+            Transfer::MemcpyRead => "memcpy-read",
+        }
+    }
+
+    /// The memcpy of the same direction (itself for a memcpy).
+    pub fn peer(self) -> Transfer {
+        match self {
+            Transfer::RdmaWrite | Transfer::MemcpyWrite => Transfer::MemcpyWrite,
+            Transfer::RdmaRead | Transfer::MemcpyRead => Transfer::MemcpyRead,
+        }
+    }
+
+    /// An rdapl RDMA transfer (not a memcpy).
+    pub fn is_rdma(self) -> bool {
+        matches!(self, Transfer::RdmaWrite | Transfer::RdmaRead)
+    }
+
+    /// Client region into server region (`a` → `b`).
+    fn client_to_server(self) -> bool {
+        matches!(self, Transfer::RdmaWrite | Transfer::MemcpyWrite)
+    }
+}
+
+/// `4KiB`, `64KiB`, `1MiB`, `16MiB`, or bytes (`100B`).
+pub fn size_label(n: usize) -> String {
+    if n >= 1 << 20 && n % (1 << 20) == 0 {
+        format!("{}MiB", n >> 20)
+    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+        format!("{}KiB", n >> 10)
+    } else {
+        format!("{n}B")
+    }
+}
+
+/// One half-round-trip row of the report.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HalfRttRow {
+    /// `loopback/half-rtt/<method>`.
+    pub id: String,
+    /// The method.
+    pub method: Method,
+    /// The peer of the ratios.
+    pub peer: Method,
+    /// Message size, bytes.
+    pub message_bytes: usize,
+    /// Median half round trip, ns (absolute, context only).
+    pub half_rtt_median_ns: Summary,
+    /// 99th percentile half round trip, ns (absolute, context only).
+    pub half_rtt_p99_ns: Summary,
+    /// Median / the peer's, per repetition (lower is better).
+    pub ratio_median_vs_peer: Summary,
+    /// p99 / the peer's, per repetition (lower is better).
+    pub ratio_p99_vs_peer: Summary,
+    /// Round trips recorded per repetition.
+    pub samples: Vec<usize>,
+    /// Repetitions that hit the time cap before `iters` round trips.
+    pub capped_reps: usize,
+    /// Repetitions that failed: setup error, a side stuck, a wrong value or
+    /// a failed completion.
+    pub failed_reps: usize,
+}
+
+/// One bandwidth row of the report.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BandwidthRow {
+    /// `loopback/bandwidth/<size>/<transfer>`.
+    pub id: String,
+    /// Bytes per transfer.
+    pub size: usize,
+    /// `size` in words (`64KiB`).
+    pub size_label: String,
+    /// The transfer.
+    pub transfer: Transfer,
+    /// The peer of the ratio: the memcpy of the same direction.
+    pub peer: Transfer,
+    /// GB/s (10⁹ bytes per second) per trial (context).
+    pub gb_per_s: Summary,
+    /// GB/s ÷ the peer's GB/s (same size, same trial).
+    pub ratio_vs_memcpy: Summary,
+    /// Transfers timed per trial.
+    pub ops: Vec<u64>,
+    /// Trials that failed (setup error, a failed post or completion,
+    /// or the destination differing from the source afterwards).
+    pub failed_reps: usize,
+}
+
+/// Everything the loopback benchmark produced.
+#[derive(Clone, Debug, Default)]
+pub struct Output {
+    /// Half-round-trip rows, in [`Method::ALL`] order.
+    pub half_rtt: Vec<HalfRttRow>,
+    /// Bandwidth rows, per size, in [`Transfer::ALL`] order.
+    pub bandwidth: Vec<BandwidthRow>,
+    /// Every half round trip of every repetition (ns), sorted, per method.
+    pub pooled_half_rtt: Vec<(Method, Vec<u64>)>,
+}
+
+// ---------------------------------------------------------------------------
+// A connected endpoint pair.
+
+/// One side: an IA, its protection zone, one DTO/connection EVD and one
+/// endpoint using it for every stream.
+struct Side {
+    ia: Ia,
+    pz: Pz,
+    evd: Evd,
+    ep: Ep,
+}
+
+fn open_side(addr: &str, qlen: usize) -> rdapl::Result<Side> {
+    let ia = Ia::open_with(
+        "loopback",
+        IaOptions {
+            params: format!("addr={addr}"),
+            ..Default::default()
+        },
+    )?;
+    let rest = (|| {
+        let pz = ia.pz_create()?;
+        let evd = ia.evd_create(qlen, EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR)?;
+        let ep = ia.ep_create(&pz, Some(&evd), Some(&evd), Some(&evd), None)?;
+        Ok((pz, evd, ep))
+    })();
+    match rest {
+        Ok((pz, evd, ep)) => Ok(Side { ia, pz, evd, ep }),
+        Err(e) => {
+            let _ = ia.close(CloseFlags::Abrupt);
+            Err(e)
+        }
+    }
+}
+
+/// A connected pair; dropping it disconnects and closes both IAs.
+struct Pair {
+    server: Side,
+    client: Side,
+    psp: Psp,
+}
+
+impl Pair {
+    /// Opens both sides and connects them (server: accepts on a fresh
+    /// connection qualifier).
+    fn connect(qlen: usize) -> Result<Pair, String> {
+        static NEXT_QUAL: AtomicU64 = AtomicU64::new(0);
+        let server = open_side(SERVER_ADDR, qlen).map_err(|e| format!("server IA: {e}"))?;
+        let client = match open_side(CLIENT_ADDR, qlen) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = server.ia.close(CloseFlags::Abrupt);
+                return Err(format!("client IA: {e}"));
+            }
+        };
+        let qual = 47_000 + NEXT_QUAL.fetch_add(1, Ordering::Relaxed);
+        let psp = match server.ia.psp_create(qual, &server.evd) {
+            Ok(p) => p,
+            Err(e) => {
+                for s in [&server, &client] {
+                    let _ = s.ia.close(CloseFlags::Abrupt);
+                }
+                return Err(format!("psp_create: {e}"));
+            }
+        };
+        // From here on, dropping `pair` tears everything down.
+        let pair = Pair {
+            server,
+            client,
+            psp,
+        };
+        let (s, c) = (&pair.server, &pair.client);
+        c.ep.connect(s.ia.address(), qual, Some(SETUP_TIMEOUT), b"rdapl-bench")
+            .map_err(|e| format!("connect: {e}"))?;
+        let cr = match s.evd.wait(Some(SETUP_TIMEOUT), 1) {
+            Ok((Event::ConnectionRequest(a), _)) => {
+                s.ia.cr(a.cr).map_err(|e| format!("cr: {e}"))?
+            }
+            other => return Err(format!("expected a connection request, got {other:?}")),
+        };
+        cr.accept(&s.ep, b"").map_err(|e| format!("accept: {e}"))?;
+        for (who, evd) in [("server", &s.evd), ("client", &c.evd)] {
+            match evd.wait(Some(SETUP_TIMEOUT), 1) {
+                Ok((Event::Connection(e), _)) if e.kind == ConnectionEventKind::Established => {}
+                other => return Err(format!("{who}: expected Established, got {other:?}")),
+            }
+        }
+        Ok(pair)
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        let _ = self.client.ep.disconnect(false);
+        let _ = self.psp.free();
+        for s in [&self.client, &self.server] {
+            let _ = s.ep.free();
+            let _ = s.ia.close(CloseFlags::Abrupt);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Half round trip.
+
+/// The 64-byte message carrying `v`.
+fn payload(v: u64) -> [u8; MSG] {
+    let mut m = [0u8; MSG];
+    m[..8].copy_from_slice(&v.to_le_bytes());
+    m
+}
+
+fn value_of(m: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&m[..8]);
+    u64::from_le_bytes(b)
+}
+
+/// One side of a ping-pong.
+trait Peer: Send + 'static {
+    /// Sends `v`; false if that failed.
+    fn send(&mut self, v: u64) -> bool;
+    /// The next value; `None` on failure or once `hard` passed.
+    fn recv(&mut self, hard: Instant) -> Option<u64>;
+}
+
+/// A loopback endpoint sending and receiving 64-byte messages.
+struct Messenger {
+    ep: Ep,
+    evd: Evd,
+    send_lmr: Lmr,
+    send_iov: [LmrTriplet; 1],
+    recv_lmr: Lmr,
+    recv_iov: Vec<LmrTriplet>,
+    blocking: bool,
+}
+
+impl Messenger {
+    /// Registers a send buffer and `depth` receive slots on `side`, and
+    /// posts every receive.
+    fn new(side: &Side, depth: usize, blocking: bool) -> rdapl::Result<Messenger> {
+        let depth = depth.max(1);
+        let send_lmr = side
+            .pz
+            .lmr_create(Region::from_vec(vec![1; MSG]), MemPriv::ALL)?;
+        let recv_lmr = side
+            .pz
+            .lmr_create(Region::from_vec(vec![1; MSG * depth]), MemPriv::ALL)?;
+        let send_iov = [send_lmr.triplet(0, MSG as u64)?];
+        let recv_iov = (0..depth)
+            .map(|k| recv_lmr.triplet((k * MSG) as u64, MSG as u64))
+            .collect::<rdapl::Result<Vec<_>>>()?;
+        let m = Messenger {
+            ep: side.ep.clone(),
+            evd: side.evd.clone(),
+            send_lmr,
+            send_iov,
+            recv_lmr,
+            recv_iov,
+            blocking,
+        };
+        for slot in 0..depth {
+            m.repost(slot)?;
+        }
+        Ok(m)
+    }
+
+    fn repost(&self, slot: usize) -> rdapl::Result<()> {
+        self.ep.post_recv(
+            &self.recv_iov[slot..slot + 1],
+            slot as u64,
+            CompletionFlags::DEFAULT,
+        )
+    }
+
+    /// Handles one completion: `Some(v)` for a received message (its slot
+    /// is reposted), `None` for this side's own send completion, `Err` for
+    /// anything else (a failed DTO, a connection event).
+    fn on_event(&self, ev: Event) -> Result<Option<u64>, ()> {
+        let Event::Dto(d) = ev else { return Err(()) };
+        if d.status != DtoStatus::Success {
+            return Err(());
+        }
+        match d.operation {
+            DtoOp::Send => Ok(None),
+            DtoOp::Receive if d.transferred_length == MSG as u64 => {
+                let slot = usize::try_from(d.cookie).map_err(|_| ())?;
+                if slot >= self.recv_iov.len() {
+                    return Err(());
+                }
+                let mut head = [0u8; 8];
+                self.recv_lmr
+                    .read_at(slot * MSG, &mut head)
+                    .map_err(|_| ())?;
+                self.repost(slot).map_err(|_| ())?;
+                Ok(Some(value_of(&head)))
+            }
+            _ => Err(()),
+        }
+    }
+}
+
+impl Peer for Messenger {
+    fn send(&mut self, v: u64) -> bool {
+        self.send_lmr.write_at(0, &payload(v)).is_ok()
+            && self
+                .ep
+                .post_send(&self.send_iov, v, CompletionFlags::DEFAULT)
+                .is_ok()
+    }
+
+    fn recv(&mut self, hard: Instant) -> Option<u64> {
+        if !self.blocking {
+            return spin_poll(hard, || match self.evd.dequeue() {
+                Ok(Some(ev)) => self.on_event(ev),
+                Ok(None) => Ok(None),
+                Err(_) => Err(()),
+            });
+        }
+        // Bounded: every `wait` returns by `hard`, and each turn consumes
+        // an event or gives up.
+        loop {
+            let now = Instant::now();
+            if now >= hard {
+                return None;
+            }
+            let ev = self.evd.wait(Some(hard - now), 1).ok()?.0;
+            match self.on_event(ev) {
+                Ok(Some(v)) => return Some(v),
+                Ok(None) => {}
+                Err(()) => return None,
+            }
+        }
+    }
+}
+
+/// One side of a crossbeam ping-pong of `[u8; 64]`.
+struct Chan {
+    tx: crossbeam_channel::Sender<[u8; MSG]>,
+    rx: crossbeam_channel::Receiver<[u8; MSG]>,
+    blocking: bool,
+}
+
+impl Peer for Chan {
+    fn send(&mut self, v: u64) -> bool {
+        self.tx.send(payload(v)).is_ok()
+    }
+
+    fn recv(&mut self, hard: Instant) -> Option<u64> {
+        if self.blocking {
+            let now = Instant::now();
+            if now >= hard {
+                return None;
+            }
+            return self.rx.recv_timeout(hard - now).ok().map(|m| value_of(&m));
+        }
+        spin_poll(hard, || match self.rx.try_recv() {
+            Ok(m) => Ok(Some(value_of(&m))),
+            Err(crossbeam_channel::TryRecvError::Empty) => Ok(None),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => Err(()),
+        })
+    }
+}
+
+/// Ping-pong between this thread (`me`) and an echo thread (`echo`).
+fn pingpong<P: Peer>(mut me: P, echo: P, p: &Params) -> Run {
+    let start = Instant::now();
+    let deadline = start + p.limit;
+    let hard = deadline + p.grace;
+    let failed = Run {
+        failed: true,
+        ..Run::default()
+    };
+    let echo = std::thread::Builder::new()
+        .name("lb-echo".into())
+        .spawn(move || {
+            let mut echo = echo;
+            // Bounded: every `recv` returns by `hard`.
+            loop {
+                match echo.recv(hard) {
+                    Some(STOP) => return true,
+                    Some(v) => {
+                        if !echo.send(v) {
+                            return false;
+                        }
+                    }
+                    None => return false,
+                }
+            }
+        });
+    let Ok(echo) = echo else { return failed };
+    let total = p.warmup_iters + p.iters;
+    let mut run = Run {
+        samples: Vec::with_capacity(p.iters),
+        ..Run::default()
+    };
+    for i in 0..total as u64 {
+        if Instant::now() > deadline {
+            run.capped = true;
+            break;
+        }
+        let t0 = Instant::now();
+        if !me.send(i) {
+            run.failed = true;
+            break;
+        }
+        match me.recv(hard) {
+            Some(v) if v == i => {}
+            _ => {
+                run.failed = true;
+                break;
+            }
+        }
+        let dt = as_nanos(t0.elapsed());
+        if i as usize >= p.warmup_iters {
+            run.samples.push(dt);
+        }
+    }
+    let stopped = me.send(STOP);
+    let echo_ok = echo.join().unwrap_or(false);
+    run.failed |= !(stopped && echo_ok);
+    run
+}
+
+/// Both ends of the ping-pong driven by this one thread, in turn (for the
+/// profiling example, not the report): each round trip does exactly the
+/// work of the two-thread ping-pong (send, consume the completions, read
+/// the value, repost, echo back) but nothing ever crosses cores or waits,
+/// so its time is the software path alone.
+fn serial<P: Peer>(mut me: P, mut echo: P, p: &Params) -> Run {
+    let deadline = Instant::now() + p.limit;
+    let hard = deadline + p.grace;
+    let mut run = Run {
+        samples: Vec::with_capacity(p.iters.min(1 << 20)),
+        ..Run::default()
+    };
+    for i in 0..(p.warmup_iters + p.iters) as u64 {
+        if Instant::now() > deadline {
+            run.capped = true;
+            break;
+        }
+        let t0 = Instant::now();
+        let ok =
+            me.send(i) && echo.recv(hard) == Some(i) && echo.send(i) && me.recv(hard) == Some(i);
+        if !ok {
+            run.failed = true;
+            break;
+        }
+        if i as usize >= p.warmup_iters {
+            run.samples.push(as_nanos(t0.elapsed()));
+        }
+    }
+    run
+}
+
+/// [`run_half_rtt`] with both ends in this thread (see `serial`); for the
+/// non-blocking methods only (a blocking one is run non-blocking).
+pub fn run_half_rtt_serial(m: Method, p: &Params) -> Run {
+    let failed = Run {
+        failed: true,
+        ..Run::default()
+    };
+    match m {
+        Method::RdaplPoll | Method::RdaplWait => {
+            let Ok(pair) = Pair::connect(p.capacity) else {
+                return failed;
+            };
+            match (
+                Messenger::new(&pair.client, p.recv_depth, false),
+                Messenger::new(&pair.server, p.recv_depth, false),
+            ) {
+                (Ok(me), Ok(echo)) => serial(me, echo, p),
+                _ => failed,
+            }
+        }
+        Method::CrossbeamPoll | Method::CrossbeamBlocking => {
+            let (t1, r1) = crossbeam_channel::bounded(p.capacity);
+            let (t2, r2) = crossbeam_channel::bounded(p.capacity);
+            let chan = |tx, rx| Chan {
+                tx,
+                rx,
+                blocking: false,
+            };
+            serial(chan(t1, r2), chan(t2, r1), p)
+        }
+    }
+}
+
+/// Runs one ping-pong method once; `Run::samples` are round trips (ns).
+/// Setup errors are printed to stderr and make the run `failed`.
+pub fn run_half_rtt(m: Method, p: &Params) -> Run {
+    let blocking = m.blocking();
+    match m {
+        Method::RdaplPoll | Method::RdaplWait => {
+            let pair = match Pair::connect(p.capacity) {
+                Ok(pair) => pair,
+                Err(e) => {
+                    eprintln!("loopback {}: setup failed: {e}", m.name());
+                    return Run {
+                        failed: true,
+                        ..Run::default()
+                    };
+                }
+            };
+            let me = Messenger::new(&pair.client, p.recv_depth, blocking);
+            let echo = Messenger::new(&pair.server, p.recv_depth, blocking);
+            match (me, echo) {
+                (Ok(me), Ok(echo)) => pingpong(me, echo, p),
+                (Err(e), _) | (_, Err(e)) => {
+                    eprintln!("loopback {}: registering buffers: {e}", m.name());
+                    Run {
+                        failed: true,
+                        ..Run::default()
+                    }
+                }
+            }
+        }
+        Method::CrossbeamPoll | Method::CrossbeamBlocking => {
+            let (t1, r1) = crossbeam_channel::bounded(p.capacity);
+            let (t2, r2) = crossbeam_channel::bounded(p.capacity);
+            pingpong(
+                Chan {
+                    tx: t1,
+                    rx: r2,
+                    blocking,
+                },
+                Chan {
+                    tx: t2,
+                    rx: r1,
+                    blocking,
+                },
+                p,
+            )
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Bandwidth.
+
+/// The outcome of one bandwidth run.
+#[derive(Clone, Debug, Default)]
+pub struct BwRun {
+    /// Bytes per second over the measured window (NaN if failed).
+    pub bytes_per_s: f64,
+    /// Transfers in the measured window.
+    pub ops: u64,
+    /// A post, a completion or the final comparison failed.
+    pub failed: bool,
+}
+
+impl BwRun {
+    fn failed() -> BwRun {
+        BwRun {
+            bytes_per_s: f64::NAN,
+            ops: 0,
+            failed: true,
+        }
+    }
+}
+
+/// Page size assumed for buffer placement.
+const PAGE: usize = 4096;
+
+/// Offset of the first page boundary at or after `addr`.
+fn to_page(addr: usize) -> usize {
+    (PAGE - addr % PAGE) % PAGE
+}
+
+/// The two buffers of one size: the client's registered region `a` and the
+/// server's `b`, each a `Vec<u8>` of `size + PAGE` non-zero bytes (no
+/// first-touch page faults later) handed to `Region::from_vec`.
+///
+/// The memcpy peers copy between the very same memory (through
+/// `Region::read` / `Region::write`, the guards taken once per run, outside
+/// the timed loop), so the subject and its peer differ only by rdapl's
+/// path: same physical pages, same alignment, same cache footprint. Two
+/// separate pairs of buffers would not do: `memcpy`'s speed depends on the
+/// destination's distance from the source modulo the page size (on this
+/// machine's glibc, a destination 16 bytes past the source modulo 4 KiB, as
+/// two back-to-back `malloc`s place them, copies 4 KiB at about 2 GB/s
+/// instead of 30–70 GB/s), and at 16 MiB on where the pages landed (two
+/// pairs of 16 MiB buffers differed by ±10% from run to run, either way).
+/// Every transferred range starts on a page boundary, in both buffers.
+struct Buffers {
+    size: usize,
+    a: Lmr,
+    b: Lmr,
+    ra: std::sync::Arc<Region>,
+    rb: std::sync::Arc<Region>,
+    /// Offsets of the page-aligned ranges in `a` and `b`.
+    a_off: usize,
+    b_off: usize,
+    a_iov: [LmrTriplet; 1],
+    b_remote: RmrTriplet,
+    /// Seed of the next fill pattern.
+    seed: u8,
+}
+
+impl Buffers {
+    fn new(pair: &Pair, size: usize) -> rdapl::Result<Buffers> {
+        let region = || {
+            let r = Region::from_vec(vec![1; size + PAGE]);
+            let off = to_page(r.address() as usize);
+            (r, off)
+        };
+        let (ra, a_off) = region();
+        let (rb, b_off) = region();
+        let a = pair.client.pz.lmr_create(ra.clone(), MemPriv::ALL)?;
+        let b = pair.server.pz.lmr_create(rb.clone(), MemPriv::ALL)?;
+        let a_iov = [a.triplet(a_off as u64, size as u64)?];
+        let b_remote = b.rmr_triplet(b_off as u64, size as u64)?;
+        Ok(Buffers {
+            size,
+            a,
+            b,
+            ra,
+            rb,
+            a_off,
+            b_off,
+            a_iov,
+            b_remote,
+            seed: 0,
+        })
+    }
+
+    /// A fresh pattern (never all ones, never the previous one).
+    fn next_pattern(&mut self) -> Vec<u8> {
+        self.seed = self.seed.wrapping_add(1);
+        let seed = self.seed;
+        (0..self.size)
+            .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+            .collect()
+    }
+
+    fn free(self) {
+        let _ = self.a.free();
+        let _ = self.b.free();
+    }
+}
+
+/// Transfers per clock read for `size`: about [`ROUND_BYTES`], at least
+/// (and a multiple of) the window.
+fn ops_per_round(size: usize, window: usize) -> u64 {
+    let w = window.max(1);
+    let n = ROUND_BYTES.div_ceil(size.max(1)).max(w);
+    n.div_ceil(w) as u64 * w as u64
+}
+
+/// Repeats `round` (which does `per_round` transfers) for at least `min`
+/// time and `min_ops` transfers, at most `max_ops`; returns the transfers
+/// done and the time taken, or `None` if a round failed.
+fn drive(
+    min: Duration,
+    min_ops: u64,
+    max_ops: u64,
+    per_round: u64,
+    mut round: impl FnMut() -> bool,
+) -> Option<(u64, Duration)> {
+    let t0 = Instant::now();
+    let end = t0 + min;
+    let mut ops = 0u64;
+    while ops < max_ops.max(1) {
+        if !round() {
+            return None;
+        }
+        ops += per_round;
+        if ops >= min_ops && Instant::now() >= end {
+            break;
+        }
+    }
+    Some((ops, t0.elapsed()))
+}
+
+/// `n` RDMA transfers of the whole region, up to `window` outstanding,
+/// completions reaped with `dequeue` and checked.
+fn rdma_round(
+    side: &Side,
+    bufs: &Buffers,
+    write: bool,
+    n: u64,
+    window: usize,
+    grace: Duration,
+) -> bool {
+    let hard = Instant::now() + grace;
+    let op = if write {
+        DtoOp::RdmaWrite
+    } else {
+        DtoOp::RdmaRead
+    };
+    let len = bufs.size as u64;
+    let window = window.max(1) as u64;
+    let (mut posted, mut done) = (0u64, 0u64);
+    let reap = || match side.evd.dequeue() {
+        Ok(Some(Event::Dto(d))) => Ok(Some(
+            d.status == DtoStatus::Success && d.operation == op && d.transferred_length == len,
+        )),
+        Ok(Some(_)) | Err(_) => Err(()),
+        Ok(None) => Ok(None),
+    };
+    while done < n {
+        while posted < n && posted - done < window {
+            let r = if write {
+                side.ep.post_rdma_write(
+                    &bufs.a_iov,
+                    bufs.b_remote,
+                    posted,
+                    CompletionFlags::DEFAULT,
+                )
+            } else {
+                side.ep
+                    .post_rdma_read(&bufs.a_iov, bufs.b_remote, posted, CompletionFlags::DEFAULT)
+            };
+            if r.is_err() {
+                return false;
+            }
+            posted += 1;
+        }
+        // At least one completion, then whatever else is already there.
+        if spin_poll(hard, &reap) != Some(true) {
+            return false;
+        }
+        done += 1;
+        while done < posted {
+            match reap() {
+                Ok(Some(true)) => done += 1,
+                Ok(None) => break,
+                _ => return false,
+            }
+        }
+    }
+    true
+}
+
+fn memcpy_round(src: &[u8], dst: &mut [u8], n: u64) -> bool {
+    let src = std::hint::black_box(src);
+    for _ in 0..n {
+        dst.copy_from_slice(src);
+        std::hint::black_box(&mut *dst);
+    }
+    true
+}
+
+/// One bandwidth run of `t` on `bufs`: fill the source with a fresh
+/// pattern, warm up, measure, then compare the destination with it.
+fn run_transfer(t: Transfer, pair: &Pair, bufs: &mut Buffers, p: &Params) -> BwRun {
+    let pattern = bufs.next_pattern();
+    let per_round = ops_per_round(bufs.size, p.window);
+    let n = bufs.size;
+    let min_ops = p.bw_min_ops.max(p.bw_min_bytes.div_ceil(n.max(1) as u64));
+    let write = t.client_to_server();
+    let (src, src_region, src_off, dst, dst_region, dst_off) = if write {
+        (&bufs.a, &bufs.ra, bufs.a_off, &bufs.b, &bufs.rb, bufs.b_off)
+    } else {
+        (&bufs.b, &bufs.rb, bufs.b_off, &bufs.a, &bufs.ra, bufs.a_off)
+    };
+    if src.write_at(src_off, &pattern).is_err() {
+        return BwRun::failed();
+    }
+    let measured = if t.is_rdma() {
+        let side = &pair.client;
+        let b: &Buffers = bufs;
+        let warm = drive(p.bw_warmup, 1, p.bw_max_ops, per_round, || {
+            rdma_round(side, b, write, per_round, p.window, p.grace)
+        });
+        warm.and_then(|_| {
+            drive(p.bw_window, min_ops, p.bw_max_ops, per_round, || {
+                rdma_round(side, b, write, per_round, p.window, p.grace)
+            })
+        })
+    } else {
+        // The same two buffers, locked once for the whole run.
+        let from = src_region.read();
+        let mut to = dst_region.write();
+        let from = &from[src_off..src_off + n];
+        let to = &mut to[dst_off..dst_off + n];
+        drive(p.bw_warmup, 1, p.bw_max_ops, per_round, || {
+            memcpy_round(from, to, per_round)
+        });
+        drive(p.bw_window, min_ops, p.bw_max_ops, per_round, || {
+            memcpy_round(from, to, per_round)
+        })
+    };
+    let mut got = vec![0u8; n];
+    let moved = dst.read_at(dst_off, &mut got).is_ok() && got == pattern;
+    match measured {
+        Some((ops, dt)) if moved => BwRun {
+            bytes_per_s: (ops as f64 * n as f64) / dt.as_secs_f64().max(1e-12),
+            ops,
+            failed: false,
+        },
+        _ => BwRun::failed(),
+    }
+}
+
+/// Runs one bulk transfer of `size` bytes once (its own connection and
+/// buffers), for the profiling example.
+pub fn run_bandwidth(t: Transfer, size: usize, p: &Params) -> BwRun {
+    let pair = match Pair::connect(p.capacity) {
+        Ok(pair) => pair,
+        Err(e) => {
+            eprintln!("loopback bandwidth: setup failed: {e}");
+            return BwRun::failed();
+        }
+    };
+    let Ok(mut bufs) = Buffers::new(&pair, size) else {
+        return BwRun::failed();
+    };
+    let r = run_transfer(t, &pair, &mut bufs, p);
+    bufs.free();
+    r
+}
+
+// ---------------------------------------------------------------------------
+// The benchmark.
+
+fn half_rtt_rows(
+    p: &Params,
+    reps: usize,
+    progress: &mut impl FnMut(&str),
+) -> (Vec<HalfRttRow>, Vec<(Method, Vec<u64>)>) {
+    let n = Method::ALL.len();
+    let mut med = vec![vec![f64::NAN; reps]; n];
+    let mut p99 = vec![vec![f64::NAN; reps]; n];
+    let mut counts = vec![Vec::new(); n];
+    let mut capped = vec![0usize; n];
+    let mut failed = vec![0usize; n];
+    let mut pooled: Vec<Vec<u64>> = vec![Vec::new(); n];
+    for rep in 0..reps {
+        for k in 0..n {
+            let mi = (k + rep) % n;
+            let m = Method::ALL[mi];
+            let mut r = run_half_rtt(m, p);
+            r.samples.sort_unstable();
+            med[mi][rep] = percentile_sorted(&r.samples, 50.0) / 2.0;
+            p99[mi][rep] = percentile_sorted(&r.samples, 99.0) / 2.0;
+            counts[mi].push(r.samples.len());
+            capped[mi] += usize::from(r.capped);
+            failed[mi] += usize::from(r.failed);
+            progress(&format!(
+                "rep {}/{reps} half-rtt {:<19} median {:>8.0} ns  p99 {:>8.0} ns  ({} round trips{}{})",
+                rep + 1,
+                m.name(),
+                med[mi][rep],
+                p99[mi][rep],
+                r.samples.len(),
+                if r.capped { ", capped" } else { "" },
+                if r.failed { ", FAILED" } else { "" },
+            ));
+            pooled[mi].extend(r.samples.iter().map(|s| s / 2));
+        }
+    }
+    let idx = |m: Method| Method::ALL.iter().position(|x| *x == m).unwrap_or(0);
+    let rows = Method::ALL
+        .iter()
+        .enumerate()
+        .map(|(mi, m)| {
+            let pi = idx(m.peer());
+            let rm: Vec<f64> = (0..reps).map(|r| ratio(med[mi][r], med[pi][r])).collect();
+            let rp: Vec<f64> = (0..reps).map(|r| ratio(p99[mi][r], p99[pi][r])).collect();
+            HalfRttRow {
+                id: format!("loopback/half-rtt/{}", m.name()),
+                method: *m,
+                peer: m.peer(),
+                message_bytes: MSG,
+                half_rtt_median_ns: Summary::of(&med[mi]),
+                half_rtt_p99_ns: Summary::of(&p99[mi]),
+                ratio_median_vs_peer: Summary::of(&rm),
+                ratio_p99_vs_peer: Summary::of(&rp),
+                samples: counts[mi].clone(),
+                capped_reps: capped[mi],
+                failed_reps: failed[mi],
+            }
+        })
+        .collect();
+    let pooled = Method::ALL
+        .iter()
+        .zip(pooled)
+        .map(|(m, mut v)| {
+            v.sort_unstable();
+            (*m, v)
+        })
+        .collect();
+    (rows, pooled)
+}
+
+fn bandwidth_rows(p: &Params, reps: usize, progress: &mut impl FnMut(&str)) -> Vec<BandwidthRow> {
+    let nt = Transfer::ALL.len();
+    let trials = (reps * p.bw_trials_per_rep).max(1);
+    let pair = Pair::connect(p.capacity);
+    if let Err(e) = &pair {
+        progress(&format!("bandwidth: setup FAILED: {e}"));
+    }
+    let mut rows = Vec::new();
+    for &size in &p.sizes {
+        let label = size_label(size);
+        let mut rates = vec![vec![f64::NAN; trials]; nt];
+        let mut ops = vec![vec![0u64; trials]; nt];
+        let mut failed = vec![0usize; nt];
+        let setup = pair.as_ref().map_err(Clone::clone).and_then(|pr| {
+            Buffers::new(pr, size)
+                .map(|b| (pr, b))
+                .map_err(|e| e.to_string())
+        });
+        match setup {
+            Ok((pair, mut bufs)) => {
+                for trial in 0..trials {
+                    let mut line = format!("trial {:>2}/{trials} bandwidth {label:>5}:", trial + 1);
+                    for k in 0..nt {
+                        let ti = (k + trial) % nt;
+                        let r = run_transfer(Transfer::ALL[ti], pair, &mut bufs, p);
+                        rates[ti][trial] = r.bytes_per_s;
+                        ops[ti][trial] = r.ops;
+                        failed[ti] += usize::from(r.failed);
+                    }
+                    for (ti, t) in Transfer::ALL.iter().enumerate() {
+                        line.push_str(&format!(
+                            "  {} {:.2} GB/s{}",
+                            t.name(),
+                            rates[ti][trial] / 1e9,
+                            if rates[ti][trial].is_nan() {
+                                " (FAILED)"
+                            } else {
+                                ""
+                            }
+                        ));
+                    }
+                    progress(&line);
+                }
+                bufs.free();
+            }
+            Err(e) => {
+                progress(&format!("bandwidth {label}: setup FAILED: {e}"));
+                failed.iter_mut().for_each(|f| *f = trials);
+            }
+        }
+        for (ti, t) in Transfer::ALL.iter().enumerate() {
+            let peer = Transfer::ALL
+                .iter()
+                .position(|x| *x == t.peer())
+                .unwrap_or(ti);
+            let gb: Vec<f64> = rates[ti].iter().map(|r| r / 1e9).collect();
+            let rs: Vec<f64> = (0..trials)
+                .map(|r| ratio(rates[ti][r], rates[peer][r]))
+                .collect();
+            rows.push(BandwidthRow {
+                id: format!("loopback/bandwidth/{label}/{}", t.name()),
+                size,
+                size_label: label.clone(),
+                transfer: *t,
+                peer: t.peer(),
+                gb_per_s: Summary::of(&gb),
+                ratio_vs_memcpy: Summary::of(&rs),
+                ops: ops[ti].clone(),
+                failed_reps: failed[ti],
+            });
+        }
+    }
+    rows
+}
+
+/// Runs the half round trips, then the bandwidth at every size, for `reps`
+/// repetitions each.
+pub fn run(p: &Params, reps: usize, mut progress: impl FnMut(&str)) -> Output {
+    let reps = reps.max(1);
+    let (half_rtt, pooled_half_rtt) = half_rtt_rows(p, reps, &mut progress);
+    let bandwidth = bandwidth_rows(p, reps, &mut progress);
+    Output {
+        half_rtt,
+        bandwidth,
+        pooled_half_rtt,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_and_rounds() {
+        assert_eq!(size_label(4096), "4KiB");
+        assert_eq!(size_label(64 << 10), "64KiB");
+        assert_eq!(size_label(1 << 20), "1MiB");
+        assert_eq!(size_label(16 << 20), "16MiB");
+        assert_eq!(size_label(100), "100B");
+        assert_eq!(ops_per_round(4096, 8), 256);
+        assert_eq!(ops_per_round(64 << 10, 8), 16);
+        assert_eq!(ops_per_round(16 << 20, 8), 8);
+        assert_eq!(ops_per_round(3000, 8), 352);
+        assert_eq!(value_of(&payload(0xdead_beef)), 0xdead_beef);
     }
 }

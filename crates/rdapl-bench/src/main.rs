@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Exits with status 1 if a correctness check fails (an event lost in the
-//! flow benchmark, a ping-pong run stuck) or an output cannot be written.
+//! flow benchmark, a ping-pong run stuck, a loopback transfer failed or
+//! delivered wrong data) or an output cannot be written.
 //! A missed performance target is reported, not an error.
 #![forbid(unsafe_code)]
 
@@ -20,7 +21,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-/// Benchmark suite of the rdapl event dispatcher (issue 4, parts 1–3).
+/// Benchmark suite of the rdapl event dispatcher and loopback provider (issue 4).
 #[derive(Parser, Debug)]
 #[command(name = "rdapl-bench", version)]
 struct Args {
@@ -47,6 +48,7 @@ enum Bench {
     Throughput,
     Latency,
     Flow,
+    Loopback,
 }
 
 fn main() -> ExitCode {
@@ -94,8 +96,10 @@ fn main() -> ExitCode {
         throughput: Vec::new(),
         latency: Vec::new(),
         flow: Vec::new(),
+        loopback_half_rtt: Vec::new(),
+        loopback_bandwidth: Vec::new(),
         targets: Vec::new(),
-        pending: vec![loopback::pending()],
+        pending: Vec::new(),
         plots: Vec::new(),
     };
     let mut failed = false;
@@ -105,7 +109,7 @@ fn main() -> ExitCode {
     };
 
     if wants(Bench::Throughput) {
-        println!("[1/3] EVD throughput");
+        println!("[1/4] EVD throughput");
         let t = Instant::now();
         results.throughput = throughput::run(&scale.throughput, scale.reps, progress);
         println!("      ({:.1} s)", t.elapsed().as_secs_f64());
@@ -115,7 +119,7 @@ fn main() -> ExitCode {
         }
     }
     if wants(Bench::Latency) {
-        println!("[2/3] Wakeup latency");
+        println!("[2/4] Wakeup latency");
         let t = Instant::now();
         let out = latency::run(&scale.latency, scale.reps, progress);
         println!("      ({:.1} s)", t.elapsed().as_secs_f64());
@@ -126,7 +130,7 @@ fn main() -> ExitCode {
         results.latency = out.rows;
     }
     if wants(Bench::Flow) {
-        println!("[3/3] The seed's flow");
+        println!("[3/4] The seed's flow");
         let t = Instant::now();
         let out = flow::run(&scale.flow, scale.reps, progress);
         println!("      ({:.1} s)", t.elapsed().as_secs_f64());
@@ -136,7 +140,18 @@ fn main() -> ExitCode {
         }
         results.flow = out.rows;
     }
-    println!("[4] Loopback provider: {}", loopback::pending().status);
+    if wants(Bench::Loopback) {
+        println!("[4/4] Loopback provider");
+        let t = Instant::now();
+        let out = loopback::run(&scale.loopback, scale.reps, progress);
+        println!("      ({:.1} s)", t.elapsed().as_secs_f64());
+        match plot::loopback(&args.out, &out) {
+            Ok(p) => results.plots.extend(p),
+            Err(e) => plot_err("loopback", e),
+        }
+        results.loopback_half_rtt = out.half_rtt;
+        results.loopback_bandwidth = out.bandwidth;
+    }
 
     results.meta.suite_seconds = start.elapsed().as_secs_f64();
     results.judge();

@@ -7,10 +7,15 @@
 //! * `flow_throughput.svg`: per load and consumer, events/s handled and
 //!   mean latency as ratios against pure upcalls, and upcalls per event;
 //! * `flow_latency.svg`: the distribution of post-to-handler latency at low
-//!   load per consumer.
+//!   load per consumer;
+//! * `loopback_bandwidth.svg`: GB/s against transfer size (log₂ axis) of
+//!   loopback RDMA write and read and of memcpy in both directions (left),
+//!   and the ratio rdapl/memcpy with the 0.90 target line (right);
+//! * `loopback_latency.svg`: the distribution of the 64-byte half round
+//!   trip of every loopback and crossbeam ping-pong method.
 
 use crate::stats::cdf_points;
-use crate::{flow, latency, throughput};
+use crate::{flow, latency, loopback, throughput};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::error::Error;
@@ -322,4 +327,143 @@ pub fn flow(dir: &Path, out: &flow::Output) -> Result<Vec<String>, Box<dyn Error
     )?;
     root.present()?;
     Ok(vec![tname.into(), lname.into()])
+}
+
+/// Lines of (x, y) points with a marker at each point, on a log₂ size axis.
+fn size_lines(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    title: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+    reference: Option<f64>,
+    legend: SeriesLabelPosition,
+) -> Res {
+    let xs = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.0));
+    let (xlo, xhi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+        (a.min(x), b.max(x))
+    });
+    let (xlo, xhi) = if xlo.is_finite() {
+        (xlo - 0.5, xhi + 0.5)
+    } else {
+        (11.5, 24.5)
+    };
+    let ymax = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|q| q.1))
+        .filter(|v| v.is_finite())
+        .fold(reference.unwrap_or(0.0), f64::max)
+        .max(1e-9)
+        * 1.2;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(xlo..xhi, 0f64..ymax)?;
+    chart
+        .configure_mesh()
+        .x_labels(((xhi - xlo) as usize).max(2) + 1)
+        .max_light_lines(1)
+        .x_desc("transfer size (log₂)")
+        .x_label_formatter(&|v| {
+            if v.fract() == 0.0 && *v >= 0.0 && *v < 63.0 {
+                loopback::size_label(1usize << (*v as u32))
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(y_desc)
+        .y_label_formatter(&|v| format!("{v:.1}"))
+        .draw()?;
+    for (k, (name, pts)) in series.iter().enumerate() {
+        let c = color(k);
+        let pts: Vec<(f64, f64)> = pts.iter().copied().filter(|p| p.1.is_finite()).collect();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], c.stroke_width(2)));
+        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))?;
+    }
+    if let Some(r) = reference {
+        chart.draw_series(LineSeries::new([(xlo, r), (xhi, r)], BLACK.stroke_width(1)))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(legend)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// Writes `loopback_bandwidth.svg` and `loopback_latency.svg`.
+pub fn loopback(dir: &Path, out: &loopback::Output) -> Result<Vec<String>, Box<dyn Error>> {
+    let mut written = Vec::new();
+    if !out.bandwidth.is_empty() {
+        let name = "loopback_bandwidth.svg";
+        let path = dir.join(name);
+        let root = SVGBackend::new(&path, (1400, 540)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (left, right) = root.split_horizontally(700);
+        let line = |t: loopback::Transfer, get: &dyn Fn(&loopback::BandwidthRow) -> f64| {
+            out.bandwidth
+                .iter()
+                .filter(|r| r.transfer == t && r.size > 0)
+                .map(|r| ((r.size as f64).log2(), get(r)))
+                .collect::<Vec<_>>()
+        };
+        let label = |t: loopback::Transfer| match t {
+            loopback::Transfer::RdmaWrite => "rdapl RDMA write".to_string(),
+            loopback::Transfer::RdmaRead => "rdapl RDMA read".to_string(),
+            loopback::Transfer::MemcpyWrite => "memcpy a→b (peer of write)".to_string(),
+            loopback::Transfer::MemcpyRead => "memcpy b→a (peer of read)".to_string(),
+        };
+        let gb: Vec<(String, Vec<(f64, f64)>)> = loopback::Transfer::ALL
+            .iter()
+            .map(|t| (label(*t), line(*t, &|r| r.gb_per_s.median)))
+            .collect();
+        size_lines(
+            &left,
+            "Loopback bandwidth vs memcpy, same run",
+            "GB/s (median)",
+            &gb,
+            None,
+            SeriesLabelPosition::UpperRight,
+        )?;
+        let ratios: Vec<(String, Vec<(f64, f64)>)> = loopback::Transfer::ALL
+            .iter()
+            .filter(|t| t.is_rdma())
+            .map(|t| (label(*t), line(*t, &|r| r.ratio_vs_memcpy.median)))
+            .collect();
+        size_lines(
+            &right,
+            "rdapl ÷ memcpy (line: 0.90 target, from 64KiB)",
+            "ratio vs memcpy (median)",
+            &ratios,
+            Some(loopback::BANDWIDTH_BOUND),
+            SeriesLabelPosition::LowerRight,
+        )?;
+        root.present()?;
+        written.push(name.to_string());
+    }
+    if !out.pooled_half_rtt.is_empty() {
+        let name = "loopback_latency.svg";
+        let path = dir.join(name);
+        let root = SVGBackend::new(&path, (900, 560)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let series: Vec<(String, Vec<u64>)> = out
+            .pooled_half_rtt
+            .iter()
+            .map(|(m, v)| (m.name().to_string(), v.clone()))
+            .collect();
+        cdf_chart(
+            &root,
+            "Loopback 64-byte send/receive vs crossbeam: half round trip",
+            "half round trip, µs (log)",
+            &series,
+        )?;
+        root.present()?;
+        written.push(name.to_string());
+    }
+    Ok(written)
 }

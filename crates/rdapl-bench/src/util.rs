@@ -48,6 +48,41 @@ impl Backoff {
     }
 }
 
+/// Polls until `poll` yields a value: [`SPIN_POLLS`] polls with a spin
+/// hint between them, then a `yield_now` between polls (so that on a
+/// machine with fewer free cores than spinning threads the other side still
+/// gets to run); checks `deadline` every 1024 polls. `None` if `poll`
+/// failed (`Err`) or the deadline passed.
+///
+/// Every busy-polling side of the ping-pong benchmarks (EVD `dequeue`,
+/// crossbeam `try_recv`, the loopback provider's completions) waits this
+/// way, so the policy cannot favour one of them.
+pub fn spin_poll<T>(
+    deadline: Instant,
+    mut poll: impl FnMut() -> Result<Option<T>, ()>,
+) -> Option<T> {
+    let mut polls = 0u32;
+    loop {
+        match poll() {
+            Ok(Some(v)) => return Some(v),
+            Ok(None) => {}
+            Err(()) => return None,
+        }
+        polls = polls.wrapping_add(1);
+        if polls < SPIN_POLLS {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+        if polls % 1024 == 0 && Instant::now() > deadline {
+            return None;
+        }
+    }
+}
+
+/// Polls spent spinning before a busy-polling side starts yielding.
+pub const SPIN_POLLS: u32 = 2048;
+
 /// A value alone on its cache line (two lines, for adjacent-line prefetch),
 /// so a counter the harness reads does not share a line with queue state.
 #[derive(Debug, Default)]

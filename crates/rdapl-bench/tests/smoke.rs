@@ -63,12 +63,18 @@ fn smoke_run_writes_every_output() {
         md.contains("| config | queue |"),
         "results.md has no throughput table"
     );
+    assert!(
+        md.contains("## 4. Loopback provider") && md.contains("| size | transfer |"),
+        "results.md has no loopback section"
+    );
     let json = std::fs::read_to_string(dir.join("results.json")).expect("results.json");
     for svg in [
         "throughput.svg",
         "latency.svg",
         "flow_throughput.svg",
         "flow_latency.svg",
+        "loopback_bandwidth.svg",
+        "loopback_latency.svg",
     ] {
         let body = std::fs::read_to_string(dir.join(svg)).unwrap_or_else(|e| panic!("{svg}: {e}"));
         assert!(body.starts_with("<svg"), "{svg} is not an SVG");
@@ -115,6 +121,23 @@ fn smoke_run_writes_every_output() {
         }
     }
     expect_all(&v, "flow", &fl);
+    let half: Vec<String> = [
+        "rdapl-poll",
+        "rdapl-wait",
+        "crossbeam-poll",
+        "crossbeam-blocking",
+    ]
+    .iter()
+    .map(|m| format!("loopback/half-rtt/{m}"))
+    .collect();
+    expect_all(&v, "loopback_half_rtt", &half);
+    let mut bw = Vec::new();
+    for size in ["4KiB", "64KiB", "1MiB", "16MiB"] {
+        for t in ["rdma-write", "rdma-read", "memcpy-write", "memcpy-read"] {
+            bw.push(format!("loopback/bandwidth/{size}/{t}"));
+        }
+    }
+    expect_all(&v, "loopback_bandwidth", &bw);
     let targets: Vec<String> = [
         "target/throughput/1p-unbatched",
         "target/throughput/2p-unbatched",
@@ -125,12 +148,30 @@ fn smoke_run_writes_every_output() {
         "target/flow/low-load-latency",
         "check/flow/no-lost-events",
         "check/latency/no-stuck-runs",
+        "target/loopback/half-rtt-poll-median",
+        "target/loopback/half-rtt-wait-median",
+        "target/loopback/rdma-write-64KiB",
+        "target/loopback/rdma-read-64KiB",
+        "target/loopback/rdma-write-1MiB",
+        "target/loopback/rdma-read-1MiB",
+        "target/loopback/rdma-write-16MiB",
+        "target/loopback/rdma-read-16MiB",
+        "check/loopback/no-failed-runs",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
     expect_all(&v, "targets", &targets);
-    expect_all(&v, "pending", &["loopback".to_string()]);
+    assert!(
+        v["pending"].as_array().is_some_and(|p| p.is_empty()),
+        "every part is measured: `pending` must be empty"
+    );
+    assert!(
+        !ids(&v, "targets")
+            .iter()
+            .any(|t| t == "target/loopback/rdma-write-4KiB"),
+        "4 KiB has no bandwidth target"
+    );
 
     // Every throughput ratio against crossbeam is a number, and crossbeam's
     // own ratio is exactly 1.
@@ -140,6 +181,27 @@ fn smoke_run_writes_every_output() {
         if r["queue"] == "crossbeam" {
             assert_eq!(m, Some(1.0));
         }
+    }
+
+    // Every loopback run completed and checked its data (the numbers of a
+    // smoke run mean nothing, but they exist); memcpy's own ratio is 1.
+    for r in v["loopback_bandwidth"].as_array().into_iter().flatten() {
+        assert_eq!(r["failed_reps"], 0, "{}: failed", r["id"]);
+        let m = r["ratio_vs_memcpy"]["median"].as_f64();
+        assert!(m.is_some_and(|x| x > 0.0), "{}: ratio {m:?}", r["id"]);
+        if r["transfer"] == "memcpy-write" || r["transfer"] == "memcpy-read" {
+            assert_eq!(m, Some(1.0));
+        }
+    }
+    for r in v["loopback_half_rtt"].as_array().into_iter().flatten() {
+        assert_eq!(r["failed_reps"], 0, "{}: failed", r["id"]);
+        assert!(
+            r["half_rtt_median_ns"]["median"]
+                .as_f64()
+                .is_some_and(|x| x > 0.0),
+            "{}: no half round trip",
+            r["id"]
+        );
     }
 
     let _ = std::fs::remove_dir_all(&dir);
