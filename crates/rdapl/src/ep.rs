@@ -176,7 +176,7 @@ impl WrOp {
 /// A posted work request.
 pub(crate) struct Wr {
     pub op: WrOp,
-    pub iov: Vec<LmrTriplet>,
+    pub iov: crate::mem::Iov,
     pub cookie: u64,
     pub flags: CompletionFlags,
     pub res: Reservation,
@@ -878,7 +878,7 @@ impl EpInner {
             let not_before = c.delay.map(|d| Instant::now() + d);
             let wr = Wr {
                 op,
-                iov: iov.to_vec(),
+                iov: iov.iter().copied().collect(),
                 cookie,
                 flags,
                 res,
@@ -890,7 +890,7 @@ impl EpInner {
                 c.sends.push_back(wr);
             }
         }
-        self.ia.transport.kick(self);
+        self.ia.transport.kick(self, is_recv);
         Ok(())
     }
 

@@ -658,8 +658,31 @@ impl MemTable {
         right: MemPriv,
         pz: PzHandle,
     ) -> std::result::Result<Span, AccessError> {
-        let e = self.get(ctx).ok_or(AccessError::BadKey)?;
-        let region = e.region.clone().ok_or(AccessError::BadKey)?;
+        self.resolve_with(ctx, addr, len, right, pz, false)
+    }
+
+    /// [`MemTable::resolve`] with one table lookup and no entry copy;
+    /// `local` refuses window (RMR) keys, which are for remote access only.
+    fn resolve_with(
+        &self,
+        ctx: u32,
+        addr: u64,
+        len: u64,
+        right: MemPriv,
+        pz: PzHandle,
+        local: bool,
+    ) -> std::result::Result<Span, AccessError> {
+        let (i, k) = Self::slot_of(ctx);
+        let slots = self.slots.read();
+        let e = slots
+            .get(i)
+            .and_then(|s| s.entry.as_ref())
+            .filter(|e| e.key == k)
+            .ok_or(AccessError::BadKey)?;
+        if local && e.kind == EntryKind::Rmr {
+            return Err(AccessError::BadKey);
+        }
+        let region = e.region.as_ref().ok_or(AccessError::BadKey)?;
         // A retired region's memory may be gone (borrowed memory given back):
         // its keys resolve to nothing. (A transfer through a span resolved
         // just before the retirement is refused by `copy_spans`.)
@@ -684,7 +707,7 @@ impl MemTable {
             return Err(AccessError::Range);
         }
         Ok(Span {
-            region,
+            region: region.clone(),
             offset: offset as usize,
             len: len as usize,
         })
@@ -696,29 +719,30 @@ impl MemTable {
         iov: &[LmrTriplet],
         right: MemPriv,
         pz: PzHandle,
-    ) -> std::result::Result<Vec<Span>, DtoStatus> {
+    ) -> std::result::Result<Spans, DtoStatus> {
         iov.iter()
             .filter(|t| t.segment_length > 0)
             .map(|t| {
-                // A window's key is for remote access only.
-                if self
-                    .get(t.lmr_context)
-                    .is_some_and(|e| e.kind == EntryKind::Rmr)
-                {
-                    return Err(DtoStatus::LocalProtection);
-                }
-                self.resolve(
+                self.resolve_with(
                     t.lmr_context,
                     t.virtual_address,
                     t.segment_length,
                     right,
                     pz,
+                    true,
                 )
                 .map_err(|_| DtoStatus::LocalProtection)
             })
             .collect()
     }
 }
+
+/// A posted scatter/gather list (inline up to four entries).
+pub(crate) type Iov = smallvec::SmallVec<[LmrTriplet; 4]>;
+
+/// A scatter/gather list resolved to spans (inline up to four entries: no
+/// allocation on the data path for the usual lists).
+pub(crate) type Spans = smallvec::SmallVec<[Span; 4]>;
 
 /// Total length of spans.
 pub(crate) fn total(spans: &[Span]) -> usize {
@@ -742,6 +766,27 @@ pub(crate) struct Retired {
 /// side names it: then no byte moves.
 pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> std::result::Result<usize, Retired> {
     let n = total(src).min(total(dst));
+    // Fast path: one span each side, two regions (the usual RDMA and
+    // single-buffer send): lock in id order, one copy.
+    if let ([s], [d]) = (src, dst) {
+        if s.region.id != d.region.id {
+            let retired = |src: bool, dst: bool| Retired { src, dst };
+            let copy = |from: &[u8], to: &mut [u8]| {
+                to[d.offset..d.offset + n].copy_from_slice(&from[s.offset..s.offset + n]);
+            };
+            return if s.region.id < d.region.id {
+                let r = s.region.try_read().ok_or(retired(true, false))?;
+                let mut w = d.region.try_write().ok_or(retired(false, true))?;
+                copy(&r, &mut w);
+                Ok(n)
+            } else {
+                let mut w = d.region.try_write().ok_or(retired(false, true))?;
+                let r = s.region.try_read().ok_or(retired(true, false))?;
+                copy(&r, &mut w);
+                Ok(n)
+            };
+        }
+    }
     // Distinct regions, each with the sides it is used on.
     struct Use<'a> {
         id: u64,
@@ -749,7 +794,7 @@ pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> std::result::Result<usiz
         src: bool,
         dst: bool,
     }
-    let mut regions: Vec<Use<'_>> = Vec::new();
+    let mut regions: smallvec::SmallVec<[Use<'_>; 4]> = smallvec::SmallVec::new();
     for (s, write) in src
         .iter()
         .map(|s| (s, false))
@@ -778,7 +823,7 @@ pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> std::result::Result<usiz
         R(RegionRead<'a>),
         W(RegionWrite<'a>),
     }
-    let mut guards: Vec<(u64, G<'_>)> = Vec::with_capacity(regions.len());
+    let mut guards: smallvec::SmallVec<[(u64, G<'_>); 4]> = smallvec::SmallVec::new();
     let mut retired = Retired {
         src: false,
         dst: false,

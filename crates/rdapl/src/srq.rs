@@ -32,7 +32,7 @@ pub const DAT_SRQ_LOW_WATERMARK_EVENT: i32 = 2;
 
 /// A receive posted to an SRQ.
 pub(crate) struct SrqWr {
-    pub iov: Vec<LmrTriplet>,
+    pub iov: crate::mem::Iov,
     pub cookie: u64,
     pub flags: CompletionFlags,
 }
@@ -145,7 +145,7 @@ impl Srq {
                 });
             }
             q.push_back(SrqWr {
-                iov: iov.to_vec(),
+                iov: iov.iter().copied().collect(),
                 cookie,
                 flags,
             });

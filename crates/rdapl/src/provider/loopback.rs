@@ -340,8 +340,16 @@ impl Transport for LoopbackIa {
         ep.break_connection(peer.as_ref(), Some(ConnectionEventKind::Disconnected));
     }
 
-    fn kick(&self, ep: &Arc<EpInner>) {
-        self.progress_both(ep);
+    fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
+        if recv {
+            // Only the peer's head send can have been waiting for this.
+            let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
+            if let Some(p) = peer {
+                progress(&self.lb, &p);
+            }
+        } else {
+            progress(&self.lb, ep);
+        }
     }
 
     fn srq_posted(&self, srq: &crate::srq::SrqInner) {
@@ -394,24 +402,40 @@ enum After {
     Done,
     /// Complete these (endpoint, request, status, length), then continue
     /// (or, with `broken`, break the connection and stop).
-    Complete(Vec<(bool, Wr, DtoStatus, u64)>, bool),
+    Complete(Completions, bool),
     Local(Wr),
 }
 
+/// Completions to publish: (on `a`?, request, status, length); inline, no
+/// allocation (a step completes at most two requests).
+type Completions = smallvec::SmallVec<[(bool, Wr, DtoStatus, u64); 2]>;
+
 /// Executes `a`'s send queue, in order, until it is empty or blocked.
 fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
-    loop {
-        let Some(b) = a.core.lock().peer.as_ref().and_then(Weak::upgrade) else {
+    let Some(b) = a.core.lock().peer.as_ref().and_then(Weak::upgrade) else {
+        return;
+    };
+    let broken = {
+        let (mut ca, mut cb) = EpInner::lock_pair(a, &b);
+        // Still connected to the same peer?
+        if !ca
+            .peer
+            .as_ref()
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&b)))
+        {
             return;
-        };
-        let broken = {
-            let (mut ca, mut cb) = EpInner::lock_pair(a, &b);
+        }
+        // Completions are published while both endpoints stay locked:
+        // another thread progressing this endpoint (a second poster, the
+        // peer's post_recv, the timer) can neither publish the completion
+        // of a later request first nor execute one behind a failure.
+        // Publishing never runs consumer code on this stack.
+        loop {
             if ca.state != EpState::Connected || ca.sends.is_empty() {
-                return;
+                break false;
             }
-            let now = Instant::now();
             if let Some(nb) = ca.sends.front().and_then(|w| w.not_before) {
-                if nb > now {
+                if nb > Instant::now() {
                     let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
                     lb.timer.at(
                         nb,
@@ -421,12 +445,12 @@ fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
                             }
                         }),
                     );
-                    return;
+                    break false;
                 }
             }
             let after = if let Some(st) = ca.fail_next.take() {
                 let wr = ca.sends.pop_front().expect("head");
-                After::Complete(vec![(true, wr, st, 0)], true)
+                After::Complete(smallvec::smallvec![(true, wr, st, 0)], true)
             } else {
                 let head_is_local = matches!(
                     ca.sends.front().map(|w| &w.op),
@@ -435,29 +459,14 @@ fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
                 if head_is_local {
                     After::Local(ca.sends.pop_front().expect("head"))
                 } else {
-                    execute(lb, a, &b, &mut ca, &mut cb, now)
+                    execute(lb, a, &b, &mut ca, &mut cb)
                 }
             };
-            // Publish while both endpoints are still locked: another thread
-            // progressing this endpoint (a second poster, the peer's
-            // post_recv, the timer) must not publish the completion of a
-            // later request first, nor execute one behind a failure.
-            // Publishing never runs consumer code on this stack.
-            match after {
-                After::Done => return,
-                After::Local(wr) => {
-                    // A failed bind, map or invalidate is a DTO error: it
-                    // breaks the connection like any other.
-                    let broken = !a.execute_local(wr).is_success();
-                    if broken {
-                        for c in [&mut *ca, &mut *cb] {
-                            if c.state == EpState::Connected {
-                                c.state = EpState::DisconnectPending;
-                            }
-                        }
-                    }
-                    broken
-                }
+            let broken = match after {
+                After::Done => break false,
+                // A failed bind, map or invalidate is a DTO error: it breaks
+                // the connection like any other.
+                After::Local(wr) => !a.execute_local(wr).is_success(),
                 After::Complete(list, broken) => {
                     for (on_a, wr, st, len) in list {
                         if on_a {
@@ -466,22 +475,22 @@ fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
                             b.complete(wr, st, len);
                         }
                     }
-                    if broken {
-                        // Stop both queues now; break_connection flushes.
-                        for c in [&mut *ca, &mut *cb] {
-                            if c.state == EpState::Connected {
-                                c.state = EpState::DisconnectPending;
-                            }
-                        }
-                    }
                     broken
                 }
+            };
+            if broken {
+                // Stop both queues now; break_connection flushes.
+                for c in [&mut *ca, &mut *cb] {
+                    if c.state == EpState::Connected {
+                        c.state = EpState::DisconnectPending;
+                    }
+                }
+                break true;
             }
-        };
-        if broken {
-            a.break_connection(Some(&b), None);
-            return;
         }
+    };
+    if broken {
+        a.break_connection(Some(&b), None);
     }
 }
 
@@ -493,14 +502,13 @@ fn execute(
     b: &Arc<EpInner>,
     ca: &mut crate::ep::EpCore,
     cb: &mut crate::ep::EpCore,
-    now: Instant,
 ) -> After {
     let head = ca.sends.front().expect("head");
     match &head.op {
         WrOp::Send => {
             let Some(rwr) = take_recv(b, cb) else {
                 if ca.rnr_deadline.is_none() {
-                    let deadline = now + lb.rnr_timeout();
+                    let deadline = Instant::now() + lb.rnr_timeout();
                     ca.rnr_deadline = Some(deadline);
                     let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
                     lb.timer
@@ -518,7 +526,7 @@ fn execute(
                 Ok(s) => s,
                 Err(st) => {
                     untake_recv(b, cb, rwr);
-                    return After::Complete(vec![(true, wr, st, 0)], true);
+                    return After::Complete(smallvec::smallvec![(true, wr, st, 0)], true);
                 }
             };
             let dst = match b
@@ -529,7 +537,7 @@ fn execute(
                 Ok(d) => d,
                 Err(st) => {
                     return After::Complete(
-                        vec![
+                        smallvec::smallvec![
                             (true, wr, DtoStatus::RemoteResponder, 0),
                             (false, rwr, st, 0),
                         ],
@@ -540,7 +548,7 @@ fn execute(
             let len = mem::total(&src);
             if len > mem::total(&dst) {
                 return After::Complete(
-                    vec![
+                    smallvec::smallvec![
                         (true, wr, DtoStatus::RemoteResponder, 0),
                         (false, rwr, DtoStatus::LocalLength, 0),
                     ],
@@ -549,7 +557,7 @@ fn execute(
             }
             match mem::copy_spans(&src, &dst) {
                 Ok(_) => After::Complete(
-                    vec![
+                    smallvec::smallvec![
                         (true, wr, DtoStatus::Success, len as u64),
                         (false, rwr, DtoStatus::Success, len as u64),
                     ],
@@ -559,11 +567,14 @@ fn execute(
                 // moved. As for a refused key: the sender's own buffer...
                 Err(r) if r.src => {
                     untake_recv(b, cb, rwr);
-                    After::Complete(vec![(true, wr, DtoStatus::LocalProtection, 0)], true)
+                    After::Complete(
+                        smallvec::smallvec![(true, wr, DtoStatus::LocalProtection, 0)],
+                        true,
+                    )
                 }
                 // ...or the receiver's.
                 Err(_) => After::Complete(
-                    vec![
+                    smallvec::smallvec![
                         (true, wr, DtoStatus::RemoteResponder, 0),
                         (false, rwr, DtoStatus::LocalProtection, 0),
                     ],
@@ -578,7 +589,7 @@ fn execute(
         }
         _ => {
             let wr = ca.sends.pop_front().expect("head");
-            After::Complete(vec![(true, wr, DtoStatus::LocalEp, 0)], true)
+            After::Complete(smallvec::smallvec![(true, wr, DtoStatus::LocalEp, 0)], true)
         }
     }
 }
@@ -594,11 +605,14 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
     };
     let local = match a.ia.mem.resolve_local(&wr.iov, local_right, a.pz.inner.id) {
         Ok(l) => l,
-        Err(st) => return After::Complete(vec![(true, wr, st, 0)], true),
+        Err(st) => return After::Complete(smallvec::smallvec![(true, wr, st, 0)], true),
     };
     let len = mem::total(&local) as u64;
     if len == 0 {
-        return After::Complete(vec![(true, wr, DtoStatus::Success, 0)], false);
+        return After::Complete(
+            smallvec::smallvec![(true, wr, DtoStatus::Success, 0)],
+            false,
+        );
     }
     let remote = match b.ia.mem.resolve(
         r.rmr_context,
@@ -608,7 +622,12 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
         b.pz.inner.id,
     ) {
         Ok(span) => span,
-        Err(_) => return After::Complete(vec![(true, wr, DtoStatus::RemoteAccess, 0)], true),
+        Err(_) => {
+            return After::Complete(
+                smallvec::smallvec![(true, wr, DtoStatus::RemoteAccess, 0)],
+                true,
+            );
+        }
     };
     let remote = std::slice::from_ref(&remote);
     let copied = if write {
@@ -617,11 +636,20 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
         mem::copy_spans(remote, &local).map_err(|r| r.dst)
     };
     match copied {
-        Ok(_) => After::Complete(vec![(true, wr, DtoStatus::Success, len)], false),
+        Ok(_) => After::Complete(
+            smallvec::smallvec![(true, wr, DtoStatus::Success, len)],
+            false,
+        ),
         // A region was retired after its key resolved: no byte moved; the
         // local side is reported first, as when resolving.
-        Err(true) => After::Complete(vec![(true, wr, DtoStatus::LocalProtection, 0)], true),
-        Err(false) => After::Complete(vec![(true, wr, DtoStatus::RemoteAccess, 0)], true),
+        Err(true) => After::Complete(
+            smallvec::smallvec![(true, wr, DtoStatus::LocalProtection, 0)],
+            true,
+        ),
+        Err(false) => After::Complete(
+            smallvec::smallvec![(true, wr, DtoStatus::RemoteAccess, 0)],
+            true,
+        ),
     }
 }
 

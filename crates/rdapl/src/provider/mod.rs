@@ -61,8 +61,10 @@ pub trait Transport: Send + Sync + 'static {
     fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()>;
     /// Tear the connection of `ep` down (both sides get `Disconnected`).
     fn disconnect(&self, ep: &Arc<EpInner>, graceful: bool);
-    /// New work was queued on `ep` (send queue or receive queue): progress it.
-    fn kick(&self, ep: &Arc<EpInner>);
+    /// New work was queued on `ep`: on its request queue (`recv == false`:
+    /// progress it) or its receive queue (`recv == true`: a peer request
+    /// waiting for a receive may go on).
+    fn kick(&self, ep: &Arc<EpInner>, recv: bool);
     /// Receives were posted to `srq`: progress senders waiting on its endpoints.
     fn srq_posted(&self, srq: &crate::srq::SrqInner);
     /// The IA is closing.
