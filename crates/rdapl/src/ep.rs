@@ -107,10 +107,14 @@ impl CompletionFlags {
     pub const DEFAULT: CompletionFlags = CompletionFlags(0x00);
     /// `DAT_COMPLETION_SUPPRESS_FLAG`: no completion event if successful.
     pub const SUPPRESS: CompletionFlags = CompletionFlags(0x01);
-    /// `DAT_COMPLETION_SOLICITED_WAIT_FLAG` (receives). Accepted; rdapl
-    /// queues the completion as usual.
+    /// `DAT_COMPLETION_SOLICITED_WAIT_FLAG`: sender-controlled notification.
+    /// On a send it marks the message solicited; on a receive, a successful
+    /// completion is queued but notifies (upcall, waiter, CNO) only if the
+    /// message that filled it was solicited.
     pub const SOLICITED_WAIT: CompletionFlags = CompletionFlags(0x02);
-    /// `DAT_COMPLETION_UNSIGNALLED_FLAG`: no completion event if successful.
+    /// `DAT_COMPLETION_UNSIGNALLED_FLAG`: on a request, no completion event
+    /// if successful; on a receive, the successful completion is queued
+    /// without notification.
     pub const UNSIGNALLED: CompletionFlags = CompletionFlags(0x04);
     /// `DAT_COMPLETION_BARRIER_FENCE_FLAG`: start only after earlier RDMA
     /// reads completed (always true: requests execute in order).
@@ -120,6 +124,9 @@ impl CompletionFlags {
     pub fn contains(self, o: CompletionFlags) -> bool {
         self.0 & o.0 == o.0
     }
+    /// Set by the provider on a receive filled by a solicited send.
+    pub(crate) const SOLICITED_ARRIVAL: CompletionFlags = CompletionFlags(0x8000_0000);
+
     fn quiet_on_success(self) -> bool {
         self.0 & (Self::SUPPRESS.0 | Self::UNSIGNALLED.0) != 0
     }
@@ -803,6 +810,9 @@ impl EpInner {
         prepare: impl FnOnce(&mut WrOp) -> Result<()>,
     ) -> Result<()> {
         self.check_live()?;
+        if flags.0 & !0x3F != 0 {
+            return Err(Error::param(4, "unknown completion flag bits"));
+        }
         let is_recv = matches!(op, WrOp::Recv);
         if is_recv && self.srq.is_some() {
             return Err(Error::state(
@@ -902,9 +912,25 @@ impl EpInner {
             self.request_evd.as_ref()
         };
         let Some(evd) = evd else { return };
-        if status.is_success() && wr.flags.quiet_on_success() {
-            evd.release(wr.res);
-            return;
+        let is_recv = matches!(wr.op, WrOp::Recv);
+        let f = wr.flags;
+        let mut notify = true;
+        if status.is_success() {
+            if is_recv {
+                // Receives: SUPPRESS drops a success; UNSIGNALLED, and
+                // SOLICITED_WAIT filled by an unsolicited send, queue it
+                // without notification.
+                if f.contains(CompletionFlags::SUPPRESS) {
+                    evd.release(wr.res);
+                    return;
+                }
+                notify = !(f.contains(CompletionFlags::UNSIGNALLED)
+                    || (f.contains(CompletionFlags::SOLICITED_WAIT)
+                        && !f.contains(CompletionFlags::SOLICITED_ARRIVAL)));
+            } else if f.quiet_on_success() {
+                evd.release(wr.res);
+                return;
+            }
         }
         let ev = Event::Dto(DtoCompletion {
             ep: self.id,
@@ -914,7 +940,11 @@ impl EpInner {
             operation: wr.op.dto_op(),
             rmr_context: 0,
         });
-        evd.complete(wr.res, ev);
+        if notify {
+            evd.complete(wr.res, ev);
+        } else {
+            evd.complete_unsignalled(wr.res, ev);
+        }
     }
 
     /// Executes a local memory work request (bind, map, invalidate).

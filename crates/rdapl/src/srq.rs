@@ -130,6 +130,9 @@ impl Srq {
     /// Posts a receive (`dat_srq_post_recv`).
     pub fn post_recv(&self, iov: &[LmrTriplet], cookie: u64, flags: CompletionFlags) -> Result<()> {
         self.check_live()?;
+        if flags.0 & !0x3F != 0 {
+            return Err(Error::param(4, "unknown completion flag bits"));
+        }
         if iov.len() > self.inner.max_recv_iov {
             return Err(Error::param(
                 2,

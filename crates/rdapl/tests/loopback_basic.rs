@@ -273,3 +273,81 @@ fn fmr_map_then_invalidate_queued() {
     assert_eq!(next_dto(&c.evd).status, DtoStatus::RemoteAccess);
     assert!(region.read().iter().all(|b| *b == 0), "no byte moved");
 }
+
+/// Sender-controlled notification: a receive posted with SOLICITED_WAIT
+/// filled by an unsolicited send is queued without an upcall; a solicited
+/// send notifies (and the run then delivers both, in order).
+#[test]
+fn solicited_wait_receives_notify_only_for_solicited_sends() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    let s = side("127.0.13.1");
+    let c = side("127.0.13.2");
+    let _psp = s.ia.psp_create(4300, &s.evd).unwrap();
+    c.ep.connect(s.ia.address(), 4300, Some(T), b"").unwrap();
+    let cr = next_cr(&s.ia, &s.evd);
+    // Receives complete on their own EVD, consumed by upcall.
+    let rcv = s.ia.evd_create(16, EvdFlags::DTO).unwrap();
+    let ep =
+        s.ia.ep_create(&s.pz, Some(&rcv), Some(&s.evd), Some(&s.evd), None)
+            .unwrap();
+    cr.accept(&ep, b"").unwrap();
+    assert!(matches!(next(&s.evd), Event::Connection(_)));
+    assert!(matches!(next(&c.evd), Event::Connection(_)));
+    let upcalls = Arc::new(AtomicUsize::new(0));
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let (u2, g2) = (upcalls.clone(), got.clone());
+    let up: Arc<dyn Upcall> = Arc::new(move |_: &Evd, ev: Option<Event>, _| {
+        u2.fetch_add(1, Ordering::SeqCst);
+        g2.lock()
+            .unwrap()
+            .push(ev.unwrap().as_dto().unwrap().cookie);
+    });
+    rcv.modify_upcall(UpcallPolicy::SingleInstance, Some(up), ReEnable::Strict)
+        .unwrap();
+    let rb = s.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+    for i in 0..2 {
+        ep.post_recv(
+            &[rb.triplet(i * 32, 32).unwrap()],
+            10 + i,
+            CompletionFlags::SOLICITED_WAIT,
+        )
+        .unwrap();
+    }
+    let sb = c.pz.lmr_create_from(vec![1; 8], MemPriv::ALL).unwrap();
+    c.ep.post_send(&[sb.triplet(0, 8).unwrap()], 1, CompletionFlags::DEFAULT)
+        .unwrap();
+    assert_eq!(next_dto(&c.evd).status, DtoStatus::Success);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        upcalls.load(Ordering::SeqCst),
+        0,
+        "an unsolicited send does not notify"
+    );
+    assert_eq!(
+        rcv.query().unwrap().pending,
+        1,
+        "but its completion is queued"
+    );
+    c.ep.post_send(
+        &[sb.triplet(0, 8).unwrap()],
+        2,
+        CompletionFlags::SOLICITED_WAIT,
+    )
+    .unwrap();
+    assert_eq!(next_dto(&c.evd).status, DtoStatus::Success);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while got.lock().unwrap().len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        *got.lock().unwrap(),
+        vec![10, 11],
+        "both delivered, in order"
+    );
+    assert!(
+        c.ep.post_send(&[], 3, CompletionFlags(0x8000_0000))
+            .is_err(),
+        "unknown flag bits are refused"
+    );
+}

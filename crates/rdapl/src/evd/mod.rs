@@ -1001,6 +1001,15 @@ impl Evd {
         publish(&self.inner, 1);
     }
 
+    /// Completes a reservation without notification: the event is queued
+    /// (dequeue, a later waiter or a later upcall run will see it) but
+    /// wakes nobody (DAT's unsignalled and solicited-wait receives).
+    pub fn complete_unsignalled(&self, res: Reservation, event: Event) {
+        debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
+        self.inner.storage.push(event);
+        self.inner.state.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Returns an unused reservation (e.g. a suppressed successful completion).
     pub fn release(&self, res: Reservation) {
         debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");

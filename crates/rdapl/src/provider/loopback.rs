@@ -27,7 +27,7 @@
 //! Fault injection (used by the tests): `Ep::inject_failure`,
 //! `Ep::inject_delay`, `Ep::inject_break`.
 
-use crate::ep::{EpInner, EpState, Wr, WrOp};
+use crate::ep::{CompletionFlags, EpInner, EpState, Wr, WrOp};
 use crate::error::{Error, Result, Subtype};
 use crate::evd::{MAX_QLEN, UpcallPolicy};
 use crate::event::{ConnectionEventKind, DtoStatus};
@@ -547,6 +547,10 @@ fn execute(
                     );
                 }
             };
+            let mut rwr = rwr;
+            if wr.flags.contains(CompletionFlags::SOLICITED_WAIT) {
+                rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
+            }
             let len = mem::total(&src);
             if len > mem::total(&dst) {
                 return After::Complete(
