@@ -11,6 +11,46 @@
 //! that implements the drain/re-arm flow for the consumer ([`poller`]), and
 //! (with the `stream` feature) an async `Stream` of events ([`stream`]).
 //!
+//! The DAT object model sits on top: the interface adapter ([`ia`]),
+//! protection zones and registered memory ([`pz`], [`mem`]: LMRs owned,
+//! borrowed or raw, RMRs, fast registration), endpoints ([`ep`]), service
+//! points and connection requests ([`sp`]), shared receive queues ([`srq`]),
+//! and the provider interface ([`provider`]) with the in-process
+//! [`provider::loopback`] provider as the embedded default.
+//!
+//! ## A connection on the loopback provider
+//!
+//! ```
+//! use rdapl::*;
+//! use std::time::Duration;
+//! let t = Some(Duration::from_secs(5));
+//! let open = |a: &str| {
+//!     Ia::open_with("loopback", IaOptions { params: format!("addr={a}"), ..Default::default() })
+//!         .unwrap()
+//! };
+//! let (server, client) = (open("127.0.200.1"), open("127.0.200.2"));
+//! let flags = EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR;
+//! let (sevd, cevd) = (server.evd_create(64, flags).unwrap(), client.evd_create(64, flags).unwrap());
+//! let (spz, cpz) = (server.pz_create().unwrap(), client.pz_create().unwrap());
+//! let sep = server.ep_create(&spz, Some(&sevd), Some(&sevd), Some(&sevd), None).unwrap();
+//! let cep = client.ep_create(&cpz, Some(&cevd), Some(&cevd), Some(&cevd), None).unwrap();
+//! let _psp = server.psp_create(7000, &sevd).unwrap();
+//! cep.connect(server.address(), 7000, t, b"hello").unwrap();
+//! let Event::ConnectionRequest(cr) = sevd.wait(t, 1).unwrap().0 else { panic!() };
+//! server.cr(cr.cr).unwrap().accept(&sep, b"welcome").unwrap();
+//! // Server: Established; client: Established with the accept's private data.
+//! assert!(matches!(sevd.wait(t, 1).unwrap().0, Event::Connection(_)));
+//! let Event::Connection(e) = cevd.wait(t, 1).unwrap().0 else { panic!() };
+//! assert_eq!(e.private_data.as_deref(), Some(&b"welcome"[..]));
+//! // One RDMA write, checked on the server.
+//! let sink = spz.lmr_create(Region::zeroed(16), MemPriv::ALL).unwrap();
+//! let src = cpz.lmr_create_from(b"rdma".to_vec(), MemPriv::LOCAL_READ).unwrap();
+//! cep.post_rdma_write(&[src.triplet(0, 4).unwrap()], sink.rmr_triplet(0, 4).unwrap(), 1,
+//!     CompletionFlags::DEFAULT).unwrap();
+//! assert!(cevd.wait(t, 1).unwrap().0.as_dto().unwrap().status.is_success());
+//! assert_eq!(&sink.to_vec().unwrap()[..4], b"rdma");
+//! ```
+//!
 //! ## Switching between upcalls and polling, race-free
 //!
 //! ```
