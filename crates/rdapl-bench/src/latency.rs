@@ -18,7 +18,7 @@
 //! queues if a blocking side never wakes (reported as `failed`: that would
 //! be a lost wakeup).
 
-use crate::stats::{Summary, percentile_sorted, ratio};
+use crate::stats::{Summary, percentile_sorted, rep_ratios, sorted_pools};
 use crate::util::{Watchdog, as_nanos};
 use rdapl::{Dispatch, Dispatcher, Evd, EvdFlags, Event, ReEnable, UpcallPolicy};
 use serde::{Deserialize, Serialize};
@@ -453,8 +453,8 @@ pub fn run(p: &Params, reps: usize, mut progress: impl FnMut(&str)) -> Output {
         .enumerate()
         .map(|(mi, m)| {
             let pi = idx(m.peer());
-            let rm: Vec<f64> = (0..reps).map(|r| ratio(med[mi][r], med[pi][r])).collect();
-            let rp: Vec<f64> = (0..reps).map(|r| ratio(p99[mi][r], p99[pi][r])).collect();
+            let rm = rep_ratios(&med[mi], &med[pi], reps);
+            let rp = rep_ratios(&p99[mi], &p99[pi], reps);
             Row {
                 id: format!("latency/{}", m.name()),
                 method: *m,
@@ -469,13 +469,6 @@ pub fn run(p: &Params, reps: usize, mut progress: impl FnMut(&str)) -> Output {
             }
         })
         .collect();
-    let pooled = Method::ALL
-        .iter()
-        .zip(pooled)
-        .map(|(m, mut v)| {
-            v.sort_unstable();
-            (*m, v)
-        })
-        .collect();
+    let pooled = sorted_pools(&Method::ALL, pooled);
     Output { rows, pooled }
 }

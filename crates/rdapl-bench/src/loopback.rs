@@ -59,7 +59,7 @@
 //! reaped, not requests waiting to execute.
 
 use crate::latency::Run;
-use crate::stats::{Summary, percentile_sorted, ratio};
+use crate::stats::{Summary, percentile_sorted, ratio, rep_ratios, sorted_pools};
 use crate::util::{as_nanos, spin_poll};
 use rdapl::{
     CloseFlags, CompletionFlags, ConnectionEventKind, DtoOp, DtoStatus, Ep, Evd, EvdFlags, Event,
@@ -1069,8 +1069,8 @@ fn half_rtt_rows(
         .enumerate()
         .map(|(mi, m)| {
             let pi = idx(m.peer());
-            let rm: Vec<f64> = (0..reps).map(|r| ratio(med[mi][r], med[pi][r])).collect();
-            let rp: Vec<f64> = (0..reps).map(|r| ratio(p99[mi][r], p99[pi][r])).collect();
+            let rm = rep_ratios(&med[mi], &med[pi], reps);
+            let rp = rep_ratios(&p99[mi], &p99[pi], reps);
             HalfRttRow {
                 id: format!("loopback/half-rtt/{}", m.name()),
                 method: *m,
@@ -1086,14 +1086,7 @@ fn half_rtt_rows(
             }
         })
         .collect();
-    let pooled = Method::ALL
-        .iter()
-        .zip(pooled)
-        .map(|(m, mut v)| {
-            v.sort_unstable();
-            (*m, v)
-        })
-        .collect();
+    let pooled = sorted_pools(&Method::ALL, pooled);
     (rows, pooled)
 }
 

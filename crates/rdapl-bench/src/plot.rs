@@ -16,7 +16,7 @@
 
 use crate::stats::cdf_points;
 use crate::{flow, latency, loopback, throughput};
-use plotters::coord::Shift;
+use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 use std::error::Error;
 use std::path::Path;
@@ -41,6 +41,77 @@ fn color(k: usize) -> RGBColor {
     C[k % C.len()]
 }
 
+/// A chart builder on `area` with the common caption and margin.
+fn chart_on<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    title: &str,
+    x_label_area: u32,
+    y_label_area: u32,
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut b = ChartBuilder::on(area);
+    b.caption(title, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(x_label_area)
+        .y_label_area_size(y_label_area);
+    b
+}
+
+/// Draws the series legend at `position`.
+fn draw_legend<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+) -> Res {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// The largest finite value (at least `reference`, and above zero).
+fn finite_max(values: impl Iterator<Item = f64>, reference: Option<f64>) -> f64 {
+    values
+        .filter(|v| v.is_finite())
+        .fold(reference.unwrap_or(0.0), f64::max)
+        .max(1e-9)
+}
+
+/// Writes the SVG `name` in `dir`, `size` pixels, white, drawn by `draw`.
+fn svg_file(
+    dir: &Path,
+    name: &str,
+    size: (u32, u32),
+    draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> Res,
+) -> Res {
+    let path = dir.join(name);
+    let root = SVGBackend::new(&path, size).into_drawing_area();
+    root.fill(&WHITE)?;
+    draw(&root)?;
+    root.present()?;
+    Ok(())
+}
+
+/// Writes the CDF plot `name` in `dir` of every pooled, sorted sample set,
+/// named by `label`.
+fn cdf_file<T>(
+    dir: &Path,
+    name: &str,
+    title: &str,
+    x_desc: &str,
+    pooled: &[(T, Vec<u64>)],
+    label: impl Fn(&T) -> &'static str,
+) -> Res {
+    let series: Vec<(String, Vec<u64>)> = pooled
+        .iter()
+        .map(|(m, v)| (label(m).to_string(), v.clone()))
+        .collect();
+    svg_file(dir, name, (900, 560), |root| {
+        cdf_chart(root, title, x_desc, &series)
+    })
+}
+
 fn grouped_bars(
     area: &DrawingArea<SVGBackend<'_>, Shift>,
     title: &str,
@@ -53,18 +124,11 @@ fn grouped_bars(
     let ns = series.len() as u32;
     let stride = ns + 1;
     let total = groups.len() as u32 * stride;
-    let ymax = series
-        .iter()
-        .flat_map(|s| s.values.iter().copied())
-        .filter(|v| v.is_finite())
-        .fold(reference.unwrap_or(0.0), f64::max)
-        .max(1e-9)
-        * 1.3;
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 16))
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(70)
+    let ymax = finite_max(
+        series.iter().flat_map(|s| s.values.iter().copied()),
+        reference,
+    ) * 1.3;
+    let mut chart = chart_on(area, title, 36, 70)
         .build_cartesian_2d((0u32..total).into_segmented(), 0f64..ymax)?;
     let names: Vec<String> = groups.to_vec();
     let centre = ns / 2;
@@ -109,13 +173,7 @@ fn grouped_bars(
             BLACK.stroke_width(1),
         ))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 fn cdf_chart(
@@ -147,12 +205,8 @@ fn cdf_chart(
     }
     let lo = (lo * 0.8).max(0.001);
     let hi = (hi * 1.25).max(lo * 10.0);
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 16))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d((lo..hi).log_scale(), 0f64..1.0)?;
+    let mut chart =
+        chart_on(area, title, 40, 60).build_cartesian_2d((lo..hi).log_scale(), 0f64..1.0)?;
     chart
         .configure_mesh()
         .x_desc(x_desc)
@@ -169,13 +223,7 @@ fn cdf_chart(
             .label(name.clone())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], c.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
 
 /// Writes `throughput.svg`.
@@ -235,20 +283,14 @@ pub fn latency(
     pooled: &[(latency::Method, Vec<u64>)],
 ) -> Result<String, Box<dyn Error>> {
     let name = "latency.svg";
-    let path = dir.join(name);
-    let root = SVGBackend::new(&path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let series: Vec<(String, Vec<u64>)> = pooled
-        .iter()
-        .map(|(m, v)| (m.name().to_string(), v.clone()))
-        .collect();
-    cdf_chart(
-        &root,
+    cdf_file(
+        dir,
+        name,
         "Ping-pong round trip: distribution (all repetitions)",
         "round trip, µs (log)",
-        &series,
+        pooled,
+        |m| m.name(),
     )?;
-    root.present()?;
     Ok(name.into())
 }
 
@@ -281,51 +323,49 @@ pub fn flow(dir: &Path, out: &flow::Output) -> Result<Vec<String>, Box<dyn Error
             })
             .collect()
     };
-    grouped_bars(
-        &panels[0],
-        "Events/s handled ÷ pure-upcall, same run",
-        "ratio vs pure-upcall (median)",
-        &groups,
-        &series_of(&|r| r.ratio_events_vs_peer.median),
-        Some(1.0),
-        &|v| format!("{v:.1}"),
-    )?;
-    grouped_bars(
-        &panels[1],
-        "Upcalls per event (line: 0.1 = 10x fewer)",
-        "upcalls / event (median)",
-        &groups,
-        &series_of(&|r| r.upcalls_per_event.median),
-        Some(0.1),
-        &|v| format!("{v:.1}"),
-    )?;
-    grouped_bars(
-        &panels[2],
-        "Mean latency ÷ pure-upcall (line: 1.5)",
-        "ratio vs pure-upcall (median)",
-        &groups,
-        &series_of(&|r| r.ratio_mean_latency_vs_peer.median),
-        Some(1.5),
-        &|v| format!("{v:.1}"),
-    )?;
+    type Get<'a> = &'a dyn Fn(&flow::Row) -> f64;
+    let charts: [(&str, &str, Get<'_>, f64); 3] = [
+        (
+            "Events/s handled ÷ pure-upcall, same run",
+            "ratio vs pure-upcall (median)",
+            &|r| r.ratio_events_vs_peer.median,
+            1.0,
+        ),
+        (
+            "Upcalls per event (line: 0.1 = 10x fewer)",
+            "upcalls / event (median)",
+            &|r| r.upcalls_per_event.median,
+            0.1,
+        ),
+        (
+            "Mean latency ÷ pure-upcall (line: 1.5)",
+            "ratio vs pure-upcall (median)",
+            &|r| r.ratio_mean_latency_vs_peer.median,
+            1.5,
+        ),
+    ];
+    for (panel, (title, y_desc, get, reference)) in panels.iter().zip(charts) {
+        grouped_bars(
+            panel,
+            title,
+            y_desc,
+            &groups,
+            &series_of(get),
+            Some(reference),
+            &|v| format!("{v:.1}"),
+        )?;
+    }
     root.present()?;
 
     let lname = "flow_latency.svg";
-    let path = dir.join(lname);
-    let root = SVGBackend::new(&path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let series: Vec<(String, Vec<u64>)> = out
-        .low_load_latencies
-        .iter()
-        .map(|(c, v)| (c.name().to_string(), v.clone()))
-        .collect();
-    cdf_chart(
-        &root,
+    cdf_file(
+        dir,
+        lname,
         "Seed's flow at low load: complete → handler latency",
         "latency, µs (log)",
-        &series,
+        &out.low_load_latencies,
+        |c| c.name(),
     )?;
-    root.present()?;
     Ok(vec![tname.into(), lname.into()])
 }
 
@@ -347,19 +387,11 @@ fn size_lines(
     } else {
         (11.5, 24.5)
     };
-    let ymax = series
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|q| q.1))
-        .filter(|v| v.is_finite())
-        .fold(reference.unwrap_or(0.0), f64::max)
-        .max(1e-9)
-        * 1.2;
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 16))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(xlo..xhi, 0f64..ymax)?;
+    let ymax = finite_max(
+        series.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)),
+        reference,
+    ) * 1.2;
+    let mut chart = chart_on(area, title, 40, 60).build_cartesian_2d(xlo..xhi, 0f64..ymax)?;
     chart
         .configure_mesh()
         .x_labels(((xhi - xlo) as usize).max(2) + 1)
@@ -387,13 +419,7 @@ fn size_lines(
     if let Some(r) = reference {
         chart.draw_series(LineSeries::new([(xlo, r), (xhi, r)], BLACK.stroke_width(1)))?;
     }
-    chart
-        .configure_series_labels()
-        .position(legend)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    draw_legend(&mut chart, legend)
 }
 
 /// Writes `loopback_bandwidth.svg` and `loopback_latency.svg`.
@@ -448,21 +474,14 @@ pub fn loopback(dir: &Path, out: &loopback::Output) -> Result<Vec<String>, Box<d
     }
     if !out.pooled_half_rtt.is_empty() {
         let name = "loopback_latency.svg";
-        let path = dir.join(name);
-        let root = SVGBackend::new(&path, (900, 560)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let series: Vec<(String, Vec<u64>)> = out
-            .pooled_half_rtt
-            .iter()
-            .map(|(m, v)| (m.name().to_string(), v.clone()))
-            .collect();
-        cdf_chart(
-            &root,
+        cdf_file(
+            dir,
+            name,
             "Loopback 64-byte send/receive vs crossbeam: half round trip",
             "half round trip, µs (log)",
-            &series,
+            &out.pooled_half_rtt,
+            |m| m.name(),
         )?;
-        root.present()?;
         written.push(name.to_string());
     }
     Ok(written)

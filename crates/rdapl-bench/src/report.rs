@@ -373,28 +373,27 @@ impl Results {
 
         if !self.targets.is_empty() {
             let _ = writeln!(s, "## Targets\n");
-            let _ = writeln!(
-                s,
-                "| target | statement | bound | measured (median [min–max]) | reps meeting it | result |"
+            table(
+                &mut s,
+                &[
+                    "target",
+                    "statement",
+                    "bound",
+                    "measured (median [min–max])",
+                    "reps meeting it",
+                    "result",
+                ],
+                self.targets.iter().map(|t| {
+                    vec![
+                        format!("`{}`", t.id),
+                        t.statement.clone(),
+                        format!("{} {}", t.compare.symbol(), num(t.bound)),
+                        format!("{} [{}–{}]", num(t.measured), num(t.min), num(t.max)),
+                        format!("{}/{}", t.reps_met, t.reps),
+                        met_cell(t.met).into(),
+                    ]
+                }),
             );
-            let _ = writeln!(s, "|---|---|---|---|---|---|");
-            for t in &self.targets {
-                let _ = writeln!(
-                    s,
-                    "| `{}` | {} | {} {} | {} [{}–{}] | {}/{} | {} |",
-                    t.id,
-                    t.statement,
-                    t.compare.symbol(),
-                    num(t.bound),
-                    num(t.measured),
-                    num(t.min),
-                    num(t.max),
-                    t.reps_met,
-                    t.reps,
-                    if t.met { "met" } else { "**MISSED**" }
-                );
-            }
-            s.push('\n');
         }
 
         if !self.throughput.is_empty() {
@@ -414,28 +413,31 @@ impl Results {
                 p.warmup.as_millis(),
                 m.reps * p.trials_per_rep
             );
-            let _ = writeln!(
-                s,
-                "| config | queue | ratio vs crossbeam | events/s (context) |"
+            table(
+                &mut s,
+                &[
+                    "config",
+                    "queue",
+                    "ratio vs crossbeam",
+                    "events/s (context)",
+                ],
+                self.throughput.iter().map(|r| {
+                    vec![
+                        format!("{}p {}", r.producers, r.consumption.name()),
+                        format!(
+                            "{}{}",
+                            r.queue.name(),
+                            if r.queue == throughput::Queue::EvdReserveComplete {
+                                " (main)"
+                            } else {
+                                ""
+                            }
+                        ),
+                        ratio_cell(&r.ratio_vs_peer),
+                        rate(r.events_per_s.median),
+                    ]
+                }),
             );
-            let _ = writeln!(s, "|---|---|---|---|");
-            for r in &self.throughput {
-                let _ = writeln!(
-                    s,
-                    "| {}p {} | {}{} | {} | {} |",
-                    r.producers,
-                    r.consumption.name(),
-                    r.queue.name(),
-                    if r.queue == throughput::Queue::EvdReserveComplete {
-                        " (main)"
-                    } else {
-                        ""
-                    },
-                    ratio_cell(&r.ratio_vs_peer),
-                    rate(r.events_per_s.median)
-                );
-            }
-            s.push('\n');
         }
 
         if !self.latency.is_empty() {
@@ -452,27 +454,19 @@ impl Results {
                 p.warmup_iters,
                 p.limit.as_millis()
             );
-            let _ = writeln!(
-                s,
-                "| method | peer | median ratio | p99 ratio | median RTT | p99 RTT | samples/rep | capped/failed reps |"
+            table(
+                &mut s,
+                &rtt_header("median RTT", "p99 RTT", "samples/rep"),
+                self.latency.iter().map(|r| {
+                    rtt_cells(
+                        [r.method.name(), r.peer.name()],
+                        [&r.ratio_median_vs_peer, &r.ratio_p99_vs_peer],
+                        [&r.rtt_median_ns, &r.rtt_p99_ns],
+                        &r.samples,
+                        [r.capped_reps, r.failed_reps],
+                    )
+                }),
             );
-            let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
-            for r in &self.latency {
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {} | {} | {} | {} | {} | {}/{} |",
-                    r.method.name(),
-                    r.peer.name(),
-                    ratio_cell(&r.ratio_median_vs_peer),
-                    ratio_cell(&r.ratio_p99_vs_peer),
-                    ns(r.rtt_median_ns.median),
-                    ns(r.rtt_p99_ns.median),
-                    r.samples.iter().min().copied().unwrap_or(0),
-                    r.capped_reps,
-                    r.failed_reps
-                );
-            }
-            s.push('\n');
         }
 
         if !self.flow.is_empty() {
@@ -493,29 +487,37 @@ impl Results {
                 p.window.as_millis(),
                 p.warmup.as_millis()
             );
-            let _ = writeln!(
-                s,
-                "| load | consumer | events/s ratio | upcalls/event | upcalls/event ratio | mean latency ratio | events/s | mean latency | p50 | p99 | lost |"
+            table(
+                &mut s,
+                &[
+                    "load",
+                    "consumer",
+                    "events/s ratio",
+                    "upcalls/event",
+                    "upcalls/event ratio",
+                    "mean latency ratio",
+                    "events/s",
+                    "mean latency",
+                    "p50",
+                    "p99",
+                    "lost",
+                ],
+                self.flow.iter().map(|r| {
+                    vec![
+                        r.load.name().to_string(),
+                        r.consumer.name().to_string(),
+                        ratio_cell(&r.ratio_events_vs_peer),
+                        num(r.upcalls_per_event.median),
+                        ratio_cell(&r.ratio_upcalls_per_event_vs_peer),
+                        ratio_cell(&r.ratio_mean_latency_vs_peer),
+                        rate(r.events_per_s.median),
+                        ns(r.mean_latency_ns.median),
+                        ns(r.p50_latency_ns.median),
+                        ns(r.p99_latency_ns.median),
+                        r.lost.to_string(),
+                    ]
+                }),
             );
-            let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
-            for r in &self.flow {
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                    r.load.name(),
-                    r.consumer.name(),
-                    ratio_cell(&r.ratio_events_vs_peer),
-                    num(r.upcalls_per_event.median),
-                    ratio_cell(&r.ratio_upcalls_per_event_vs_peer),
-                    ratio_cell(&r.ratio_mean_latency_vs_peer),
-                    rate(r.events_per_s.median),
-                    ns(r.mean_latency_ns.median),
-                    ns(r.p50_latency_ns.median),
-                    ns(r.p99_latency_ns.median),
-                    r.lost
-                );
-            }
-            s.push('\n');
         }
 
         if !self.loopback_half_rtt.is_empty() || !self.loopback_bandwidth.is_empty() {
@@ -571,27 +573,19 @@ impl Results {
                 p.warmup_iters,
                 p.limit.as_millis()
             );
-            let _ = writeln!(
+            table(
                 s,
-                "| method | peer | median ratio | p99 ratio | median half RTT | p99 half RTT | round trips/rep | capped/failed reps |"
+                &rtt_header("median half RTT", "p99 half RTT", "round trips/rep"),
+                self.loopback_half_rtt.iter().map(|r| {
+                    rtt_cells(
+                        [r.method.name(), r.peer.name()],
+                        [&r.ratio_median_vs_peer, &r.ratio_p99_vs_peer],
+                        [&r.half_rtt_median_ns, &r.half_rtt_p99_ns],
+                        &r.samples,
+                        [r.capped_reps, r.failed_reps],
+                    )
+                }),
             );
-            let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
-            for r in &self.loopback_half_rtt {
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {} | {} | {} | {} | {} | {}/{} |",
-                    r.method.name(),
-                    r.peer.name(),
-                    ratio_cell(&r.ratio_median_vs_peer),
-                    ratio_cell(&r.ratio_p99_vs_peer),
-                    ns(r.half_rtt_median_ns.median),
-                    ns(r.half_rtt_p99_ns.median),
-                    r.samples.iter().min().copied().unwrap_or(0),
-                    r.capped_reps,
-                    r.failed_reps
-                );
-            }
-            s.push('\n');
         }
         if !self.loopback_bandwidth.is_empty() {
             let _ = writeln!(s, "### RDMA bandwidth against memcpy\n");
@@ -617,12 +611,7 @@ impl Results {
                 loopback::BANDWIDTH_BOUND,
                 loopback::size_label(loopback::TARGET_FROM_SIZE)
             );
-            let _ = writeln!(
-                s,
-                "| size | transfer | peer | ratio vs peer | GB/s | peer GB/s | transfers/trial | failed trials | target |"
-            );
-            let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
-            for r in &self.loopback_bandwidth {
+            let rows = self.loopback_bandwidth.iter().map(|r| {
                 let memcpy = self
                     .loopback_bandwidth
                     .iter()
@@ -631,31 +620,95 @@ impl Results {
                     .unwrap_or(f64::NAN);
                 let target = if loopback::has_target(r) {
                     let met = r.ratio_vs_memcpy.median >= loopback::BANDWIDTH_BOUND;
-                    format!(
-                        "≥ {:.2}: {}",
-                        loopback::BANDWIDTH_BOUND,
-                        if met { "met" } else { "**MISSED**" }
-                    )
+                    format!("≥ {:.2}: {}", loopback::BANDWIDTH_BOUND, met_cell(met))
                 } else {
                     "–".into()
                 };
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                    r.size_label,
-                    r.transfer.name(),
-                    r.peer.name(),
+                vec![
+                    r.size_label.clone(),
+                    r.transfer.name().to_string(),
+                    r.peer.name().to_string(),
                     ratio_cell(&r.ratio_vs_memcpy),
                     num(r.gb_per_s.median),
                     num(memcpy),
-                    r.ops.iter().min().copied().unwrap_or(0),
-                    r.failed_reps,
-                    target
-                );
-            }
-            s.push('\n');
+                    min_or_zero(&r.ops).to_string(),
+                    r.failed_reps.to_string(),
+                    target,
+                ]
+            });
+            table(
+                s,
+                &[
+                    "size",
+                    "transfer",
+                    "peer",
+                    "ratio vs peer",
+                    "GB/s",
+                    "peer GB/s",
+                    "transfers/trial",
+                    "failed trials",
+                    "target",
+                ],
+                rows,
+            );
         }
     }
+}
+
+/// Writes a markdown table: the header row, the separator row, one row per
+/// item of `rows`, then a blank line.
+fn table(s: &mut String, header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) {
+    let _ = writeln!(s, "| {} |", header.join(" | "));
+    let _ = writeln!(s, "|{}", "---|".repeat(header.len()));
+    for cells in rows {
+        let _ = writeln!(s, "| {} |", cells.join(" | "));
+    }
+    s.push('\n');
+}
+
+/// The header of a round-trip table (latency and loopback half round trip).
+fn rtt_header<'a>(median: &'a str, p99: &'a str, samples: &'a str) -> [&'a str; 8] {
+    [
+        "method",
+        "peer",
+        "median ratio",
+        "p99 ratio",
+        median,
+        p99,
+        samples,
+        "capped/failed reps",
+    ]
+}
+
+/// The cells of a round-trip row: method and peer names, median and p99
+/// ratios, median and p99 times (ns), the fewest samples of a repetition,
+/// capped and failed repetitions.
+fn rtt_cells(
+    names: [&str; 2],
+    ratios: [&Summary; 2],
+    times_ns: [&Summary; 2],
+    samples: &[usize],
+    capped_failed: [usize; 2],
+) -> Vec<String> {
+    vec![
+        names[0].to_string(),
+        names[1].to_string(),
+        ratio_cell(ratios[0]),
+        ratio_cell(ratios[1]),
+        ns(times_ns[0].median),
+        ns(times_ns[1].median),
+        min_or_zero(samples).to_string(),
+        format!("{}/{}", capped_failed[0], capped_failed[1]),
+    ]
+}
+
+/// The smallest count, 0 for none.
+fn min_or_zero<T: Copy + Ord + Default>(v: &[T]) -> T {
+    v.iter().min().copied().unwrap_or_default()
+}
+
+fn met_cell(met: bool) -> &'static str {
+    if met { "met" } else { "**MISSED**" }
 }
 
 /// A number with a sensible number of digits; `–` for NaN.

@@ -77,6 +77,22 @@ pub fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
+/// Per repetition `r < reps`: `ratio(subject[r], peer[r])`.
+pub fn rep_ratios(subject: &[f64], peer: &[f64], reps: usize) -> Vec<f64> {
+    (0..reps).map(|r| ratio(subject[r], peer[r])).collect()
+}
+
+/// Pairs each key with its pool of samples, sorted ascending.
+pub fn sorted_pools<K: Copy>(keys: &[K], pools: Vec<Vec<u64>>) -> Vec<(K, Vec<u64>)> {
+    keys.iter()
+        .zip(pools)
+        .map(|(k, mut v)| {
+            v.sort_unstable();
+            (*k, v)
+        })
+        .collect()
+}
+
 /// Down-samples sorted samples to at most `points` (value, cumulative
 /// fraction) pairs for a CDF plot; always keeps the first and last sample.
 pub fn cdf_points(sorted: &[u64], points: usize) -> Vec<(f64, f64)> {

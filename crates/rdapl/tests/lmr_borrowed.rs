@@ -65,6 +65,23 @@ fn dto(evd: &Evd) -> DtoCompletion {
     }
 }
 
+fn expect_dto(evd: &Evd, cookie: u64, status: DtoStatus) {
+    let d = dto(evd);
+    assert_eq!((d.cookie, d.status), (cookie, status));
+}
+
+/// Runs `post` on a clone of `ep` in a new thread and gives it 100 ms to
+/// resolve its keys (and block on a held region) before returning.
+fn spawn_post<R: Send + 'static>(
+    ep: &Ep,
+    post: impl FnOnce(&Ep) -> R + Send + 'static,
+) -> thread::JoinHandle<R> {
+    let ep = ep.clone();
+    let h = thread::spawn(move || post(&ep));
+    thread::sleep(Duration::from_millis(100));
+    h
+}
+
 fn conn_kind(evd: &Evd) -> ConnectionEventKind {
     match next(evd) {
         Event::Connection(c) => c.kind,
@@ -410,14 +427,12 @@ fn transfers_resolved_before_the_release_move_nothing() {
         let (t, remote) = (src.triplet(0, 64).unwrap(), l.rmr_triplet(0, 64).unwrap());
         let src_region = src.region().unwrap();
         let hold = src_region.write();
-        let ep = p.c_ep.clone();
-        let h = thread::spawn(move || ep.post_rdma_write(&[t], remote, 1, D));
-        thread::sleep(Duration::from_millis(100)); // resolved, waiting for `hold`
+        // the post resolves its keys, then waits for `hold`
+        let h = spawn_post(&p.c_ep, move |ep| ep.post_rdma_write(&[t], remote, 1, D));
         let back = l.release();
         drop(hold);
         h.join().unwrap().unwrap();
-        let d = dto(&p.c.dto);
-        assert_eq!((d.cookie, d.status), (1, DtoStatus::RemoteAccess));
+        expect_dto(&p.c.dto, 1, DtoStatus::RemoteAccess);
         assert!(back.iter().all(|x| *x == 0), "no byte moved");
     });
     p.expect_broken();
@@ -434,14 +449,11 @@ fn transfers_resolved_before_the_release_move_nothing() {
         let (t, remote) = (l.triplet(0, 64).unwrap(), sink.rmr_triplet(0, 64).unwrap());
         let sink_region = sink.region().unwrap();
         let hold = sink_region.write();
-        let ep = p.s_ep.clone();
-        let h = thread::spawn(move || ep.post_rdma_write(&[t], remote, 2, D));
-        thread::sleep(Duration::from_millis(100));
+        let h = spawn_post(&p.s_ep, move |ep| ep.post_rdma_write(&[t], remote, 2, D));
         drop(l);
         drop(hold);
         h.join().unwrap().unwrap();
-        let d = dto(&p.s.dto);
-        assert_eq!((d.cookie, d.status), (2, DtoStatus::LocalProtection));
+        expect_dto(&p.s.dto, 2, DtoStatus::LocalProtection);
     });
     p.expect_broken();
     assert!(
@@ -464,16 +476,12 @@ fn transfers_resolved_before_the_release_move_nothing() {
         let t = src.triplet(0, 64).unwrap();
         let src_region = src.region().unwrap();
         let hold = src_region.write();
-        let ep = p.c_ep.clone();
-        let h = thread::spawn(move || ep.post_send(&[t], 4, D));
-        thread::sleep(Duration::from_millis(100));
+        let h = spawn_post(&p.c_ep, move |ep| ep.post_send(&[t], 4, D));
         let back = l.release();
         drop(hold);
         h.join().unwrap().unwrap();
-        let d = dto(&p.c.dto);
-        assert_eq!((d.cookie, d.status), (4, DtoStatus::RemoteResponder));
-        let d = dto(&p.s.dto);
-        assert_eq!((d.cookie, d.status), (3, DtoStatus::LocalProtection));
+        expect_dto(&p.c.dto, 4, DtoStatus::RemoteResponder);
+        expect_dto(&p.s.dto, 3, DtoStatus::LocalProtection);
         assert!(back.iter().all(|x| *x == 0), "no byte moved");
     });
     p.expect_broken();
@@ -494,16 +502,12 @@ fn transfers_resolved_before_the_release_move_nothing() {
         let t = l.triplet(0, 64).unwrap();
         let rbuf_region = rbuf.region().unwrap();
         let hold = rbuf_region.write();
-        let ep = p.s_ep.clone();
-        let h = thread::spawn(move || ep.post_send(&[t], 6, D));
-        thread::sleep(Duration::from_millis(100));
+        let h = spawn_post(&p.s_ep, move |ep| ep.post_send(&[t], 6, D));
         drop(l);
         drop(hold);
         h.join().unwrap().unwrap();
-        let d = dto(&p.s.dto);
-        assert_eq!((d.cookie, d.status), (6, DtoStatus::LocalProtection));
-        let d = dto(&p.c.dto);
-        assert_eq!((d.cookie, d.status), (5, DtoStatus::Flushed));
+        expect_dto(&p.s.dto, 6, DtoStatus::LocalProtection);
+        expect_dto(&p.c.dto, 5, DtoStatus::Flushed);
     });
     p.expect_broken();
     assert!(
