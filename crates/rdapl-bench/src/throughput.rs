@@ -224,62 +224,43 @@ impl Rx for EvdRx {
     }
 }
 
-#[derive(Clone)]
-struct CbTx(crossbeam_channel::Sender<Event>);
-impl Tx for CbTx {
-    fn try_push(&self, i: u64) -> bool {
-        self.0.try_send(dto_event(i)).is_ok()
-    }
-}
-struct CbRx(crossbeam_channel::Receiver<Event>);
-impl Rx for CbRx {
-    fn pop_one(&mut self) -> Option<Event> {
-        self.0.try_recv().ok()
-    }
-    fn pop_batch(&mut self, buf: &mut Vec<Event>, max: usize) -> usize {
-        let before = buf.len();
-        buf.extend(self.0.try_iter().take(max));
-        buf.len() - before
-    }
-}
-
-#[derive(Clone)]
-struct StdTx(std::sync::mpsc::SyncSender<Event>);
-impl Tx for StdTx {
-    fn try_push(&self, i: u64) -> bool {
-        self.0.try_send(dto_event(i)).is_ok()
-    }
-}
-struct StdRx(std::sync::mpsc::Receiver<Event>);
-impl Rx for StdRx {
-    fn pop_one(&mut self) -> Option<Event> {
-        self.0.try_recv().ok()
-    }
-    fn pop_batch(&mut self, buf: &mut Vec<Event>, max: usize) -> usize {
-        let before = buf.len();
-        buf.extend(self.0.try_iter().take(max));
-        buf.len() - before
-    }
+/// Adapters for the channel peers: each has `try_send`, `try_recv` and
+/// `try_iter`, so one definition serves all three.
+macro_rules! channel_peer {
+    ($tx:ident($sender:ty), $rx:ident($receiver:ty)) => {
+        #[derive(Clone)]
+        struct $tx($sender);
+        impl Tx for $tx {
+            fn try_push(&self, i: u64) -> bool {
+                self.0.try_send(dto_event(i)).is_ok()
+            }
+        }
+        struct $rx($receiver);
+        impl Rx for $rx {
+            fn pop_one(&mut self) -> Option<Event> {
+                self.0.try_recv().ok()
+            }
+            fn pop_batch(&mut self, buf: &mut Vec<Event>, max: usize) -> usize {
+                let before = buf.len();
+                buf.extend(self.0.try_iter().take(max));
+                buf.len() - before
+            }
+        }
+    };
 }
 
-#[derive(Clone)]
-struct FlumeTx(flume::Sender<Event>);
-impl Tx for FlumeTx {
-    fn try_push(&self, i: u64) -> bool {
-        self.0.try_send(dto_event(i)).is_ok()
-    }
-}
-struct FlumeRx(flume::Receiver<Event>);
-impl Rx for FlumeRx {
-    fn pop_one(&mut self) -> Option<Event> {
-        self.0.try_recv().ok()
-    }
-    fn pop_batch(&mut self, buf: &mut Vec<Event>, max: usize) -> usize {
-        let before = buf.len();
-        buf.extend(self.0.try_iter().take(max));
-        buf.len() - before
-    }
-}
+channel_peer!(
+    CbTx(crossbeam_channel::Sender<Event>),
+    CbRx(crossbeam_channel::Receiver<Event>)
+);
+channel_peer!(
+    StdTx(std::sync::mpsc::SyncSender<Event>),
+    StdRx(std::sync::mpsc::Receiver<Event>)
+);
+channel_peer!(
+    FlumeTx(flume::Sender<Event>),
+    FlumeRx(flume::Receiver<Event>)
+);
 
 /// Runs producers and the consumer for `warmup + window` and counts what
 /// the consumer took during the window. Every loop checks the stop flag.
