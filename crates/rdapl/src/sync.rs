@@ -142,13 +142,3 @@ pub(crate) fn deadline(timeout: Option<Duration>) -> Option<Instant> {
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86400 * 365)
 }
-
-#[cfg_attr(loom, allow(dead_code))]
-/// A spin-then-yield hint for the rare bounded waits on another thread's
-/// in-flight step.
-pub(crate) fn spin_yield() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::thread::yield_now();
-}

@@ -141,11 +141,20 @@ fn producer_vs_reenable(mode: ReEnable) {
         let (d, dt) = DispatchThread::start();
         let seen = Arc::new(Seen::default());
         let s2 = seen.clone();
+        // Odd while a re-enable call is in flight: an upcall records the
+        // value it sees, so a Strict call that was refused can be checked
+        // not to have let an upcall through meanwhile.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let upcall_saw = Arc::new(Mutex::new(Vec::new()));
+        let (c2, saw2) = (calls.clone(), upcall_saw.clone());
         let evd = Evd::builder(4, EvdFlags::DTO).dispatch(d).build().unwrap();
         // The consumer has disabled upcalls and is polling.
         evd.modify_upcall(
             UpcallPolicy::Disable,
-            Some(upcall(move |_, ev, _| s2.add(&ev.expect("event")))),
+            Some(upcall(move |_, ev, _| {
+                saw2.lock().unwrap().push(c2.load(Ordering::SeqCst));
+                s2.add(&ev.expect("event"))
+            })),
             ReEnable::OnNew,
         )
         .unwrap();
@@ -158,7 +167,10 @@ fn producer_vs_reenable(mode: ReEnable) {
             while let Some(ev) = evd.dequeue().unwrap() {
                 seen.add(&ev);
             }
-            match evd.modify_upcall(UpcallPolicy::SingleInstance, None, mode) {
+            let call = calls.fetch_add(1, Ordering::SeqCst) + 1;
+            let r = evd.modify_upcall(UpcallPolicy::SingleInstance, None, mode);
+            calls.fetch_add(1, Ordering::SeqCst);
+            match r {
                 Ok(0) => break,
                 Ok(_) if mode == ReEnable::OnNew => continue, // missed events: poll again
                 Ok(_) => break,                               // OnAny: upcalls deliver them
@@ -170,6 +182,10 @@ fn producer_vs_reenable(mode: ReEnable) {
                         q.upcall_policy,
                         UpcallPolicy::Disable,
                         "Strict stays disabled"
+                    );
+                    assert!(
+                        !upcall_saw.lock().unwrap().contains(&call),
+                        "an upcall ran during a Strict re-enable that was refused"
                     );
                     continue;
                 }

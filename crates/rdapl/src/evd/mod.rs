@@ -9,11 +9,12 @@
 //! * **Per-stream FIFO.** Events are stored in one FIFO in the order
 //!   producers published them, so within a stream (and across streams) they
 //!   come out in that order.
-//! * **No lost wakeup.** Every decision that must be atomic with respect to
-//!   producers is a single compare-and-swap on one state word that holds the
-//!   queue depth and every notification flag (`state.rs`): a producer's
-//!   "count + 1, is someone to be told?" and a consumer's "is anything
-//!   queued? then change the policy / arm the waiter" never interleave.
+//! * **No lost wakeup.** Every notification decision is a compare-and-swap
+//!   on one state word that holds the policy and every notification flag
+//!   (`state.rs`). A producer pushes, fences, then reads that word; a
+//!   consumer that arms a notification writes the word, fences, then looks
+//!   at the queue: one of the two always sees the other (the Dekker
+//!   pattern, model-checked with loom).
 //! * **Race-free re-enable in three forms** ([`ReEnable`]): `Strict` refuses
 //!   with [`Error::Busy`] while events are queued, `OnAny` delivers what is
 //!   queued by upcall, `OnNew` arms for new arrivals and reports the pending
@@ -33,10 +34,15 @@
 //!
 //! # Hot path
 //!
-//! Publishing an event is a push onto a lock-free segmented queue plus one
-//! CAS on the state word; dequeuing is one CAS to claim, a pop, and one
-//! atomic subtraction to release capacity. No lock is taken on either side
-//! unless a waiter, stream, CNO or upcall has to be woken.
+//! Producers and consumers keep their counters on separate cache lines.
+//! Reserving capacity is a CAS on the producers' line (the consumers'
+//! release count is read only when the producers' cached copy says the EVD
+//! looks full); publishing is a push onto a lock-free segmented queue, a
+//! fence and a read of the state word. Dequeuing is a read of the state
+//! word, a pop, and an atomic add on the consumers' line (once per batch
+//! with `dequeue_batch`). While nobody listens the state word is only read,
+//! so it stays shared in every core's cache; no lock is taken on either
+//! side unless a waiter, stream, CNO or upcall has to be woken.
 
 pub(crate) mod state;
 mod storage;
@@ -48,12 +54,14 @@ use crate::dispatch::{Dispatch, DispatchRun};
 use crate::error::{Error, Result, Subtype};
 use crate::event::{EvdFlags, EvdHandle, Event, EventStream};
 use crate::sync::{
-    self, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, Signal,
+    self, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, Signal, fence,
 };
+use crossbeam_utils::CachePadded;
 use state::{
-    CNO_ENABLED, FREED, Policy, RunStep, STREAM_ARMED, State, TD_WAITING, UNWAITABLE, WAIT_ARMED,
-    WAITER,
+    ARRIVED, CNO_ENABLED, FREED, Policy, RunStep, STREAM_ARMED, State, TD_WAITING, UNWAITABLE,
+    WAIT_ARMED, WAITER,
 };
+use std::convert::Infallible;
 use std::fmt;
 use std::time::Duration;
 use storage::Storage;
@@ -194,12 +202,16 @@ impl fmt::Debug for Evd {
 pub(crate) struct EvdInner {
     pub(crate) id: EvdHandle,
     flags: EvdFlags,
-    /// The state word (`state.rs`).
-    state: AtomicU64,
-    /// Capacity word: occupied slots (queued + reserved) in the low 32 bits,
-    /// the queue length in the high 32 bits.
-    cap: AtomicU64,
+    /// The state word (`state.rs`): read by every producer, written only
+    /// when a listener arms or a policy changes.
+    state: CachePadded<AtomicU64>,
+    /// The producers' line: slots taken and the queue length.
+    prod: CachePadded<Producers>,
+    /// The consumers' line: slots given back (monotonic, modulo 2^44).
+    freed: CachePadded<AtomicU64>,
     storage: Storage,
+    /// Serialises policy changes (a `Strict` re-enable is three steps).
+    modify: Mutex<()>,
     upcall: Mutex<Option<Arc<dyn Upcall>>>,
     dispatch: Arc<dyn Dispatch>,
     max_runs: u64,
@@ -216,6 +228,22 @@ pub(crate) struct EvdInner {
     #[cfg(feature = "stream")]
     pub(crate) stream_waker: Mutex<Option<std::task::Waker>>,
 }
+
+/// Capacity accounting on the producers' cache line.
+///
+/// `reserved` holds the queue length in its top 20 bits and the number of
+/// slots ever taken (modulo 2^44) below; `freed` (on the consumers' line)
+/// counts slots ever given back. Occupancy (queued plus reserved) is
+/// `taken - freed` modulo 2^44, never above the queue length. `freed_seen`
+/// is a copy of `freed` that may lag: it only ever underestimates the free
+/// room, so producers read the consumers' line only when the EVD looks full.
+struct Producers {
+    reserved: AtomicU64,
+    freed_seen: AtomicU64,
+}
+
+const TAKEN_BITS: u32 = 44;
+const TAKEN_MASK: u64 = (1 << TAKEN_BITS) - 1;
 
 fn next_id() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -298,9 +326,14 @@ impl EvdBuilder {
         let inner = EvdInner {
             id: EvdHandle(next_id()),
             flags: self.flags,
-            state: AtomicU64::new(s.0),
-            cap: AtomicU64::new((self.qlen as u64) << 32),
+            state: CachePadded::new(AtomicU64::new(s.0)),
+            prod: CachePadded::new(Producers {
+                reserved: AtomicU64::new((self.qlen as u64) << TAKEN_BITS),
+                freed_seen: AtomicU64::new(0),
+            }),
+            freed: CachePadded::new(AtomicU64::new(0)),
             storage: Storage::new(),
+            modify: Mutex::new(()),
             upcall: Mutex::new(upcall),
             dispatch,
             max_runs,
@@ -345,8 +378,6 @@ fn enabling_policy(p: UpcallPolicy) -> Option<Policy> {
     }
 }
 
-const OCC_MASK: u64 = 0xFFFF_FFFF;
-
 impl EvdInner {
     fn load(&self) -> State {
         State(self.state.load(Ordering::SeqCst))
@@ -372,55 +403,67 @@ impl EvdInner {
     }
 
     fn qlen(&self) -> usize {
-        (self.cap.load(Ordering::SeqCst) >> 32) as usize
+        (self.prod.reserved.load(Ordering::SeqCst) >> TAKEN_BITS) as usize
+    }
+
+    /// Queued events plus reserved completions.
+    fn occupied(&self) -> u64 {
+        let taken = self.prod.reserved.load(Ordering::SeqCst) & TAKEN_MASK;
+        taken.wrapping_sub(self.freed.load(Ordering::SeqCst)) & TAKEN_MASK
     }
 
     /// Takes `n` slots of capacity, or fails if fewer are free.
+    #[inline]
     fn take_slots(&self, n: u64) -> bool {
-        let mut cur = self.cap.load(Ordering::SeqCst);
+        let prod = &self.prod;
+        let mut cur = prod.reserved.load(Ordering::Relaxed);
+        let mut seen = prod.freed_seen.load(Ordering::Relaxed);
         loop {
-            let occ = cur & OCC_MASK;
-            let qlen = cur >> 32;
-            if occ + n > qlen {
-                return false;
+            let qlen = cur >> TAKEN_BITS;
+            let taken = cur & TAKEN_MASK;
+            if (taken.wrapping_sub(seen) & TAKEN_MASK) + n > qlen {
+                // Looks full with the cached count: read the consumers' line.
+                let freed = self.freed.load(Ordering::Acquire) & TAKEN_MASK;
+                if freed == seen {
+                    return false;
+                }
+                seen = freed;
+                prod.freed_seen.store(freed, Ordering::Relaxed);
+                continue;
             }
-            match self
-                .cap
-                .compare_exchange_weak(cur, cur + n, Ordering::SeqCst, Ordering::SeqCst)
-            {
+            let next = (cur & !TAKEN_MASK) | (taken.wrapping_add(n) & TAKEN_MASK);
+            match prod.reserved.compare_exchange_weak(
+                cur,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return true,
                 Err(a) => cur = a,
             }
         }
     }
 
+    #[inline]
     fn free_slots(&self, n: u64) {
-        self.cap.fetch_sub(n, Ordering::SeqCst);
+        self.freed.fetch_add(n, Ordering::Release);
     }
 
-    /// Claims up to `max` published events for a consumer that is not the
-    /// waiter. Returns how many were claimed.
-    fn claim(&self, max: usize) -> Result<usize> {
-        self.update(|s| {
-            if s.has(FREED) {
-                return Err(Error::InvalidHandle(Subtype::NoSubtype));
-            }
-            if s.has(WAITER) {
-                return Err(Error::state(
-                    Subtype::InvalidStateEvdWaiter,
-                    "a waiter owns the EVD",
-                ));
-            }
-            let n = s.count().min(max);
-            Ok((s.with_count(s.count() - n), n))
-        })
-    }
-
-    /// Pops one claimed event and releases its slot.
-    fn take_claimed(&self) -> Event {
-        let ev = self.storage.pop_claimed();
-        self.free_slots(1);
-        ev
+    /// Refuses consumers while the EVD is freed or a waiter owns it.
+    #[inline]
+    fn check_consumer(&self) -> Result<()> {
+        let s = State(self.state.load(Ordering::Relaxed));
+        if s.0 & (FREED | WAITER) == 0 {
+            return Ok(());
+        }
+        if s.has(FREED) {
+            Err(Error::InvalidHandle(Subtype::NoSubtype))
+        } else {
+            Err(Error::state(
+                Subtype::InvalidStateEvdWaiter,
+                "a waiter owns the EVD",
+            ))
+        }
     }
 
     fn check_live(&self) -> Result<State> {
@@ -431,22 +474,51 @@ impl EvdInner {
             Ok(s)
         }
     }
+
+    /// Takes one event for a waiter if at least `threshold` are queued.
+    fn take_for_waiter(&self, threshold: usize) -> Option<(Event, usize)> {
+        let enough = if threshold == 1 {
+            !self.storage.is_empty()
+        } else {
+            self.storage.len() >= threshold
+        };
+        if !enough {
+            return None;
+        }
+        let ev = self.storage.pop()?;
+        self.free_slots(1);
+        Some((ev, self.storage.len()))
+    }
+
+    /// Schedules the runs that queued events need under the current policy
+    /// (after a re-enable, or when a run ends with events left).
+    fn kick_runs(&self) -> u64 {
+        fence(Ordering::SeqCst);
+        let max_runs = self.max_runs;
+        self.update::<_, ()>(|s| Ok(state::schedule_runs(s, self.storage.len(), max_runs)))
+            .unwrap_or(0)
+    }
 }
 
-/// Publishes `n` events already pushed to storage and acts on the result.
-fn publish(inner: &Arc<EvdInner>, n: usize) {
-    // Fast path: one fetch_add that never retries. `count` cannot carry
-    // into the next field: it never exceeds the slots taken, which never
-    // exceed `MAX_QLEN`. The increment is the linearization point; if the
-    // new state has someone to tell, the flags are updated by a CAS that
-    // re-evaluates the current state (what a concurrent consumer, run or
-    // re-enable did in between is taken into account there).
-    let old = State(inner.state.fetch_add(n as u64, Ordering::SeqCst));
-    if !state::needs_attention(old) {
-        return;
+/// Publishes one event already pushed to storage and acts on the result.
+#[inline]
+fn publish(inner: &Arc<EvdInner>) {
+    // The fence orders the push before the read of the state word (the
+    // producer half of the Dekker pattern, `state.rs`). While nobody
+    // listens, this read is the whole publish.
+    fence(Ordering::SeqCst);
+    let s = State(inner.state.load(Ordering::Relaxed));
+    if state::needs_attention(s) {
+        publish_slow(inner);
     }
+}
+
+#[cold]
+fn publish_slow(inner: &Arc<EvdInner>) {
     let max_runs = inner.max_runs;
-    let wake = match inner.update::<_, ()>(|s| Ok(state::publish(s, 0, max_runs))) {
+    let wake = match inner
+        .update::<_, ()>(|s| Ok(state::publish(s, inner.storage.len(), max_runs)))
+    {
         Ok(w) => w,
         Err(()) => return,
     };
@@ -476,19 +548,39 @@ fn act(inner: &Arc<EvdInner>, wake: state::Wake) {
     }
 }
 
+fn call_upcall(evd: &Arc<EvdInner>, handle: &Evd, event: Option<Event>, more: bool) {
+    let upcall = evd.upcall.lock().clone();
+    if let Some(u) = upcall {
+        let prev = IN_UPCALL.with(|c| c.replace(evd.id.0));
+        // A panicking upcall must not wedge the EVD (its run and in-upcall
+        // counts would never drop): catch, count, go on.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            u.upcall(handle, event, more)
+        }));
+        IN_UPCALL.with(|c| c.set(prev));
+        if r.is_err() {
+            evd.upcall_panics.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    // No upcall object: the event is dropped only if the consumer enabled
+    // upcalls without one, which `modify_upcall` refuses.
+}
+
 /// Executes one dispatch run of `evd` (see [`DispatchRun`]).
 pub(crate) fn run(evd: &Arc<EvdInner>) {
     let handle = Evd { inner: evd.clone() };
     let mut in_upcall = false;
     let mut first = true;
     loop {
+        let nonempty = !evd.storage.is_empty();
         let step = evd
-            .update::<_, ()>(|s| Ok(state::run_step(s, in_upcall, first)))
+            .update::<_, ()>(|s| Ok(state::run_step(s, in_upcall, nonempty, first)))
             .unwrap_or(RunStep::Exit {
                 wake_teardown: false,
             });
         first = false;
-        let (event, more) = match step {
+        in_upcall = false;
+        match step {
             RunStep::Exit { wake_teardown } => {
                 if wake_teardown {
                     // Taking the lock orders this notify after the waiter's
@@ -496,27 +588,43 @@ pub(crate) fn run(evd: &Arc<EvdInner>) {
                     let _g = evd.teardown_lock.lock();
                     evd.teardown_cv.notify_all();
                 }
-                return;
+                // The run's half of the Dekker pattern: a producer that
+                // pushed after our look at storage may have seen this run
+                // still counted and left the event to it.
+                fence(Ordering::SeqCst);
+                if evd.storage.is_empty() || !State(evd.state.load(Ordering::Relaxed)).delivers()
+                {
+                    return;
+                }
+                let runs = evd.kick_runs();
+                if runs == 0 {
+                    return;
+                }
+                // This thread carries on as one of the new runs.
+                for _ in 1..runs {
+                    evd.dispatch.schedule(DispatchRun(evd.clone()));
+                }
+                first = true;
             }
-            RunStep::Deliver { more } => (Some(evd.take_claimed()), more),
-            RunStep::Notify => (None, false),
-        };
-        in_upcall = true;
-        let upcall = evd.upcall.lock().clone();
-        if let Some(u) = upcall {
-            let prev = IN_UPCALL.with(|c| c.replace(evd.id.0));
-            // A panicking upcall must not wedge the EVD (its run and
-            // in-upcall counts would never drop): catch, count, go on.
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                u.upcall(&handle, event, more)
-            }));
-            IN_UPCALL.with(|c| c.set(prev));
-            if r.is_err() {
-                evd.upcall_panics.fetch_add(1, Ordering::SeqCst);
+            RunStep::Notify => {
+                in_upcall = true;
+                call_upcall(evd, &handle, None, false);
+            }
+            RunStep::Deliver => {
+                in_upcall = true;
+                // Deliver while the policy keeps delivering; the upcall slot
+                // (`inup`) is held throughout, so `Teardown` waits for it.
+                while let Some(ev) = evd.storage.pop() {
+                    evd.free_slots(1);
+                    let more = !evd.storage.is_empty();
+                    call_upcall(evd, &handle, Some(ev), more);
+                    let s = State(evd.state.load(Ordering::SeqCst));
+                    if !s.delivers() || s.has(FREED) {
+                        break;
+                    }
+                }
             }
         }
-        // No upcall object: the event is dropped only if the consumer enabled
-        // upcalls without one, which `modify_upcall` refuses.
     }
 }
 
@@ -550,24 +658,31 @@ impl Evd {
 
     /// Removes the oldest event (`dat_evd_dequeue`). `Ok(None)` when empty.
     /// Refused with `InvalidState` while a waiter owns the EVD.
+    #[inline]
     pub fn dequeue(&self) -> Result<Option<Event>> {
-        if self.inner.claim(1)? == 1 {
-            Ok(Some(self.inner.take_claimed()))
-        } else {
-            Ok(None)
-        }
+        let inner = &self.inner;
+        inner.check_consumer()?;
+        Ok(inner.storage.pop().inspect(|_| inner.free_slots(1)))
     }
 
-    /// Moves up to `max` events (oldest first) to the end of `out` with one
-    /// atomic claim. Returns how many were moved (0 when empty).
+    /// Moves up to `max` events (oldest first) to the end of `out`, giving
+    /// their capacity back with one atomic add. Returns how many were moved
+    /// (0 when empty).
     pub fn dequeue_batch(&self, out: &mut Vec<Event>, max: usize) -> Result<usize> {
-        let n = self.inner.claim(max)?;
-        if n > 0 {
-            out.reserve(n);
-            for _ in 0..n {
-                out.push(self.inner.storage.pop_claimed());
+        let inner = &self.inner;
+        inner.check_consumer()?;
+        let mut n = 0;
+        while n < max {
+            match inner.storage.pop() {
+                Some(e) => {
+                    out.push(e);
+                    n += 1;
+                }
+                None => break,
             }
-            self.inner.free_slots(n as u64);
+        }
+        if n > 0 {
+            inner.free_slots(n as u64);
         }
         Ok(n)
     }
@@ -575,12 +690,20 @@ impl Evd {
     /// Fills `buf` from the front with up to `buf.len()` events. Returns how
     /// many slots were filled.
     pub fn dequeue_into(&self, buf: &mut [Option<Event>]) -> Result<usize> {
-        let n = self.inner.claim(buf.len())?;
-        for slot in buf.iter_mut().take(n) {
-            *slot = Some(self.inner.storage.pop_claimed());
+        let inner = &self.inner;
+        inner.check_consumer()?;
+        let mut n = 0;
+        for slot in buf.iter_mut() {
+            match inner.storage.pop() {
+                Some(e) => {
+                    *slot = Some(e);
+                    n += 1;
+                }
+                None => break,
+            }
         }
         if n > 0 {
-            self.inner.free_slots(n as u64);
+            inner.free_slots(n as u64);
         }
         Ok(n)
     }
@@ -622,11 +745,30 @@ impl Evd {
             }
             Ok((s.set(WAITER), ()))
         })?;
-        let deadline = sync::deadline(timeout);
-        enum Step {
-            Got(usize),
-            Sleep,
-        }
+        let out = self.wait_owned(threshold, sync::deadline(timeout));
+        // Give ownership back (on a freed EVD this is harmless).
+        let _ = inner.update::<_, ()>(|s| Ok((s.clear(WAITER | WAIT_ARMED), ())));
+        out
+    }
+
+    fn wait_owned(
+        &self,
+        threshold: usize,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<(Event, usize)> {
+        let inner = &self.inner;
+        let gone = |s: State| -> Result<()> {
+            if s.has(FREED) {
+                return Err(Error::Abort("the EVD was freed while waiting"));
+            }
+            if s.has(UNWAITABLE) {
+                return Err(Error::state(
+                    Subtype::InvalidStateEvdUnwaitable,
+                    "the EVD was made unwaitable",
+                ));
+            }
+            Ok(())
+        };
         loop {
             // Spin briefly before arming (as crossbeam's channels do): a
             // ping-pong partner often answers within microseconds, and
@@ -634,75 +776,50 @@ impl Evd {
             #[cfg(not(loom))]
             {
                 let backoff = crossbeam_utils::Backoff::new();
-                while !backoff.is_completed() {
-                    let s = inner.load();
-                    if s.count() >= threshold || s.has(FREED) || s.has(UNWAITABLE) {
+                loop {
+                    if let Some(got) = inner.take_for_waiter(threshold) {
+                        return Ok(got);
+                    }
+                    if backoff.is_completed() || inner.load().0 & (FREED | UNWAITABLE) != 0 {
                         break;
                     }
                     backoff.snooze();
                 }
             }
-            // Take an event if the threshold is met, else arm: one CAS.
-            let step = inner.update(|s| {
-                if s.has(FREED) {
-                    return Err(Error::Abort("the EVD was freed while waiting"));
-                }
-                if s.has(UNWAITABLE) {
-                    let n = s.clear(WAITER | WAIT_ARMED);
-                    return Ok((n, Err(())));
-                }
-                if s.count() >= threshold {
-                    let left = s.count() - 1;
-                    let n = s.with_count(left).clear(WAITER | WAIT_ARMED);
-                    return Ok((n, Ok(Step::Got(left))));
-                }
-                Ok((s.set(WAIT_ARMED).with_threshold(threshold), Ok(Step::Sleep)))
-            });
-            match step {
-                Err(e) => {
-                    // Freed: release ownership (best effort, the EVD is dead).
-                    let _ = inner.update::<_, ()>(|s| Ok((s.clear(WAITER | WAIT_ARMED), ())));
-                    return Err(e);
-                }
-                Ok(Err(())) => {
-                    return Err(Error::state(
-                        Subtype::InvalidStateEvdUnwaitable,
-                        "the EVD was made unwaitable",
-                    ));
-                }
-                Ok(Ok(Step::Got(left))) => return Ok((inner.take_claimed(), left)),
-                Ok(Ok(Step::Sleep)) => {}
+            gone(inner.load())?;
+            if let Some(got) = inner.take_for_waiter(threshold) {
+                return Ok(got);
             }
+            // Arm, then look again: the consumer half of the Dekker pattern.
+            inner.update(|s| {
+                gone(s)?;
+                Ok((s.set(WAIT_ARMED).with_threshold(threshold), ()))
+            })?;
+            fence(Ordering::SeqCst);
+            let met = if threshold == 1 {
+                !inner.storage.is_empty()
+            } else {
+                inner.storage.len() >= threshold
+            };
+            if met {
+                inner.update::<_, ()>(|s| Ok((s.clear(WAIT_ARMED), ())))
+                    .ok();
+                continue;
+            }
+            // A raise left over from an earlier arm only costs one more
+            // round of this loop.
             if !inner.waiter.wait_until(deadline) {
-                // Timed out: disarm and give up, unless the threshold was met
-                // in the meantime (then take the event), or the EVD was freed
-                // or made unwaitable meanwhile (then say so).
-                let s = inner.load();
-                if s.has(FREED) {
-                    return Err(Error::Abort("the EVD was freed while waiting"));
+                // Timed out: disarm; take an event if the threshold was met
+                // meanwhile, or say why the wait ended.
+                inner.update::<_, ()>(|s| Ok((s.clear(WAIT_ARMED), ())))
+                    .ok();
+                gone(inner.load())?;
+                if let Some(got) = inner.take_for_waiter(threshold) {
+                    return Ok(got);
                 }
-                if s.has(UNWAITABLE) {
-                    let _ = inner.update::<_, ()>(|s| Ok((s.clear(WAITER | WAIT_ARMED), ())));
-                    return Err(Error::state(
-                        Subtype::InvalidStateEvdUnwaitable,
-                        "the EVD was made unwaitable",
-                    ));
-                }
-                let out = inner.update(|s| {
-                    if s.count() >= threshold && !s.has(FREED) && !s.has(UNWAITABLE) {
-                        let left = s.count() - 1;
-                        return Ok::<_, ()>((
-                            s.with_count(left).clear(WAITER | WAIT_ARMED),
-                            Ok(left),
-                        ));
-                    }
-                    Ok((s.clear(WAITER | WAIT_ARMED), Err(s.count())))
+                return Err(Error::TimeoutExpired {
+                    nmore: inner.storage.len(),
                 });
-                return match out {
-                    Ok(Ok(left)) => Ok((inner.take_claimed(), left)),
-                    Ok(Err(nmore)) => Err(Error::TimeoutExpired { nmore }),
-                    Err(()) => Err(Error::TimeoutExpired { nmore: 0 }),
-                };
             }
         }
     }
@@ -718,7 +835,7 @@ impl Evd {
             return Err(Error::QueueFull);
         }
         self.inner.storage.push(Event::Software(value));
-        publish(&self.inner, 1);
+        publish(&self.inner);
         Ok(())
     }
 
@@ -740,15 +857,18 @@ impl Evd {
         inner.check_live()?;
         match policy {
             UpcallPolicy::Disable => {
+                let _g = inner.modify.lock();
                 if let Some(u) = upcall {
                     *inner.upcall.lock() = Some(u);
                 }
                 inner.update::<_, Error>(|s| {
                     Ok((
                         s.with_policy(Policy::Disabled).clear(state::NOTIFY_ARMED),
-                        s.count(),
+                        (),
                     ))
-                })
+                })?;
+                fence(Ordering::SeqCst);
+                Ok(inner.storage.len())
             }
             UpcallPolicy::Teardown => {
                 if IN_UPCALL.with(|c| c.get()) == inner.id.0 {
@@ -757,11 +877,16 @@ impl Evd {
                         "Teardown called from inside this EVD's own upcall would deadlock",
                     ));
                 }
-                let pending = inner.update::<_, Error>(|s| {
-                    let n = s.with_policy(Policy::Teardown).clear(state::NOTIFY_ARMED);
-                    let n = if s.inup() > 0 { n.set(TD_WAITING) } else { n };
-                    Ok((n, s.count()))
-                })?;
+                {
+                    let _g = inner.modify.lock();
+                    inner.update::<_, Error>(|s| {
+                        let n = s.with_policy(Policy::Teardown).clear(state::NOTIFY_ARMED);
+                        let n = if s.inup() > 0 { n.set(TD_WAITING) } else { n };
+                        Ok((n, ()))
+                    })?;
+                }
+                fence(Ordering::SeqCst);
+                let pending = inner.storage.len();
                 {
                     let mut g = inner.teardown_lock.lock();
                     loop {
@@ -788,22 +913,52 @@ impl Evd {
                         return Err(Error::param(3, "no upcall object registered"));
                     }
                 }
-                let max_runs = inner.max_runs;
-                let (runs, pending, ended_teardown) =
-                    inner.update(|s| match state::enable(s, p, mode, max_runs) {
-                        Ok((n, runs, pending)) => Ok((n, (runs, pending, s.has(TD_WAITING)))),
-                        Err(pending) => Err(Error::Busy { pending }),
-                    })?;
-                if ended_teardown {
+                let g = inner.modify.lock();
+                let strict = mode == ReEnable::Strict;
+                let prev = inner.update::<_, Infallible>(|s| Ok((state::enable(s, p, strict), s)));
+                let Ok(prev) = prev;
+                // The enabler's half of the Dekker pattern: after the fence,
+                // storage shows every event whose producer read the state
+                // word before the switch.
+                fence(Ordering::SeqCst);
+                let pending = inner.storage.len();
+                let mut kick = mode == ReEnable::OnAny;
+                let result = if strict {
+                    // The policy was held back (`ENABLING`): producers that
+                    // arrived meanwhile left their runs to us (`ARRIVED`).
+                    let refuse = pending > 0;
+                    let during = inner.update::<_, Infallible>(|s| {
+                        let n = if refuse {
+                            state::abort_enabling(s, prev)
+                        } else {
+                            state::finish_enabling(s)
+                        };
+                        Ok((n, s))
+                    });
+                    let Ok(during) = during;
+                    kick = during.has(ARRIVED);
+                    if refuse {
+                        Err(Error::Busy { pending })
+                    } else {
+                        Ok(0)
+                    }
+                } else {
+                    Ok(pending)
+                };
+                drop(g);
+                if prev.has(TD_WAITING) && result.is_ok() {
                     // A Teardown caller waits for a policy that just changed:
                     // let it see that and return.
                     let _g = inner.teardown_lock.lock();
                     inner.teardown_cv.notify_all();
                 }
-                for _ in 0..runs {
-                    inner.dispatch.schedule(DispatchRun(inner.clone()));
+                if kick {
+                    let runs = inner.kick_runs();
+                    for _ in 0..runs {
+                        inner.dispatch.schedule(DispatchRun(inner.clone()));
+                    }
                 }
-                Ok(pending)
+                result
             }
         }
     }
@@ -828,17 +983,20 @@ impl Evd {
                 "a waiter owns the EVD (resize would change its threshold's bound)",
             ));
         }
-        let cap = &self.inner.cap;
-        let mut cur = cap.load(Ordering::SeqCst);
+        let reserved = &self.inner.prod.reserved;
+        let mut cur = reserved.load(Ordering::SeqCst);
         loop {
-            if cur & OCC_MASK > qlen as u64 {
+            // Slots freed concurrently only make the check conservative.
+            let freed = self.inner.freed.load(Ordering::SeqCst);
+            let occupied = (cur & TAKEN_MASK).wrapping_sub(freed) & TAKEN_MASK;
+            if occupied > qlen as u64 {
                 return Err(Error::state(
                     Subtype::InvalidStateEvdInUse,
                     "more events queued or reserved than the new queue length",
                 ));
             }
-            let next = (cur & OCC_MASK) | ((qlen as u64) << 32);
-            match cap.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::SeqCst) {
+            let next = (cur & TAKEN_MASK) | ((qlen as u64) << TAKEN_BITS);
+            match reserved.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => return Ok(()),
                 Err(a) => cur = a,
             }
@@ -848,15 +1006,14 @@ impl Evd {
     /// Reports the EVD's parameters (`dat_evd_query`).
     pub fn query(&self) -> Result<EvdParam> {
         let s = self.inner.check_live()?;
-        let cap = self.inner.cap.load(Ordering::SeqCst);
         Ok(EvdParam {
             handle: self.inner.id,
-            qlen: (cap >> 32) as usize,
+            qlen: self.inner.qlen(),
             flags: self.inner.flags,
             upcall_policy: UpcallPolicy::from_state(s.policy()),
             has_upcall: self.inner.upcall.lock().is_some(),
-            pending: s.count(),
-            occupied: (cap & OCC_MASK) as usize,
+            pending: self.inner.storage.len(),
+            occupied: self.inner.occupied() as usize,
             enabled: self.inner.enabled.load(Ordering::SeqCst),
             waitable: !s.has(UNWAITABLE),
             cno: self.inner.cno.lock().as_ref().map(|c| c.handle()),
@@ -890,7 +1047,7 @@ impl Evd {
             ))
         })?;
         // No more reservations or posts: queue length 0.
-        inner.cap.fetch_and(OCC_MASK, Ordering::SeqCst);
+        inner.prod.reserved.fetch_and(TAKEN_MASK, Ordering::SeqCst);
         if prev.has(WAITER) {
             inner.waiter.raise();
         }
@@ -902,8 +1059,7 @@ impl Evd {
         *inner.upcall.lock() = None;
         *inner.cno.lock() = None;
         // Queued events become unreachable and are dropped with the last
-        // handle; storage is not cleared here because a consumer may be
-        // between its claim and its pop.
+        // handle.
         if prev.has(TD_WAITING) {
             let _g = inner.teardown_lock.lock();
             inner.teardown_cv.notify_all();
@@ -998,7 +1154,7 @@ impl Evd {
     pub fn complete(&self, res: Reservation, event: Event) {
         debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
         self.inner.storage.push(event);
-        publish(&self.inner, 1);
+        publish(&self.inner);
     }
 
     /// Completes a reservation without notification: the event is queued
@@ -1007,7 +1163,6 @@ impl Evd {
     pub fn complete_unsignalled(&self, res: Reservation, event: Event) {
         debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
         self.inner.storage.push(event);
-        self.inner.state.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Returns an unused reservation (e.g. a suppressed successful completion).
@@ -1030,7 +1185,7 @@ impl Evd {
         );
         if !inner.load().has(FREED) && inner.take_slots(1) {
             inner.storage.push(event);
-            publish(inner, 1);
+            publish(inner);
             if inner.overflow_reported.load(Ordering::Relaxed) {
                 inner.overflow_reported.store(false, Ordering::SeqCst);
             }
@@ -1064,27 +1219,30 @@ impl Evd {
     /// the stream waker if none is queued (one CAS).
     #[cfg(feature = "stream")]
     pub(crate) fn claim_or_arm_stream(&self) -> Result<Option<Event>> {
-        let got = self.inner.update(|s| {
-            if s.has(FREED) {
-                return Err(Error::InvalidHandle(Subtype::NoSubtype));
+        let inner = &self.inner;
+        loop {
+            inner.check_consumer()?;
+            if let Some(ev) = inner.storage.pop() {
+                inner.free_slots(1);
+                return Ok(Some(ev));
             }
-            if s.has(WAITER) {
-                return Err(Error::state(
-                    Subtype::InvalidStateEvdWaiter,
-                    "a waiter owns the EVD",
-                ));
+            inner.update(|s| {
+                if s.has(FREED) {
+                    return Err(Error::InvalidHandle(Subtype::NoSubtype));
+                }
+                Ok((s.set(STREAM_ARMED), ()))
+            })?;
+            // Arm, then look again (the Dekker pattern of `state.rs`).
+            fence(Ordering::SeqCst);
+            if inner.storage.is_empty() {
+                return Ok(None);
             }
-            if s.count() > 0 {
-                Ok((s.with_count(s.count() - 1), true))
-            } else {
-                Ok((s.set(STREAM_ARMED), false))
-            }
-        })?;
-        Ok(if got {
-            Some(self.inner.take_claimed())
-        } else {
-            None
-        })
+            // Something arrived: disarm (a producer may already have, and
+            // woken the task: a spurious poll) and take it.
+            inner
+                .update::<_, ()>(|s| Ok((s.clear(STREAM_ARMED), ())))
+                .ok();
+        }
     }
 }
 
