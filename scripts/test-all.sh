@@ -20,4 +20,4 @@ cargo test --workspace --all-features
 echo "== loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-3})"
 LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" RUSTFLAGS="--cfg loom" \
   CARGO_TARGET_DIR=target/loom \
-  cargo test -p rdapl --test loom_evd --release
+  cargo test -p rdapl --lib --test loom_evd --release

@@ -7,14 +7,64 @@
 //! handles only from here.
 
 #[cfg(loom)]
+pub(crate) use loom::cell::UnsafeCell;
+#[cfg(loom)]
 pub(crate) use loom::sync::Arc;
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use loom::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
+};
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::Arc;
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use std::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
+};
+
+/// `std`'s `UnsafeCell` with loom's closure-based interface, so the same
+/// code runs under both.
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    pub(crate) const fn new(v: T) -> Self {
+        UnsafeCell(std::cell::UnsafeCell::new(v))
+    }
+
+    #[inline]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    #[inline]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+/// One step of a bounded wait for another thread's in-flight step: spin a
+/// little, then yield (loom: always yield, so the model lets the other
+/// thread run).
+#[inline]
+pub(crate) fn spin_wait(spins: &mut u32) {
+    #[cfg(loom)]
+    {
+        let _ = spins;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    {
+        if *spins < 64 {
+            *spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
 
 use std::time::{Duration, Instant};
 

@@ -496,3 +496,43 @@ fn notify_rearm_while_upcall_runs_vs_producer() {
         );
     });
 }
+
+/// Growing the EVD (`resize` above its storage capacity links a new ring
+/// and closes the old one) vs. a producer and a single-instance upcall: the
+/// events on both sides of the ring change are delivered exactly once, in
+/// order, and none is stranded in the closed ring.
+#[test]
+fn grow_vs_producer_vs_upcall() {
+    model(|| {
+        let (d, dt) = DispatchThread::start();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let evd = Evd::builder(2, EvdFlags::DTO)
+            .dispatch(d)
+            .upcall(
+                UpcallPolicy::SingleInstance,
+                upcall(move |_, ev, _| {
+                    let d = ev.expect("event");
+                    s2.lock().unwrap().push(d.as_dto().expect("dto").cookie);
+                }),
+            )
+            .build()
+            .unwrap();
+        produce(&evd, 1, 0);
+        let p = {
+            let evd = evd.clone();
+            thread::spawn(move || produce(&evd, 1, 1))
+        };
+        evd.resize(4).unwrap();
+        p.join().unwrap();
+        // Into the new ring, possibly while the upcall drains the old one.
+        produce(&evd, 1, 2);
+        dt.finish();
+        assert_eq!(evd.query().unwrap().pending, 0, "event left behind");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![0, 1, 2],
+            "exactly once, in order"
+        );
+    });
+}

@@ -44,8 +44,12 @@
 //! so it stays shared in every core's cache; no lock is taken on either
 //! side unless a waiter, stream, CNO or upcall has to be woken.
 
+#[cfg(loom)]
+mod loom_storage;
+// Under loom the ring is checked by its own models only (see `loom_storage`).
+#[cfg_attr(loom, allow(dead_code))]
+mod ring;
 pub(crate) mod state;
-mod storage;
 
 pub use state::{MAX_QLEN, ReEnable};
 
@@ -57,6 +61,10 @@ use crate::sync::{
     self, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, Signal, fence,
 };
 use crossbeam_utils::CachePadded;
+#[cfg(loom)]
+use loom_storage::Storage;
+#[cfg(not(loom))]
+use ring::Storage;
 use state::{
     ARRIVED, CNO_ENABLED, FREED, Policy, RunStep, STREAM_ARMED, State, TD_WAITING, UNWAITABLE,
     WAIT_ARMED, WAITER,
@@ -64,7 +72,6 @@ use state::{
 use std::convert::Infallible;
 use std::fmt;
 use std::time::Duration;
-use storage::Storage;
 
 /// A consumer's upcall (`DAT_UPCALL_OBJECT`).
 ///
@@ -332,7 +339,7 @@ impl EvdBuilder {
                 freed_seen: AtomicU64::new(0),
             }),
             freed: CachePadded::new(AtomicU64::new(0)),
-            storage: Storage::new(),
+            storage: Storage::new(self.qlen),
             modify: Mutex::new(()),
             upcall: Mutex::new(upcall),
             dispatch,
@@ -408,8 +415,11 @@ impl EvdInner {
 
     /// Queued events plus reserved completions.
     fn occupied(&self) -> u64 {
+        // `freed` first: every slot it counts was taken before the read of
+        // `reserved` below, so the difference is never negative.
+        let freed = self.freed.load(Ordering::SeqCst);
         let taken = self.prod.reserved.load(Ordering::SeqCst) & TAKEN_MASK;
-        taken.wrapping_sub(self.freed.load(Ordering::SeqCst)) & TAKEN_MASK
+        taken.wrapping_sub(freed) & TAKEN_MASK
     }
 
     /// Takes `n` slots of capacity, or fails if fewer are free.
@@ -421,7 +431,14 @@ impl EvdInner {
         loop {
             let qlen = cur >> TAKEN_BITS;
             let taken = cur & TAKEN_MASK;
-            if (taken.wrapping_sub(seen) & TAKEN_MASK) + n > qlen {
+            let occupied = taken.wrapping_sub(seen) & TAKEN_MASK;
+            if occupied > TAKEN_MASK / 2 {
+                // Negative: `seen` counts frees of slots taken after our read
+                // of `reserved`. Read it again.
+                cur = prod.reserved.load(Ordering::Relaxed);
+                continue;
+            }
+            if occupied + n > qlen {
                 // Looks full with the cached count: read the consumers' line.
                 let freed = self.freed.load(Ordering::Acquire) & TAKEN_MASK;
                 if freed == seen {
@@ -477,12 +494,7 @@ impl EvdInner {
 
     /// Takes one event for a waiter if at least `threshold` are queued.
     fn take_for_waiter(&self, threshold: usize) -> Option<(Event, usize)> {
-        let enough = if threshold == 1 {
-            !self.storage.is_empty()
-        } else {
-            self.storage.len() >= threshold
-        };
-        if !enough {
+        if !self.storage.ready_at_least(threshold) {
             return None;
         }
         let ev = self.storage.pop()?;
@@ -516,8 +528,7 @@ fn publish(inner: &Arc<EvdInner>) {
 #[cold]
 fn publish_slow(inner: &Arc<EvdInner>) {
     let max_runs = inner.max_runs;
-    let wake = match inner
-        .update::<_, ()>(|s| Ok(state::publish(s, inner.storage.len(), max_runs)))
+    let wake = match inner.update::<_, ()>(|s| Ok(state::publish(s, inner.storage.len(), max_runs)))
     {
         Ok(w) => w,
         Err(()) => return,
@@ -592,8 +603,7 @@ pub(crate) fn run(evd: &Arc<EvdInner>) {
                 // pushed after our look at storage may have seen this run
                 // still counted and left the event to it.
                 fence(Ordering::SeqCst);
-                if evd.storage.is_empty() || !State(evd.state.load(Ordering::Relaxed)).delivers()
-                {
+                if evd.storage.is_empty() || !State(evd.state.load(Ordering::Relaxed)).delivers() {
                     return;
                 }
                 let runs = evd.kick_runs();
@@ -671,16 +681,7 @@ impl Evd {
     pub fn dequeue_batch(&self, out: &mut Vec<Event>, max: usize) -> Result<usize> {
         let inner = &self.inner;
         inner.check_consumer()?;
-        let mut n = 0;
-        while n < max {
-            match inner.storage.pop() {
-                Some(e) => {
-                    out.push(e);
-                    n += 1;
-                }
-                None => break,
-            }
-        }
+        let n = inner.storage.pop_batch(max, |e| out.push(e));
         if n > 0 {
             inner.free_slots(n as u64);
         }
@@ -692,16 +693,12 @@ impl Evd {
     pub fn dequeue_into(&self, buf: &mut [Option<Event>]) -> Result<usize> {
         let inner = &self.inner;
         inner.check_consumer()?;
-        let mut n = 0;
-        for slot in buf.iter_mut() {
-            match inner.storage.pop() {
-                Some(e) => {
-                    *slot = Some(e);
-                    n += 1;
-                }
-                None => break,
+        let mut slots = buf.iter_mut();
+        let n = inner.storage.pop_batch(slots.len(), |e| {
+            if let Some(slot) = slots.next() {
+                *slot = Some(e);
             }
-        }
+        });
         if n > 0 {
             inner.free_slots(n as u64);
         }
@@ -796,13 +793,9 @@ impl Evd {
                 Ok((s.set(WAIT_ARMED).with_threshold(threshold), ()))
             })?;
             fence(Ordering::SeqCst);
-            let met = if threshold == 1 {
-                !inner.storage.is_empty()
-            } else {
-                inner.storage.len() >= threshold
-            };
-            if met {
-                inner.update::<_, ()>(|s| Ok((s.clear(WAIT_ARMED), ())))
+            if inner.storage.ready_at_least(threshold) {
+                inner
+                    .update::<_, ()>(|s| Ok((s.clear(WAIT_ARMED), ())))
                     .ok();
                 continue;
             }
@@ -811,7 +804,8 @@ impl Evd {
             if !inner.waiter.wait_until(deadline) {
                 // Timed out: disarm; take an event if the threshold was met
                 // meanwhile, or say why the wait ended.
-                inner.update::<_, ()>(|s| Ok((s.clear(WAIT_ARMED), ())))
+                inner
+                    .update::<_, ()>(|s| Ok((s.clear(WAIT_ARMED), ())))
                     .ok();
                 gone(inner.load())?;
                 if let Some(got) = inner.take_for_waiter(threshold) {
@@ -868,7 +862,7 @@ impl Evd {
                     ))
                 })?;
                 fence(Ordering::SeqCst);
-                Ok(inner.storage.len())
+                Ok(inner.storage.pending())
             }
             UpcallPolicy::Teardown => {
                 if IN_UPCALL.with(|c| c.get()) == inner.id.0 {
@@ -886,7 +880,7 @@ impl Evd {
                     })?;
                 }
                 fence(Ordering::SeqCst);
-                let pending = inner.storage.len();
+                let pending = inner.storage.pending();
                 {
                     let mut g = inner.teardown_lock.lock();
                     loop {
@@ -921,7 +915,7 @@ impl Evd {
                 // storage shows every event whose producer read the state
                 // word before the switch.
                 fence(Ordering::SeqCst);
-                let pending = inner.storage.len();
+                let pending = inner.storage.pending();
                 let mut kick = mode == ReEnable::OnAny;
                 let result = if strict {
                     // The policy was held back (`ENABLING`): producers that
@@ -983,11 +977,14 @@ impl Evd {
                 "a waiter owns the EVD (resize would change its threshold's bound)",
             ));
         }
+        // Room in storage first, so capacity never exceeds it.
+        self.inner.storage.grow(qlen);
         let reserved = &self.inner.prod.reserved;
-        let mut cur = reserved.load(Ordering::SeqCst);
         loop {
-            // Slots freed concurrently only make the check conservative.
+            // `freed` before `reserved` (see `occupied`); slots freed
+            // meanwhile only make the check conservative.
             let freed = self.inner.freed.load(Ordering::SeqCst);
+            let cur = reserved.load(Ordering::SeqCst);
             let occupied = (cur & TAKEN_MASK).wrapping_sub(freed) & TAKEN_MASK;
             if occupied > qlen as u64 {
                 return Err(Error::state(
@@ -996,9 +993,11 @@ impl Evd {
                 ));
             }
             let next = (cur & TAKEN_MASK) | ((qlen as u64) << TAKEN_BITS);
-            match reserved.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => return Ok(()),
-                Err(a) => cur = a,
+            if reserved
+                .compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return Ok(());
             }
         }
     }

@@ -121,7 +121,9 @@ impl State {
     }
 
     pub(crate) fn with_threshold(self, t: usize) -> State {
-        State((self.0 & !(THRESH_MASK << THRESH_SHIFT)) | ((t as u64 & THRESH_MASK) << THRESH_SHIFT))
+        State(
+            (self.0 & !(THRESH_MASK << THRESH_SHIFT)) | ((t as u64 & THRESH_MASK) << THRESH_SHIFT),
+        )
     }
     pub(crate) fn with_policy(self, p: Policy) -> State {
         State((self.0 & !POLICY_MASK) | ((p as u64) << POLICY_SHIFT))
@@ -285,7 +287,9 @@ pub enum ReEnable {
 /// `ENABLING` (a `Strict` re-enable checks the queue next); otherwise it
 /// takes effect now.
 pub(crate) fn enable(s: State, p: Policy, enabling: bool) -> State {
-    let n = s.with_policy(p).clear(TD_WAITING | NOTIFY_DUE | NOTIFY_ARMED);
+    let n = s
+        .with_policy(p)
+        .clear(TD_WAITING | NOTIFY_DUE | NOTIFY_ARMED);
     if enabling {
         n.set(ENABLING)
     } else if p == Policy::Notify {
@@ -515,7 +519,10 @@ mod tests {
         assert_eq!(schedule_runs(e, 3, 1).1, 0);
         let (e, w) = publish(e, 1, 1);
         assert_eq!(w.runs, 0);
-        assert!(e.has(ARRIVED), "the arrival is remembered for the end of the re-enable");
+        assert!(
+            e.has(ARRIVED),
+            "the arrival is remembered for the end of the re-enable"
+        );
         let f = finish_enabling(e);
         assert!(!f.has(ARRIVED));
         assert!(f.delivers());
