@@ -36,6 +36,17 @@ impl Storage {
         self.len.fetch_add(1, Ordering::Release);
     }
 
+    /// See the ring's `push_then`: the fence stands for the `SeqCst` claim.
+    pub(crate) fn push_then<R>(&self, e: Event, then: impl FnOnce() -> R) -> R {
+        self.push(e);
+        crate::sync::fence(Ordering::SeqCst);
+        then()
+    }
+
+    pub(crate) fn any_claimed(&self) -> bool {
+        !self.is_empty()
+    }
+
     pub(crate) fn pop(&self) -> Option<Event> {
         let mut got = None;
         self.pop_batch(1, |e| got = Some(e));
@@ -66,7 +77,7 @@ impl Storage {
         self.len() >= k
     }
 
-    pub(crate) fn pending(&self) -> usize {
+    pub(crate) fn claimed(&self) -> usize {
         self.len()
     }
 

@@ -512,15 +512,17 @@ impl EvdInner {
     }
 }
 
-/// Publishes one event already pushed to storage and acts on the result.
+/// Pushes one event (its slot is reserved) and tells whoever listens.
 #[inline]
-fn publish(inner: &Arc<EvdInner>) {
-    // The fence orders the push before the read of the state word (the
-    // producer half of the Dekker pattern, `state.rs`). While nobody
-    // listens, this read is the whole publish.
-    fence(Ordering::SeqCst);
-    let s = State(inner.state.load(Ordering::Relaxed));
-    if state::needs_attention(s) {
+fn publish(inner: &Arc<EvdInner>, ev: Event) {
+    // The producer half of the Dekker pattern (`state.rs`): the state word
+    // is read after the push's position is claimed and before the event is
+    // written (`Storage::push_then`). While nobody listens, this read is the
+    // whole publish; otherwise the slow path runs once the event is written.
+    let attention = inner.storage.push_then(ev, || {
+        state::needs_attention(State(inner.state.load(Ordering::SeqCst)))
+    });
+    if attention {
         publish_slow(inner);
     }
 }
@@ -582,8 +584,9 @@ pub(crate) fn run(evd: &Arc<EvdInner>) {
     let handle = Evd { inner: evd.clone() };
     let mut in_upcall = false;
     let mut first = true;
+    let mut spins = 0;
     loop {
-        let nonempty = !evd.storage.is_empty();
+        let nonempty = evd.storage.any_claimed();
         let step = evd
             .update::<_, ()>(|s| Ok(state::run_step(s, in_upcall, nonempty, first)))
             .unwrap_or(RunStep::Exit {
@@ -603,7 +606,8 @@ pub(crate) fn run(evd: &Arc<EvdInner>) {
                 // pushed after our look at storage may have seen this run
                 // still counted and left the event to it.
                 fence(Ordering::SeqCst);
-                if evd.storage.is_empty() || !State(evd.state.load(Ordering::Relaxed)).delivers() {
+                if !evd.storage.any_claimed() || !State(evd.state.load(Ordering::SeqCst)).delivers()
+                {
                     return;
                 }
                 let runs = evd.kick_runs();
@@ -624,7 +628,9 @@ pub(crate) fn run(evd: &Arc<EvdInner>) {
                 in_upcall = true;
                 // Deliver while the policy keeps delivering; the upcall slot
                 // (`inup`) is held throughout, so `Teardown` waits for it.
+                let mut delivered = false;
                 while let Some(ev) = evd.storage.pop() {
+                    delivered = true;
                     evd.free_slots(1);
                     let more = !evd.storage.is_empty();
                     call_upcall(evd, &handle, Some(ev), more);
@@ -632,6 +638,11 @@ pub(crate) fn run(evd: &Arc<EvdInner>) {
                     if !s.delivers() || s.has(FREED) {
                         break;
                     }
+                }
+                if !delivered {
+                    // Claimed by a producer and not yet written: it is
+                    // about to be; wait for it rather than spin hot.
+                    sync::spin_wait(&mut spins);
                 }
             }
         }
@@ -766,6 +777,7 @@ impl Evd {
             }
             Ok(())
         };
+        let mut spins = 0;
         loop {
             // Spin briefly before arming (as crossbeam's channels do): a
             // ping-pong partner often answers within microseconds, and
@@ -793,10 +805,12 @@ impl Evd {
                 Ok((s.set(WAIT_ARMED).with_threshold(threshold), ()))
             })?;
             fence(Ordering::SeqCst);
-            if inner.storage.ready_at_least(threshold) {
+            if inner.storage.any_claimed() && inner.storage.len() >= threshold {
+                // Met, or about to be (pushes in progress count): no sleep.
                 inner
                     .update::<_, ()>(|s| Ok((s.clear(WAIT_ARMED), ())))
                     .ok();
+                sync::spin_wait(&mut spins);
                 continue;
             }
             // A raise left over from an earlier arm only costs one more
@@ -828,8 +842,7 @@ impl Evd {
         if !self.inner.take_slots(1) {
             return Err(Error::QueueFull);
         }
-        self.inner.storage.push(Event::Software(value));
-        publish(&self.inner);
+        publish(&self.inner, Event::Software(value));
         Ok(())
     }
 
@@ -862,7 +875,7 @@ impl Evd {
                     ))
                 })?;
                 fence(Ordering::SeqCst);
-                Ok(inner.storage.pending())
+                Ok(inner.storage.claimed())
             }
             UpcallPolicy::Teardown => {
                 if IN_UPCALL.with(|c| c.get()) == inner.id.0 {
@@ -880,7 +893,7 @@ impl Evd {
                     })?;
                 }
                 fence(Ordering::SeqCst);
-                let pending = inner.storage.pending();
+                let pending = inner.storage.claimed();
                 {
                     let mut g = inner.teardown_lock.lock();
                     loop {
@@ -915,7 +928,7 @@ impl Evd {
                 // storage shows every event whose producer read the state
                 // word before the switch.
                 fence(Ordering::SeqCst);
-                let pending = inner.storage.pending();
+                let pending = inner.storage.claimed();
                 let mut kick = mode == ReEnable::OnAny;
                 let result = if strict {
                     // The policy was held back (`ENABLING`): producers that
@@ -1152,8 +1165,7 @@ impl Evd {
     /// (A completion for a freed EVD is unreachable and dropped with it.)
     pub fn complete(&self, res: Reservation, event: Event) {
         debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
-        self.inner.storage.push(event);
-        publish(&self.inner);
+        publish(&self.inner, event);
     }
 
     /// Completes a reservation without notification: the event is queued
@@ -1183,8 +1195,7 @@ impl Evd {
             event.stream()
         );
         if !inner.load().has(FREED) && inner.take_slots(1) {
-            inner.storage.push(event);
-            publish(inner);
+            publish(inner, event);
             if inner.overflow_reported.load(Ordering::Relaxed) {
                 inner.overflow_reported.store(false, Ordering::SeqCst);
             }
@@ -1219,6 +1230,7 @@ impl Evd {
     #[cfg(feature = "stream")]
     pub(crate) fn claim_or_arm_stream(&self) -> Result<Option<Event>> {
         let inner = &self.inner;
+        let mut spins = 0;
         loop {
             inner.check_consumer()?;
             if let Some(ev) = inner.storage.pop() {
@@ -1233,9 +1245,10 @@ impl Evd {
             })?;
             // Arm, then look again (the Dekker pattern of `state.rs`).
             fence(Ordering::SeqCst);
-            if inner.storage.is_empty() {
+            if !inner.storage.any_claimed() {
                 return Ok(None);
             }
+            sync::spin_wait(&mut spins);
             // Something arrived: disarm (a producer may already have, and
             // woken the task: a spurious poll) and take it.
             inner

@@ -49,6 +49,9 @@ use std::mem::MaybeUninit;
 /// Set in a ring's tail once it is closed.
 const CLOSED: u64 = 1 << 63;
 
+/// One slot, on a cache line of its own: a producer writing the next slot
+/// never takes the line a consumer is reading.
+#[repr(align(64))]
 struct Slot {
     stamp: AtomicU64,
     val: UnsafeCell<MaybeUninit<Event>>,
@@ -112,11 +115,18 @@ impl Ring {
     }
 
     /// Pushes `ev`, or gives it back if the ring is closed.
-    fn push(&self, ev: Event) -> Result<(), Event> {
-        let t = self.tail.fetch_add(1, Ordering::AcqRel);
-        if t & CLOSED != 0 {
-            return Err(ev);
-        }
+    /// Claims the next position for a push (`SeqCst`: this increment is
+    /// what consumers' fenced checks see, see [`Storage::push_then`]), or
+    /// fails if the ring is closed.
+    #[inline]
+    fn claim(&self) -> Result<u64, ()> {
+        let t = self.tail.fetch_add(1, Ordering::SeqCst);
+        if t & CLOSED != 0 { Err(()) } else { Ok(t) }
+    }
+
+    /// Writes the event of claimed position `t`.
+    #[inline]
+    fn write(&self, t: u64, ev: Event) {
         let slot = self.slot(t);
         // Normally free at once; otherwise the consumer of `t - cap` is
         // copying its event out (see the module docs).
@@ -130,12 +140,19 @@ impl Ring {
             unsafe { (*p).write(ev) };
         });
         slot.stamp.store(t + 1, Ordering::Release);
-        Ok(())
     }
 
     /// What is at `head` when its slot holds no event for it: nothing yet,
     /// or the closing point of a closed ring.
     fn empty_or_closed(&self, head: u64) -> Stop {
+        // Only a ring with a successor can be closed (`next` is set first);
+        // checking that read-mostly word first keeps consumers that poll an
+        // empty ring off the producers' tail line. A consumer that misses a
+        // close that is under way reports Empty for a moment; the fenced
+        // checks of the EVD protocol use `any_claimed`, which reads the tail.
+        if self.next.load(Ordering::Acquire).is_null() {
+            return Stop::Empty;
+        }
         let tail = self.tail.load(Ordering::Acquire);
         if tail & CLOSED != 0 && self.close_pos.load(Ordering::Acquire) == head {
             Stop::Closed
@@ -221,6 +238,18 @@ impl Ring {
         }
         let closed_end = n < k && matches!(self.empty_or_closed(h + n), Stop::Closed);
         (n, closed_end)
+    }
+
+    /// True if producers claimed positions at or past the head (written or
+    /// not); `Err(())` if the ring is closed and drained.
+    fn any_claimed(&self) -> Result<bool, ()> {
+        let h = self.head.load(Ordering::SeqCst);
+        let t = self.tail.load(Ordering::SeqCst);
+        if t & CLOSED != 0 {
+            let end = self.close_pos.load(Ordering::Acquire);
+            return if h >= end { Err(()) } else { Ok(true) };
+        }
+        Ok(t > h)
     }
 
     /// Events pushed or being pushed and not yet claimed (approximate while
@@ -312,16 +341,48 @@ impl Storage {
 
     /// Appends an event. The caller holds a reservation for it.
     #[inline]
-    pub(crate) fn push(&self, mut ev: Event) {
+    pub(crate) fn push(&self, ev: Event) {
+        self.push_then(ev, || ())
+    }
+
+    /// Appends an event and runs `then` between claiming its position and
+    /// writing it. The claim is a `SeqCst` read-modify-write and is what
+    /// [`Storage::any_claimed`] reports, so a `SeqCst` read of another
+    /// location in `then` and a consumer's `SeqCst` write before its
+    /// `any_claimed` form the Dekker pattern: one of the two sees the
+    /// other. Deciding there, before the write, keeps the producer from
+    /// stalling on the store of a line the consumer is reading (a fence
+    /// after the write would). Under loom, which models `SeqCst` accesses as
+    /// acquire/release only, an explicit fence stands for that guarantee.
+    #[inline]
+    pub(crate) fn push_then<R>(&self, ev: Event, then: impl FnOnce() -> R) -> R {
         let mut spins = 0;
-        loop {
-            match self.prod_ring().push(ev) {
-                Ok(()) => return,
+        let (ring, pos) = loop {
+            let r = self.prod_ring();
+            match r.claim() {
+                Ok(pos) => break (r, pos),
                 // Closed: `grow` publishes the next ring right after.
-                Err(e) => {
-                    ev = e;
-                    sync::spin_wait(&mut spins);
-                }
+                Err(()) => sync::spin_wait(&mut spins),
+            }
+        };
+        #[cfg(loom)]
+        crate::sync::fence(Ordering::SeqCst);
+        let out = then();
+        ring.write(pos, ev);
+        out
+    }
+
+    /// True if producers have claimed positions not yet taken, written or
+    /// still being written. A consumer that arms a notification with a
+    /// `SeqCst` write and then finds `false` here is sure every producer
+    /// that claims later sees its write (see [`Storage::push_then`]); one
+    /// that finds `true` must not sleep: the event is there or arriving.
+    pub(crate) fn any_claimed(&self) -> bool {
+        loop {
+            let r = self.cons_ring();
+            match r.any_claimed() {
+                Ok(b) => return b,
+                Err(()) => self.advance(r),
             }
         }
     }
@@ -393,13 +454,14 @@ impl Storage {
         }
     }
 
-    /// Events queued, as a consumer should be told: 0 when none is ready to
-    /// be taken, else the depth including pushes in progress.
-    pub(crate) fn pending(&self) -> usize {
-        if self.is_empty() {
-            0
-        } else {
+    /// Events queued as `modify_upcall` reports them: 0 unless producers
+    /// claimed positions not yet taken (see [`Storage::any_claimed`]), else
+    /// the depth including pushes in progress.
+    pub(crate) fn claimed(&self) -> usize {
+        if self.any_claimed() {
             self.len().max(1)
+        } else {
+            0
         }
     }
 
@@ -653,9 +715,9 @@ mod loom_tests {
         });
     }
 
-    /// The Dekker pattern: a producer pushes, fences, reads a flag; a
-    /// consumer sets the flag, fences, checks emptiness. One of them must
-    /// see the other.
+    /// The Dekker pattern: a producer claims a position and reads a flag
+    /// before writing (`push_then`); a consumer sets the flag, fences and
+    /// asks `any_claimed`. One of them must see the other.
     #[test]
     fn fenced_emptiness_check_sees_the_push() {
         model(|| {
@@ -663,15 +725,11 @@ mod loom_tests {
             let flag = Arc::new(AtomicBool::new(false));
             let p = {
                 let (s, flag) = (s.clone(), flag.clone());
-                thread::spawn(move || {
-                    s.push(ev(1));
-                    fence(Ordering::SeqCst);
-                    flag.load(Ordering::Relaxed)
-                })
+                thread::spawn(move || s.push_then(ev(1), || flag.load(Ordering::SeqCst)))
             };
-            flag.store(true, Ordering::Relaxed);
+            flag.store(true, Ordering::SeqCst);
             fence(Ordering::SeqCst);
-            let empty = s.is_empty();
+            let empty = !s.any_claimed();
             let saw_flag = p.join().unwrap();
             assert!(
                 saw_flag || !empty,
@@ -695,15 +753,11 @@ mod loom_tests {
             };
             let p = {
                 let (s, flag) = (s.clone(), flag.clone());
-                thread::spawn(move || {
-                    s.push(ev(1));
-                    fence(Ordering::SeqCst);
-                    flag.load(Ordering::Relaxed)
-                })
+                thread::spawn(move || s.push_then(ev(1), || flag.load(Ordering::SeqCst)))
             };
-            flag.store(true, Ordering::Relaxed);
+            flag.store(true, Ordering::SeqCst);
             fence(Ordering::SeqCst);
-            let empty = s.is_empty();
+            let empty = !s.any_claimed();
             let saw_flag = p.join().unwrap();
             g.join().unwrap();
             assert!(saw_flag || !empty, "lost wakeup across the ring change");
