@@ -139,12 +139,20 @@ impl std::ops::BitOr for CompletionFlags {
     }
 }
 
-/// What a work request does.
+/// What a work request does. Small (the common requests are moved through
+/// queues on the data path); the rare memory operations are boxed.
 pub(crate) enum WrOp {
     Send,
     Recv,
     RdmaWrite(RmrTriplet),
     RdmaRead(RmrTriplet),
+    /// A bind, fast-register map or invalidate.
+    Local(Box<LocalOp>),
+}
+
+/// A work request that changes memory registrations (executed in order with
+/// the endpoint's other requests).
+pub(crate) enum LocalOp {
     /// Bind (or unbind, `len == 0`) a window; `new_ctx` is its next key.
     Bind {
         target: Option<(u32, LmrTriplet)>,
@@ -160,10 +168,7 @@ pub(crate) enum WrOp {
     },
     /// Invalidate a fast-registration LMR: at execution its key becomes
     /// `new_ctx` (reserved at post time) and its mapping goes.
-    Invalidate {
-        lmr: Lmr,
-        new_ctx: u32,
-    },
+    Invalidate { lmr: Lmr, new_ctx: u32 },
 }
 
 impl WrOp {
@@ -173,9 +178,22 @@ impl WrOp {
             WrOp::Recv => DtoOp::Receive,
             WrOp::RdmaWrite(_) => DtoOp::RdmaWrite,
             WrOp::RdmaRead(_) => DtoOp::RdmaRead,
-            WrOp::Bind { .. } => DtoOp::BindMw,
-            WrOp::Fmr { .. } => DtoOp::LmrFmr,
-            WrOp::Invalidate { .. } => DtoOp::LmrInvalidate,
+            WrOp::Local(l) => match **l {
+                LocalOp::Bind { .. } => DtoOp::BindMw,
+                LocalOp::Fmr { .. } => DtoOp::LmrFmr,
+                LocalOp::Invalidate { .. } => DtoOp::LmrInvalidate,
+            },
+        }
+    }
+
+    /// Sets the key a local memory operation gives its object.
+    fn set_new_ctx(&mut self, ctx: u32) {
+        if let WrOp::Local(l) = self {
+            match &mut **l {
+                LocalOp::Bind { new_ctx, .. }
+                | LocalOp::Fmr { new_ctx, .. }
+                | LocalOp::Invalidate { new_ctx, .. } => *new_ctx = ctx,
+            }
         }
     }
 }
@@ -230,6 +248,10 @@ pub struct EpInner {
     pub(crate) srq: Option<crate::srq::Srq>,
     feeders: Mutex<Vec<Feeder>>,
     pub(crate) core: Mutex<EpCore>,
+    /// Loopback: the peer's head send found no receive here. Set and
+    /// cleared under this endpoint's lock by the peer's progress; a
+    /// receive posted while it is clear needs no kick of the peer.
+    pub(crate) recv_wanted: AtomicBool,
     freed: AtomicBool,
 }
 
@@ -336,6 +358,7 @@ impl Ep {
                 pending_cr: None,
                 peer_private: None,
             }),
+            recv_wanted: AtomicBool::new(false),
             freed: AtomicBool::new(false),
         });
         pz.inner.users.fetch_add(1, Ordering::SeqCst);
@@ -604,11 +627,11 @@ impl Ep {
             }
             None => None,
         };
-        let op = WrOp::Bind {
+        let op = WrOp::Local(Box::new(LocalOp::Bind {
             target,
             privs,
             new_ctx: 0,
-        };
+        }));
         let mut new_ctx = 0;
         // Rotate the key once the request is sure to be queued (a refused
         // bind leaves the window as it was): the old context is dead from
@@ -632,9 +655,7 @@ impl Ep {
                 mem_unbind_parent(p, &inner.ia);
             }
             *rmr.inner.ctx.lock() = Some(ctx);
-            if let WrOp::Bind { new_ctx: n, .. } = op {
-                *n = ctx;
-            }
+            op.set_new_ctx(ctx);
             new_ctx = ctx;
             Ok(())
         })?;
@@ -670,18 +691,16 @@ impl Ep {
         if region.len() as u64 > lmr.inner.max_len {
             return Err(Error::Length("region larger than the FMR's maximum"));
         }
-        let op = WrOp::Fmr {
+        let op = WrOp::Local(Box::new(LocalOp::Fmr {
             lmr: lmr.clone(),
             region,
             privs,
             new_ctx: 0,
-        };
+        }));
         let mut new_ctx = 0;
         inner.post_with(op, &[], cookie, flags, |op| {
             let ctx = self.fmr_rekey(lmr, old)?;
-            if let WrOp::Fmr { new_ctx: n, .. } = op {
-                *n = ctx;
-            }
+            op.set_new_ctx(ctx);
             new_ctx = ctx;
             Ok(())
         })?;
@@ -705,10 +724,10 @@ impl Ep {
             return Err(Error::ProtectionViolation(Subtype::NoSubtype));
         }
         let old = lmr.context()?;
-        let op = WrOp::Invalidate {
+        let op = WrOp::Local(Box::new(LocalOp::Invalidate {
             lmr: lmr.clone(),
             new_ctx: 0,
-        };
+        }));
         let mut new_ctx = 0;
         self.inner.post_with(op, &[], cookie, flags, |op| {
             // Reserve the next key now (it is returned), apply it when the
@@ -723,9 +742,7 @@ impl Ep {
                     resource: Subtype::ResourceMemoryRegion,
                     what: "the fast-registration LMR ran out of keys",
                 })?;
-            if let WrOp::Invalidate { new_ctx: n, .. } = op {
-                *n = k;
-            }
+            op.set_new_ctx(k);
             new_ctx = k;
             Ok(())
         })?;
@@ -888,7 +905,7 @@ impl EpInner {
             let not_before = c.delay.map(|d| Instant::now() + d);
             let wr = Wr {
                 op,
-                iov: iov.iter().copied().collect(),
+                iov: crate::mem::Iov::from_slice(iov),
                 cookie,
                 flags,
                 res,
@@ -950,9 +967,12 @@ impl EpInner {
     /// Executes a local memory work request (bind, map, invalidate).
     pub(crate) fn execute_local(&self, wr: Wr) -> DtoStatus {
         let mem = &self.ia.mem;
-        let status = match &wr.op {
-            WrOp::Bind { target: None, .. } => DtoStatus::Success,
-            WrOp::Bind {
+        let WrOp::Local(l) = &wr.op else {
+            return self.finish(wr, DtoStatus::LocalEp);
+        };
+        let status = match &**l {
+            LocalOp::Bind { target: None, .. } => DtoStatus::Success,
+            LocalOp::Bind {
                 target: Some((lctx, t)),
                 privs,
                 new_ctx,
@@ -964,7 +984,7 @@ impl EpInner {
                     DtoStatus::RmrOperationFailed
                 }
             }
-            WrOp::Fmr {
+            LocalOp::Fmr {
                 lmr,
                 region,
                 privs,
@@ -984,7 +1004,7 @@ impl EpInner {
                     DtoStatus::LocalMmError
                 }
             }
-            WrOp::Invalidate { lmr, new_ctx } => {
+            LocalOp::Invalidate { lmr, new_ctx } => {
                 let done = mem.set_key(*new_ctx, |e| {
                     e.region = None;
                     e.privs = MemPriv::NONE;
@@ -996,7 +1016,6 @@ impl EpInner {
                     DtoStatus::LocalMmError
                 }
             }
-            _ => DtoStatus::LocalEp,
         };
         self.finish(wr, status)
     }

@@ -672,8 +672,20 @@ impl MemTable {
         pz: PzHandle,
         local: bool,
     ) -> std::result::Result<Span, AccessError> {
+        Self::resolve_in(&self.slots.read(), ctx, addr, len, right, pz, local)
+    }
+
+    /// [`MemTable::resolve_with`] in the locked table `slots`.
+    fn resolve_in(
+        slots: &[Slot],
+        ctx: u32,
+        addr: u64,
+        len: u64,
+        right: MemPriv,
+        pz: PzHandle,
+        local: bool,
+    ) -> std::result::Result<Span, AccessError> {
         let (i, k) = Self::slot_of(ctx);
-        let slots = self.slots.read();
         let e = slots
             .get(i)
             .and_then(|s| s.entry.as_ref())
@@ -713,27 +725,33 @@ impl MemTable {
         })
     }
 
-    /// Resolves a local scatter/gather list (`LocalProtection` on failure).
+    /// Resolves a local scatter/gather list (`LocalProtection` on failure),
+    /// under one lock of the table.
     pub(crate) fn resolve_local(
         &self,
         iov: &[LmrTriplet],
         right: MemPriv,
         pz: PzHandle,
     ) -> std::result::Result<Spans, DtoStatus> {
-        iov.iter()
-            .filter(|t| t.segment_length > 0)
-            .map(|t| {
-                self.resolve_with(
-                    t.lmr_context,
-                    t.virtual_address,
-                    t.segment_length,
-                    right,
-                    pz,
-                    true,
-                )
-                .map_err(|_| DtoStatus::LocalProtection)
-            })
-            .collect()
+        let mut out = Spans::new();
+        if iov.is_empty() {
+            return Ok(out);
+        }
+        let slots = self.slots.read();
+        for t in iov.iter().filter(|t| t.segment_length > 0) {
+            let span = Self::resolve_in(
+                &slots,
+                t.lmr_context,
+                t.virtual_address,
+                t.segment_length,
+                right,
+                pz,
+                true,
+            )
+            .map_err(|_| DtoStatus::LocalProtection)?;
+            out.push(span);
+        }
+        Ok(out)
     }
 }
 

@@ -342,7 +342,12 @@ impl Transport for LoopbackIa {
 
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
         if recv {
-            // Only the peer's head send can have been waiting for this.
+            // Only the peer's head send can have been waiting for this, and
+            // only if it found no receive (it says so under `ep`'s lock,
+            // which the poster took after it: no kick is lost).
+            if !ep.recv_wanted.load(Ordering::Relaxed) {
+                return;
+            }
             let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
             if let Some(p) = peer {
                 progress(&self.lb, &p);
@@ -397,28 +402,33 @@ impl LoopbackIa {
     }
 }
 
-/// What to do after releasing the endpoint locks.
-// The completion list is inline on purpose: no allocation on the data path.
-#[allow(clippy::large_enum_variant)]
-enum After {
-    Done,
-    /// Complete these (endpoint, request, status, length), then continue
-    /// (or, with `broken`, break the connection and stop).
-    Complete(Completions, bool),
-    Local(Wr),
+/// What one step of [`progress`] did.
+enum Step {
+    /// The head request completed: go on with the next.
+    Next,
+    /// The head request cannot execute yet: stop.
+    Blocked,
+    /// A DTO error: stop both queues and break the connection.
+    Broken,
 }
-
-/// Completions to publish: (on `a`?, request, status, length); inline, no
-/// allocation (a step completes at most two requests).
-type Completions = smallvec::SmallVec<[(bool, Wr, DtoStatus, u64); 2]>;
 
 /// Executes `a`'s send queue, in order, until it is empty or blocked.
 fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
-    let Some(b) = a.core.lock().peer.as_ref().and_then(Weak::upgrade) else {
+    let mut ca = a.core.lock();
+    if ca.state != EpState::Connected || ca.sends.is_empty() {
+        return;
+    }
+    let Some(b) = ca.peer.as_ref().and_then(Weak::upgrade) else {
         return;
     };
-    let broken = {
-        let (mut ca, mut cb) = EpInner::lock_pair(a, &b);
+    // Both endpoints locked, in handle order.
+    let mut cb;
+    if a.id < b.id {
+        cb = b.core.lock();
+    } else {
+        drop(ca);
+        cb = b.core.lock();
+        ca = a.core.lock();
         // Still connected to the same peer?
         if !ca
             .peer
@@ -427,60 +437,54 @@ fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
         {
             return;
         }
-        // Completions are published while both endpoints stay locked:
-        // another thread progressing this endpoint (a second poster, the
-        // peer's post_recv, the timer) can neither publish the completion
-        // of a later request first nor execute one behind a failure.
-        // Publishing never runs consumer code on this stack.
-        loop {
-            if ca.state != EpState::Connected || ca.sends.is_empty() {
+    }
+    // Completions are published while both endpoints stay locked: another
+    // thread progressing this endpoint (a second poster, the peer's
+    // post_recv, the timer) can neither publish the completion of a later
+    // request first nor execute one behind a failure. Publishing never runs
+    // consumer code on this stack.
+    let broken = loop {
+        if ca.state != EpState::Connected {
+            break false;
+        }
+        let Some(head) = ca.sends.front() else {
+            break false;
+        };
+        let is_local = matches!(head.op, WrOp::Local(_));
+        if let Some(nb) = head.not_before {
+            if nb > Instant::now() {
+                let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
+                lb.timer.at(
+                    nb,
+                    Box::new(move || {
+                        if let Some(a) = a2.upgrade() {
+                            progress(&lb2, &a);
+                        }
+                    }),
+                );
                 break false;
             }
-            if let Some(nb) = ca.sends.front().and_then(|w| w.not_before) {
-                if nb > Instant::now() {
-                    let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
-                    lb.timer.at(
-                        nb,
-                        Box::new(move || {
-                            if let Some(a) = a2.upgrade() {
-                                progress(&lb2, &a);
-                            }
-                        }),
-                    );
-                    break false;
-                }
-            }
-            let after = if let Some(st) = ca.fail_next.take() {
-                let wr = ca.sends.pop_front().expect("head");
-                After::Complete(smallvec::smallvec![(true, wr, st, 0)], true)
+        }
+        let step = if let Some(st) = ca.fail_next.take() {
+            let wr = ca.sends.pop_front().expect("head");
+            a.complete(wr, st, 0);
+            Step::Broken
+        } else if is_local {
+            // A failed bind, map or invalidate is a DTO error: it breaks
+            // the connection like any other.
+            let wr = ca.sends.pop_front().expect("head");
+            if a.execute_local(wr).is_success() {
+                Step::Next
             } else {
-                let head_is_local = matches!(
-                    ca.sends.front().map(|w| &w.op),
-                    Some(WrOp::Bind { .. } | WrOp::Fmr { .. } | WrOp::Invalidate { .. })
-                );
-                if head_is_local {
-                    After::Local(ca.sends.pop_front().expect("head"))
-                } else {
-                    execute(lb, a, &b, &mut ca, &mut cb)
-                }
-            };
-            let broken = match after {
-                After::Done => break false,
-                // A failed bind, map or invalidate is a DTO error: it breaks
-                // the connection like any other.
-                After::Local(wr) => !a.execute_local(wr).is_success(),
-                After::Complete(list, broken) => {
-                    for (on_a, wr, st, len) in list {
-                        if on_a {
-                            a.complete(wr, st, len);
-                        } else {
-                            b.complete(wr, st, len);
-                        }
-                    }
-                    broken
-                }
-            };
-            if broken {
+                Step::Broken
+            }
+        } else {
+            execute(lb, a, &b, &mut ca, &mut cb)
+        };
+        match step {
+            Step::Next => {}
+            Step::Blocked => break false,
+            Step::Broken => {
                 // Stop both queues now; break_connection flushes.
                 for c in [&mut *ca, &mut *cb] {
                     if c.state == EpState::Connected {
@@ -491,24 +495,28 @@ fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
             }
         }
     };
+    drop(ca);
+    drop(cb);
     if broken {
         a.break_connection(Some(&b), None);
     }
 }
 
 /// Executes the head request of `a` (a send, RDMA write or RDMA read)
-/// against peer `b`, both locked.
+/// against peer `b`, both locked, and publishes its completions.
 fn execute(
     lb: &Arc<Loopback>,
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
     ca: &mut crate::ep::EpCore,
     cb: &mut crate::ep::EpCore,
-) -> After {
+) -> Step {
     let head = ca.sends.front().expect("head");
-    match &head.op {
+    match head.op {
         WrOp::Send => {
-            let Some(rwr) = take_recv(b, cb) else {
+            let Some(mut rwr) = take_recv(b, cb) else {
+                // Under `b`'s lock: a receive posted from now on kicks us.
+                b.recv_wanted.store(true, Ordering::Relaxed);
                 if ca.rnr_deadline.is_none() {
                     let deadline = Instant::now() + lb.rnr_timeout();
                     ca.rnr_deadline = Some(deadline);
@@ -516,8 +524,11 @@ fn execute(
                     lb.timer
                         .at(deadline, Box::new(move || rnr_expired(&lb2, a2, deadline)));
                 }
-                return After::Done;
+                return Step::Blocked;
             };
+            if b.recv_wanted.load(Ordering::Relaxed) {
+                b.recv_wanted.store(false, Ordering::Relaxed);
+            }
             ca.rnr_deadline = None;
             let wr = ca.sends.pop_front().expect("head");
             let src = match a
@@ -528,7 +539,8 @@ fn execute(
                 Ok(s) => s,
                 Err(st) => {
                     untake_recv(b, cb, rwr);
-                    return After::Complete(smallvec::smallvec![(true, wr, st, 0)], true);
+                    a.complete(wr, st, 0);
+                    return Step::Broken;
                 }
             };
             let dst = match b
@@ -538,64 +550,53 @@ fn execute(
             {
                 Ok(d) => d,
                 Err(st) => {
-                    return After::Complete(
-                        smallvec::smallvec![
-                            (true, wr, DtoStatus::RemoteResponder, 0),
-                            (false, rwr, st, 0),
-                        ],
-                        true,
-                    );
+                    a.complete(wr, DtoStatus::RemoteResponder, 0);
+                    b.complete(rwr, st, 0);
+                    return Step::Broken;
                 }
             };
-            let mut rwr = rwr;
             if wr.flags.contains(CompletionFlags::SOLICITED_WAIT) {
                 rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
             }
             let len = mem::total(&src);
             if len > mem::total(&dst) {
-                return After::Complete(
-                    smallvec::smallvec![
-                        (true, wr, DtoStatus::RemoteResponder, 0),
-                        (false, rwr, DtoStatus::LocalLength, 0),
-                    ],
-                    true,
-                );
+                a.complete(wr, DtoStatus::RemoteResponder, 0);
+                b.complete(rwr, DtoStatus::LocalLength, 0);
+                return Step::Broken;
             }
             match mem::copy_spans(&src, &dst) {
-                Ok(_) => After::Complete(
-                    smallvec::smallvec![
-                        (true, wr, DtoStatus::Success, len as u64),
-                        (false, rwr, DtoStatus::Success, len as u64),
-                    ],
-                    false,
-                ),
+                Ok(_) => {
+                    a.complete(wr, DtoStatus::Success, len as u64);
+                    b.complete(rwr, DtoStatus::Success, len as u64);
+                    Step::Next
+                }
                 // A region was retired after its key resolved: no byte
                 // moved. As for a refused key: the sender's own buffer...
                 Err(r) if r.src => {
                     untake_recv(b, cb, rwr);
-                    After::Complete(
-                        smallvec::smallvec![(true, wr, DtoStatus::LocalProtection, 0)],
-                        true,
-                    )
+                    a.complete(wr, DtoStatus::LocalProtection, 0);
+                    Step::Broken
                 }
                 // ...or the receiver's.
-                Err(_) => After::Complete(
-                    smallvec::smallvec![
-                        (true, wr, DtoStatus::RemoteResponder, 0),
-                        (false, rwr, DtoStatus::LocalProtection, 0),
-                    ],
-                    true,
-                ),
+                Err(_) => {
+                    a.complete(wr, DtoStatus::RemoteResponder, 0);
+                    b.complete(rwr, DtoStatus::LocalProtection, 0);
+                    Step::Broken
+                }
             }
         }
-        WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) => {
-            let (r, write) = (*r, matches!(head.op, WrOp::RdmaWrite(_)));
+        WrOp::RdmaWrite(r) => {
             let wr = ca.sends.pop_front().expect("head");
-            rdma(a, b, wr, r, write)
+            rdma(a, b, wr, r, true)
+        }
+        WrOp::RdmaRead(r) => {
+            let wr = ca.sends.pop_front().expect("head");
+            rdma(a, b, wr, r, false)
         }
         _ => {
             let wr = ca.sends.pop_front().expect("head");
-            After::Complete(smallvec::smallvec![(true, wr, DtoStatus::LocalEp, 0)], true)
+            a.complete(wr, DtoStatus::LocalEp, 0);
+            Step::Broken
         }
     }
 }
@@ -603,7 +604,7 @@ fn execute(
 /// An RDMA write (`write`) or read of `a`'s request `wr` against `r` on the
 /// peer `b`: the local list is checked first (`LocalProtection`), then the
 /// remote key, range, right and zone (`RemoteAccess`); only then one copy.
-fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool) -> After {
+fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool) -> Step {
     let (local_right, remote_right) = if write {
         (MemPriv::LOCAL_READ, MemPriv::REMOTE_WRITE)
     } else {
@@ -611,14 +612,15 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
     };
     let local = match a.ia.mem.resolve_local(&wr.iov, local_right, a.pz.inner.id) {
         Ok(l) => l,
-        Err(st) => return After::Complete(smallvec::smallvec![(true, wr, st, 0)], true),
+        Err(st) => {
+            a.complete(wr, st, 0);
+            return Step::Broken;
+        }
     };
     let len = mem::total(&local) as u64;
     if len == 0 {
-        return After::Complete(
-            smallvec::smallvec![(true, wr, DtoStatus::Success, 0)],
-            false,
-        );
+        a.complete(wr, DtoStatus::Success, 0);
+        return Step::Next;
     }
     let remote = match b.ia.mem.resolve(
         r.rmr_context,
@@ -629,10 +631,8 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
     ) {
         Ok(span) => span,
         Err(_) => {
-            return After::Complete(
-                smallvec::smallvec![(true, wr, DtoStatus::RemoteAccess, 0)],
-                true,
-            );
+            a.complete(wr, DtoStatus::RemoteAccess, 0);
+            return Step::Broken;
         }
     };
     let remote = std::slice::from_ref(&remote);
@@ -641,22 +641,15 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
     } else {
         mem::copy_spans(remote, &local).map_err(|r| r.dst)
     };
-    match copied {
-        Ok(_) => After::Complete(
-            smallvec::smallvec![(true, wr, DtoStatus::Success, len)],
-            false,
-        ),
+    let (status, len, step) = match copied {
+        Ok(_) => (DtoStatus::Success, len, Step::Next),
         // A region was retired after its key resolved: no byte moved; the
         // local side is reported first, as when resolving.
-        Err(true) => After::Complete(
-            smallvec::smallvec![(true, wr, DtoStatus::LocalProtection, 0)],
-            true,
-        ),
-        Err(false) => After::Complete(
-            smallvec::smallvec![(true, wr, DtoStatus::RemoteAccess, 0)],
-            true,
-        ),
-    }
+        Err(true) => (DtoStatus::LocalProtection, 0, Step::Broken),
+        Err(false) => (DtoStatus::RemoteAccess, 0, Step::Broken),
+    };
+    a.complete(wr, status, len);
+    step
 }
 
 /// The receive a send to `b` lands in: `b`'s own queue, or one of its SRQ
