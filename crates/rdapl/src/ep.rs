@@ -23,6 +23,7 @@ use crate::event::{
 use crate::ia::{Ia, IaInner};
 use crate::mem::{LmrTriplet, MemPriv, Region, RmrTriplet};
 use crate::pz::{Lmr, Pz, Rmr};
+use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::fmt;
@@ -247,7 +248,10 @@ pub struct EpInner {
     pub(crate) conn_evd: Option<Evd>,
     pub(crate) srq: Option<crate::srq::Srq>,
     feeders: Mutex<Vec<Feeder>>,
-    pub(crate) core: Mutex<EpCore>,
+    /// Cache-padded: both threads of a connection take it on every
+    /// transfer; the read-mostly fields above (and the `Arc`'s counts,
+    /// which a peer's progress touches) stay out of its cache lines.
+    pub(crate) core: CachePadded<Mutex<EpCore>>,
     /// Loopback: the peer's head send found no receive here. Set and
     /// cleared under this endpoint's lock by the peer's progress; a
     /// receive posted while it is clear needs no kick of the peer.
@@ -346,7 +350,7 @@ impl Ep {
             conn_evd: connect_evd.cloned(),
             srq: srq.cloned(),
             feeders: Mutex::new(feeders),
-            core: Mutex::new(EpCore {
+            core: CachePadded::new(Mutex::new(EpCore {
                 state: EpState::Unconnected,
                 peer: None,
                 remote: None,
@@ -357,7 +361,7 @@ impl Ep {
                 delay: None,
                 pending_cr: None,
                 peer_private: None,
-            }),
+            })),
             recv_wanted: AtomicBool::new(false),
             freed: AtomicBool::new(false),
         });
