@@ -210,25 +210,28 @@ pub(crate) struct Wr {
     pub not_before: Option<Instant>,
 }
 
-/// Mutable endpoint state, under the endpoint's lock. Providers lock two
-/// endpoints in handle order.
-pub(crate) struct EpCore {
-    pub state: EpState,
+/// Mutable endpoint state, under the endpoint's lock (opaque outside the
+/// crate). Providers lock two endpoints in handle order.
+pub struct EpCore {
+    pub(crate) state: EpState,
     /// Loopback: the connected peer.
-    pub peer: Option<Weak<EpInner>>,
-    pub remote: Option<(IpAddr, u64)>,
-    pub sends: VecDeque<Wr>,
-    pub recvs: VecDeque<Wr>,
+    pub(crate) peer: Option<Weak<EpInner>>,
+    /// Loopback: the connected peer's registration table and protection
+    /// zone (what an RDMA request needs of it), set and cleared with `peer`.
+    pub(crate) peer_mem: Option<(Arc<IaInner>, crate::event::PzHandle)>,
+    pub(crate) remote: Option<(IpAddr, u64)>,
+    pub(crate) sends: VecDeque<Wr>,
+    pub(crate) recvs: VecDeque<Wr>,
     /// The head send waits for a receive until this instant.
-    pub rnr_deadline: Option<Instant>,
+    pub(crate) rnr_deadline: Option<Instant>,
     /// Fault injection: the next executed request fails with this status.
-    pub fail_next: Option<DtoStatus>,
+    pub(crate) fail_next: Option<DtoStatus>,
     /// Fault injection: requests posted from now on start this much later.
-    pub delay: Option<Duration>,
+    pub(crate) delay: Option<Duration>,
     /// Active side: the connection request in flight.
-    pub pending_cr: Option<Arc<crate::sp::CrInner>>,
+    pub(crate) pending_cr: Option<Arc<crate::sp::CrInner>>,
     /// Private data received from the peer (accept on the active side).
-    pub peer_private: Option<Box<[u8]>>,
+    pub(crate) peer_private: Option<Box<[u8]>>,
 }
 
 /// An endpoint. Cloning gives another handle to the same endpoint.
@@ -353,6 +356,7 @@ impl Ep {
             core: CachePadded::new(Mutex::new(EpCore {
                 state: EpState::Unconnected,
                 peer: None,
+                peer_mem: None,
                 remote: None,
                 sends: VecDeque::new(),
                 recvs: VecDeque::new(),
@@ -493,6 +497,7 @@ impl Ep {
                     let c = &mut *g;
                     c.state = EpState::Unconnected;
                     c.peer = None;
+                    c.peer_mem = None;
                     c.remote = None;
                     c.rnr_deadline = None;
                     c.peer_private = None;
@@ -920,8 +925,9 @@ impl EpInner {
             } else {
                 c.sends.push_back(wr);
             }
+            // The transport goes on under the same lock.
+            self.ia.transport.kick_locked(self, c, is_recv);
         }
-        self.ia.transport.kick(self, is_recv);
         Ok(())
     }
 
@@ -1069,6 +1075,7 @@ impl EpInner {
                 if was {
                     c.state = EpState::Disconnected;
                     c.peer = None;
+                    c.peer_mem = None;
                 }
                 was
             };

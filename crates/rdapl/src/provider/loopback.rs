@@ -27,7 +27,7 @@
 //! Fault injection (used by the tests): `Ep::inject_failure`,
 //! `Ep::inject_delay`, `Ep::inject_break`.
 
-use crate::ep::{CompletionFlags, EpInner, EpState, Wr, WrOp};
+use crate::ep::{CompletionFlags, EpCore, EpInner, EpState, Wr, WrOp};
 use crate::error::{Error, Result, Subtype};
 use crate::evd::{MAX_QLEN, UpcallPolicy};
 use crate::event::{ConnectionEventKind, DtoStatus};
@@ -35,7 +35,7 @@ use crate::ia::{IaAttr, ProviderAttr};
 use crate::mem::{self, MemPriv};
 use crate::provider::{Provider, Transport};
 use crate::sp::{CrInner, CrState, SpInner};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -303,9 +303,11 @@ impl Transport for LoopbackIa {
             }
             cp.state = EpState::Connected;
             cp.peer = Some(Arc::downgrade(&active));
+            cp.peer_mem = Some((active.ia.clone(), active.pz.inner.id));
             cp.remote = Some((cr.remote_address, cr.conn_qual));
             ca.state = EpState::Connected;
             ca.peer = Some(Arc::downgrade(ep));
+            ca.peer_mem = Some((ep.ia.clone(), ep.pz.inner.id));
             ca.pending_cr = None;
             ca.peer_private = Some(private_data.clone().into_boxed_slice());
         }
@@ -354,6 +356,15 @@ impl Transport for LoopbackIa {
             }
         } else {
             progress(&self.lb, ep);
+        }
+    }
+
+    fn kick_locked(&self, ep: &Arc<EpInner>, core: MutexGuard<'_, EpCore>, recv: bool) {
+        if recv {
+            drop(core);
+            self.kick(ep, true);
+        } else {
+            progress_locked(&self.lb, ep, core);
         }
     }
 
@@ -414,7 +425,87 @@ enum Step {
 
 /// Executes `a`'s send queue, in order, until it is empty or blocked.
 fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
-    let mut ca = a.core.lock();
+    progress_locked(lb, a, a.core.lock());
+}
+
+/// [`progress`] with `a` locked (`ca`).
+///
+/// RDMA requests need nothing of the peer endpoint but its registration
+/// table and protection zone, so while they succeed they run with `a` alone
+/// locked. Anything else (a send, a memory operation, an injected failure
+/// or delay) and any failing RDMA request go to [`progress_both`], with both
+/// endpoints locked, which (re)executes the head request: a failed RDMA
+/// request moved no byte, published nothing and changed nothing, and only
+/// the path with both endpoints locked publishes a failure and stops both
+/// queues at once.
+fn progress_locked<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'g, EpCore>) {
+    loop {
+        if ca.state != EpState::Connected {
+            return;
+        }
+        let Some(head) = ca.sends.front() else {
+            return;
+        };
+        if head.not_before.is_some() || ca.fail_next.is_some() {
+            break;
+        }
+        let (r, write) = match head.op {
+            WrOp::RdmaWrite(r) => (r, true),
+            WrOp::RdmaRead(r) => (r, false),
+            _ => break,
+        };
+        let Some((ia, pz)) = &ca.peer_mem else {
+            break;
+        };
+        let Some(len) = rdma_try(a, &head.iov, ia, *pz, r, write) else {
+            break;
+        };
+        let wr = ca.sends.pop_front().expect("head");
+        a.complete(wr, DtoStatus::Success, len);
+    }
+    progress_both(lb, a, ca);
+}
+
+/// An RDMA write (`write`) or read of `iov` against `r` on the peer (its
+/// IA `peer` and zone `peer_pz`): the bytes moved, or `None` (and nothing
+/// moved) if any check or the copy failed.
+fn rdma_try(
+    a: &EpInner,
+    iov: &[crate::mem::LmrTriplet],
+    peer: &crate::ia::IaInner,
+    peer_pz: crate::event::PzHandle,
+    r: crate::mem::RmrTriplet,
+    write: bool,
+) -> Option<u64> {
+    let (local_right, remote_right) = if write {
+        (MemPriv::LOCAL_READ, MemPriv::REMOTE_WRITE)
+    } else {
+        (MemPriv::LOCAL_WRITE, MemPriv::REMOTE_READ)
+    };
+    let local = a
+        .ia
+        .mem
+        .resolve_local(iov, local_right, a.pz.inner.id)
+        .ok()?;
+    let len = mem::total(&local) as u64;
+    if len == 0 {
+        return Some(0);
+    }
+    let remote = peer
+        .mem
+        .resolve(r.rmr_context, r.target_address, len, remote_right, peer_pz)
+        .ok()?;
+    let remote = std::slice::from_ref(&remote);
+    let copied = if write {
+        mem::copy_spans(&local, remote)
+    } else {
+        mem::copy_spans(remote, &local)
+    };
+    copied.ok().map(|_| len)
+}
+
+/// [`progress`] with both endpoints locked, starting with `a` locked.
+fn progress_both<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'g, EpCore>) {
     if ca.state != EpState::Connected || ca.sends.is_empty() {
         return;
     }

@@ -17,7 +17,8 @@
 
 pub mod loopback;
 
-use crate::ep::EpInner;
+use crate::ep::{EpCore, EpInner};
+use parking_lot::MutexGuard;
 use crate::error::Result;
 use crate::ia::{IaAttr, ProviderAttr};
 use crate::sp::{CrInner, SpInner};
@@ -65,6 +66,13 @@ pub trait Transport: Send + Sync + 'static {
     /// progress it) or its receive queue (`recv == true`: a peer request
     /// waiting for a receive may go on).
     fn kick(&self, ep: &Arc<EpInner>, recv: bool);
+    /// [`Transport::kick`] right after queueing, with the endpoint still
+    /// locked (`core`): the transport may go on under that lock instead of
+    /// taking it again. The default unlocks and kicks.
+    fn kick_locked(&self, ep: &Arc<EpInner>, core: MutexGuard<'_, EpCore>, recv: bool) {
+        drop(core);
+        self.kick(ep, recv);
+    }
     /// Receives were posted to `srq`: progress senders waiting on its endpoints.
     fn srq_posted(&self, srq: &crate::srq::SrqInner);
     /// The IA is closing.
