@@ -219,6 +219,11 @@ pub struct EpCore {
     /// Loopback: the connected peer's registration table and protection
     /// zone (what an RDMA request needs of it), set and cleared with `peer`.
     pub(crate) peer_mem: Option<(Arc<IaInner>, crate::event::PzHandle)>,
+    /// Resolved keys of this endpoint's IA (its own buffers; its receive
+    /// buffers as the peer's progress resolves them, under this lock).
+    pub(crate) keys: crate::mem::KeyCache,
+    /// Resolved keys of the peer's IA (RDMA targets); cleared with `peer_mem`.
+    pub(crate) peer_keys: crate::mem::KeyCache,
     pub(crate) remote: Option<(IpAddr, u64)>,
     pub(crate) sends: VecDeque<Wr>,
     pub(crate) recvs: VecDeque<Wr>,
@@ -357,6 +362,8 @@ impl Ep {
                 state: EpState::Unconnected,
                 peer: None,
                 peer_mem: None,
+                keys: Default::default(),
+                peer_keys: Default::default(),
                 remote: None,
                 sends: VecDeque::new(),
                 recvs: VecDeque::new(),
@@ -498,6 +505,8 @@ impl Ep {
                     c.state = EpState::Unconnected;
                     c.peer = None;
                     c.peer_mem = None;
+                    c.keys.clear();
+                    c.peer_keys.clear();
                     c.remote = None;
                     c.rnr_deadline = None;
                     c.peer_private = None;
@@ -1076,6 +1085,8 @@ impl EpInner {
                     c.state = EpState::Disconnected;
                     c.peer = None;
                     c.peer_mem = None;
+                    c.keys.clear();
+                    c.peer_keys.clear();
                 }
                 was
             };

@@ -32,7 +32,7 @@ use crate::error::{Error, Result, Subtype};
 use crate::evd::{MAX_QLEN, UpcallPolicy};
 use crate::event::{ConnectionEventKind, DtoStatus};
 use crate::ia::{IaAttr, ProviderAttr};
-use crate::mem::{self, MemPriv};
+use crate::mem::{self, KeyCache, MemPriv, Span, SpanRefs, Spans};
 use crate::provider::{Provider, Transport};
 use crate::sp::{CrInner, CrState, SpInner};
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -304,10 +304,12 @@ impl Transport for LoopbackIa {
             cp.state = EpState::Connected;
             cp.peer = Some(Arc::downgrade(&active));
             cp.peer_mem = Some((active.ia.clone(), active.pz.inner.id));
+            cp.peer_keys.clear();
             cp.remote = Some((cr.remote_address, cr.conn_qual));
             ca.state = EpState::Connected;
             ca.peer = Some(Arc::downgrade(ep));
             ca.peer_mem = Some((ep.ia.clone(), ep.pz.inner.id));
+            ca.peer_keys.clear();
             ca.pending_cr = None;
             ca.peer_private = Some(private_data.clone().into_boxed_slice());
         }
@@ -440,13 +442,14 @@ fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
 /// queues at once.
 fn progress_locked<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'g, EpCore>) {
     loop {
-        if ca.state != EpState::Connected {
+        let c = &mut *ca;
+        if c.state != EpState::Connected {
             return;
         }
-        let Some(head) = ca.sends.front() else {
+        let Some(head) = c.sends.front() else {
             return;
         };
-        if head.not_before.is_some() || ca.fail_next.is_some() {
+        if head.not_before.is_some() || c.fail_next.is_some() {
             break;
         }
         let (r, write) = match head.op {
@@ -454,13 +457,21 @@ fn progress_locked<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGua
             WrOp::RdmaRead(r) => (r, false),
             _ => break,
         };
-        let Some((ia, pz)) = &ca.peer_mem else {
+        let Some((ia, pz)) = &c.peer_mem else {
             break;
         };
-        let Some(len) = rdma_try(a, &head.iov, ia, *pz, r, write) else {
+        let Some(len) = rdma_try(
+            a,
+            &head.iov,
+            (&mut c.keys, &mut c.peer_keys),
+            ia,
+            *pz,
+            r,
+            write,
+        ) else {
             break;
         };
-        let wr = ca.sends.pop_front().expect("head");
+        let wr = c.sends.pop_front().expect("head");
         a.complete(wr, DtoStatus::Success, len);
     }
     progress_both(lb, a, ca);
@@ -472,6 +483,7 @@ fn progress_locked<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGua
 fn rdma_try(
     a: &EpInner,
     iov: &[crate::mem::LmrTriplet],
+    (keys, peer_keys): (&mut KeyCache, &mut KeyCache),
     peer: &crate::ia::IaInner,
     peer_pz: crate::event::PzHandle,
     r: crate::mem::RmrTriplet,
@@ -482,24 +494,32 @@ fn rdma_try(
     } else {
         (MemPriv::LOCAL_WRITE, MemPriv::REMOTE_READ)
     };
-    let local = a
-        .ia
-        .mem
-        .resolve_local(iov, local_right, a.pz.inner.id)
-        .ok()?;
+    let mut hold = Spans::new();
+    let local =
+        a.ia.mem
+            .resolve_local_cached(keys, &mut hold, iov, local_right, a.pz.inner.id)
+            .ok()?;
     let len = mem::total(&local) as u64;
     if len == 0 {
         return Some(0);
     }
+    let mut hold_remote = None;
     let remote = peer
         .mem
-        .resolve(r.rmr_context, r.target_address, len, remote_right, peer_pz)
+        .resolve_cached(
+            (peer_keys, &mut hold_remote),
+            r.rmr_context,
+            r.target_address,
+            len,
+            remote_right,
+            peer_pz,
+        )
         .ok()?;
     let remote = std::slice::from_ref(&remote);
     let copied = if write {
-        mem::copy_spans(&local, remote)
+        mem::copy_refs(&local, remote)
     } else {
-        mem::copy_spans(remote, &local)
+        mem::copy_refs(remote, &local)
     };
     copied.ok().map(|_| len)
 }
@@ -622,11 +642,14 @@ fn execute(
             }
             ca.rnr_deadline = None;
             let wr = ca.sends.pop_front().expect("head");
-            let src = match a
-                .ia
-                .mem
-                .resolve_local(&wr.iov, MemPriv::LOCAL_READ, a.pz.inner.id)
-            {
+            let (mut hold_src, mut hold_dst) = (Spans::new(), Spans::new());
+            let src = match a.ia.mem.resolve_local_cached(
+                &mut ca.keys,
+                &mut hold_src,
+                &wr.iov,
+                MemPriv::LOCAL_READ,
+                a.pz.inner.id,
+            ) {
                 Ok(s) => s,
                 Err(st) => {
                     untake_recv(b, cb, rwr);
@@ -634,11 +657,13 @@ fn execute(
                     return Step::Broken;
                 }
             };
-            let dst = match b
-                .ia
-                .mem
-                .resolve_local(&rwr.iov, MemPriv::LOCAL_WRITE, b.pz.inner.id)
-            {
+            let dst = match b.ia.mem.resolve_local_cached(
+                &mut cb.keys,
+                &mut hold_dst,
+                &rwr.iov,
+                MemPriv::LOCAL_WRITE,
+                b.pz.inner.id,
+            ) {
                 Ok(d) => d,
                 Err(st) => {
                     a.complete(wr, DtoStatus::RemoteResponder, 0);
@@ -655,7 +680,9 @@ fn execute(
                 b.complete(rwr, DtoStatus::LocalLength, 0);
                 return Step::Broken;
             }
-            match mem::copy_spans(&src, &dst) {
+            let copied = mem::copy_refs(&src, &dst);
+            drop(dst);
+            match copied {
                 Ok(_) => {
                     a.complete(wr, DtoStatus::Success, len as u64);
                     b.complete(rwr, DtoStatus::Success, len as u64);
@@ -708,6 +735,7 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
             return Step::Broken;
         }
     };
+    let local: SpanRefs<'_> = local.iter().map(Span::as_ref).collect();
     let len = mem::total(&local) as u64;
     if len == 0 {
         a.complete(wr, DtoStatus::Success, 0);
@@ -726,11 +754,11 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
             return Step::Broken;
         }
     };
-    let remote = std::slice::from_ref(&remote);
+    let remote = [remote.as_ref()];
     let copied = if write {
-        mem::copy_spans(&local, remote).map_err(|r| r.src)
+        mem::copy_refs(&local, &remote).map_err(|r| r.src)
     } else {
-        mem::copy_spans(remote, &local).map_err(|r| r.dst)
+        mem::copy_refs(&remote, &local).map_err(|r| r.dst)
     };
     let (status, len, step) = match copied {
         Ok(_) => (DtoStatus::Success, len, Step::Next),

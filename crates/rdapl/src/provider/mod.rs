@@ -18,10 +18,10 @@
 pub mod loopback;
 
 use crate::ep::{EpCore, EpInner};
-use parking_lot::MutexGuard;
 use crate::error::Result;
 use crate::ia::{IaAttr, ProviderAttr};
 use crate::sp::{CrInner, SpInner};
+use parking_lot::MutexGuard;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
