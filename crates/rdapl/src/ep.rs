@@ -199,15 +199,22 @@ impl WrOp {
     }
 }
 
-/// A posted work request.
-pub(crate) struct Wr {
-    pub op: WrOp,
-    pub iov: crate::mem::Iov,
-    pub cookie: u64,
-    pub flags: CompletionFlags,
-    pub res: Reservation,
+/// A posted work request (opaque outside the crate).
+pub struct Wr {
+    pub(crate) op: WrOp,
+    pub(crate) iov: crate::mem::Iov,
+    pub(crate) cookie: u64,
+    pub(crate) flags: CompletionFlags,
+    pub(crate) res: Reservation,
     /// Fault injection: do not start before this instant.
-    pub not_before: Option<Instant>,
+    pub(crate) not_before: Option<Instant>,
+}
+
+impl Wr {
+    /// True for a receive (the receive queue's), false for a request.
+    pub(crate) fn is_recv(&self) -> bool {
+        matches!(self.op, WrOp::Recv)
+    }
 }
 
 /// Mutable endpoint state, under the endpoint's lock (opaque outside the
@@ -896,7 +903,7 @@ impl EpInner {
             }
         }
         {
-            let mut c = self.core.lock();
+            let c = self.core.lock();
             let ok = if is_recv {
                 !matches!(c.state, EpState::Disconnected | EpState::DisconnectPending)
             } else {
@@ -929,13 +936,8 @@ impl EpInner {
                 res,
                 not_before,
             };
-            if is_recv {
-                c.recvs.push_back(wr);
-            } else {
-                c.sends.push_back(wr);
-            }
-            // The transport goes on under the same lock.
-            self.ia.transport.kick_locked(self, c, is_recv);
+            // The transport queues it and goes on under the same lock.
+            self.ia.transport.submit(self, c, wr);
         }
         Ok(())
     }

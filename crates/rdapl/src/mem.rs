@@ -782,6 +782,33 @@ impl MemTable {
         Ok(span.as_ref())
     }
 
+    /// One key through `cache` only: the span, or `None` if the key is not
+    /// live, or the table changed meanwhile, or the access is refused (the
+    /// caller then asks the table for the authoritative answer).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn resolve_one_cached<'c>(
+        &self,
+        cache: &'c mut KeyCache,
+        ctx: u32,
+        addr: u64,
+        len: u64,
+        right: MemPriv,
+        pz: PzHandle,
+        local: bool,
+    ) -> Option<SpanRef<'c>> {
+        if !self.cache_key(cache, ctx) {
+            return None;
+        }
+        let cache: &'c KeyCache = cache;
+        let c = cache.find(ctx, self.generation.load(Ordering::Acquire))?;
+        let offset = c.check(addr, len, right, pz, local).ok()?;
+        Some(SpanRef {
+            region: &c.region,
+            offset,
+            len: len as usize,
+        })
+    }
+
     /// [`MemTable::resolve_local`] through `cache` (see
     /// [`MemTable::resolve_cached`]); `hold` keeps the spans of an uncached
     /// resolution.

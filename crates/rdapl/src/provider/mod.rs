@@ -17,7 +17,7 @@
 
 pub mod loopback;
 
-use crate::ep::{EpCore, EpInner};
+use crate::ep::{EpCore, EpInner, Wr};
 use crate::error::Result;
 use crate::ia::{IaAttr, ProviderAttr};
 use crate::sp::{CrInner, SpInner};
@@ -66,10 +66,18 @@ pub trait Transport: Send + Sync + 'static {
     /// progress it) or its receive queue (`recv == true`: a peer request
     /// waiting for a receive may go on).
     fn kick(&self, ep: &Arc<EpInner>, recv: bool);
-    /// [`Transport::kick`] right after queueing, with the endpoint still
-    /// locked (`core`): the transport may go on under that lock instead of
-    /// taking it again. The default unlocks and kicks.
-    fn kick_locked(&self, ep: &Arc<EpInner>, core: MutexGuard<'_, EpCore>, recv: bool) {
+    /// A work request was posted on `ep`, still locked (`core`), with every
+    /// check passed and its completion reserved: queue it (on the receive
+    /// queue or the request queue) and go on as [`Transport::kick`] would,
+    /// under that lock or after releasing it. The default queues, unlocks
+    /// and kicks.
+    fn submit(&self, ep: &Arc<EpInner>, mut core: MutexGuard<'_, EpCore>, wr: Wr) {
+        let recv = wr.is_recv();
+        if recv {
+            core.recvs.push_back(wr);
+        } else {
+            core.sends.push_back(wr);
+        }
         drop(core);
         self.kick(ep, recv);
     }
