@@ -394,6 +394,30 @@ impl Transport for LoopbackIa {
                     ep.complete(wr, DtoStatus::Success, len);
                     return;
                 }
+            } else if matches!(wr.op, WrOp::Send) {
+                // A send needs the peer locked too: at once if the handle
+                // order allows it (or the lock is free), else it queues.
+                if let Some(b) = c.peer.as_ref().and_then(Weak::upgrade) {
+                    let cb = if ep.id < b.id {
+                        Some(b.core.lock())
+                    } else {
+                        b.core.try_lock()
+                    };
+                    if let Some(mut cb) = cb {
+                        match send(&self.lb, ep, &b, c, &mut cb, wr) {
+                            Ok(Step::Broken) => {
+                                stop_both(c, &mut cb);
+                                drop(cb);
+                                drop(core);
+                                ep.break_connection(Some(&b), None);
+                            }
+                            Ok(_) => {}
+                            // No receive yet: it waits at the head.
+                            Err(wr) => c.sends.push_back(wr),
+                        }
+                        return;
+                    }
+                }
             }
         }
         core.sends.push_back(wr);
@@ -656,12 +680,7 @@ fn progress_both<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard
             Step::Next => {}
             Step::Blocked => break false,
             Step::Broken => {
-                // Stop both queues now; break_connection flushes.
-                for c in [&mut *ca, &mut *cb] {
-                    if c.state == EpState::Connected {
-                        c.state = EpState::DisconnectPending;
-                    }
-                }
+                stop_both(&mut ca, &mut cb);
                 break true;
             }
         }
@@ -670,6 +689,16 @@ fn progress_both<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard
     drop(cb);
     if broken {
         a.break_connection(Some(&b), None);
+    }
+}
+
+/// After a DTO error: stops both queues at once (with both endpoints
+/// locked); `break_connection` then flushes.
+fn stop_both(ca: &mut EpCore, cb: &mut EpCore) {
+    for c in [ca, cb] {
+        if c.state == EpState::Connected {
+            c.state = EpState::DisconnectPending;
+        }
     }
 }
 
@@ -685,81 +714,12 @@ fn execute(
     let head = ca.sends.front().expect("head");
     match head.op {
         WrOp::Send => {
-            let Some(mut rwr) = take_recv(b, cb) else {
-                // Under `b`'s lock: a receive posted from now on kicks us.
-                b.recv_wanted.store(true, Ordering::Relaxed);
-                if ca.rnr_deadline.is_none() {
-                    let deadline = Instant::now() + lb.rnr_timeout();
-                    ca.rnr_deadline = Some(deadline);
-                    let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
-                    lb.timer
-                        .at(deadline, Box::new(move || rnr_expired(&lb2, a2, deadline)));
-                }
-                return Step::Blocked;
-            };
-            if b.recv_wanted.load(Ordering::Relaxed) {
-                b.recv_wanted.store(false, Ordering::Relaxed);
-            }
-            ca.rnr_deadline = None;
             let wr = ca.sends.pop_front().expect("head");
-            let (mut hold_src, mut hold_dst) = (Spans::new(), Spans::new());
-            let src = match a.ia.mem.resolve_local_cached(
-                &mut ca.keys,
-                &mut hold_src,
-                &wr.iov,
-                MemPriv::LOCAL_READ,
-                a.pz.inner.id,
-            ) {
-                Ok(s) => s,
-                Err(st) => {
-                    untake_recv(b, cb, rwr);
-                    a.complete(wr, st, 0);
-                    return Step::Broken;
-                }
-            };
-            let dst = match b.ia.mem.resolve_local_cached(
-                &mut cb.keys,
-                &mut hold_dst,
-                &rwr.iov,
-                MemPriv::LOCAL_WRITE,
-                b.pz.inner.id,
-            ) {
-                Ok(d) => d,
-                Err(st) => {
-                    a.complete(wr, DtoStatus::RemoteResponder, 0);
-                    b.complete(rwr, st, 0);
-                    return Step::Broken;
-                }
-            };
-            if wr.flags.contains(CompletionFlags::SOLICITED_WAIT) {
-                rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
-            }
-            let len = mem::total(&src);
-            if len > mem::total(&dst) {
-                a.complete(wr, DtoStatus::RemoteResponder, 0);
-                b.complete(rwr, DtoStatus::LocalLength, 0);
-                return Step::Broken;
-            }
-            let copied = mem::copy_refs(&src, &dst);
-            drop(dst);
-            match copied {
-                Ok(_) => {
-                    a.complete(wr, DtoStatus::Success, len as u64);
-                    b.complete(rwr, DtoStatus::Success, len as u64);
-                    Step::Next
-                }
-                // A region was retired after its key resolved: no byte
-                // moved. As for a refused key: the sender's own buffer...
-                Err(r) if r.src => {
-                    untake_recv(b, cb, rwr);
-                    a.complete(wr, DtoStatus::LocalProtection, 0);
-                    Step::Broken
-                }
-                // ...or the receiver's.
-                Err(_) => {
-                    a.complete(wr, DtoStatus::RemoteResponder, 0);
-                    b.complete(rwr, DtoStatus::LocalProtection, 0);
-                    Step::Broken
+            match send(lb, a, b, ca, cb, wr) {
+                Ok(step) => step,
+                Err(wr) => {
+                    ca.sends.push_front(wr);
+                    Step::Blocked
                 }
             }
         }
@@ -775,6 +735,98 @@ fn execute(
             let wr = ca.sends.pop_front().expect("head");
             a.complete(wr, DtoStatus::LocalEp, 0);
             Step::Broken
+        }
+    }
+}
+
+/// Executes the send `wr` of `a` (popped from the head of its queue, or
+/// posted with nothing queued ahead) against peer `b`, both locked, and
+/// publishes its completions; `Err(wr)` if `b` has no receive for it yet
+/// (the receiver-not-ready clock runs; the caller puts it back at the head).
+// The request comes back by value on purpose: boxing it would allocate.
+#[allow(clippy::result_large_err)]
+fn send(
+    lb: &Arc<Loopback>,
+    a: &Arc<EpInner>,
+    b: &Arc<EpInner>,
+    ca: &mut crate::ep::EpCore,
+    cb: &mut crate::ep::EpCore,
+    wr: Wr,
+) -> std::result::Result<Step, Wr> {
+    let Some(mut rwr) = take_recv(b, cb) else {
+        // Under `b`'s lock: a receive posted from now on kicks us.
+        b.recv_wanted.store(true, Ordering::Relaxed);
+        if ca.rnr_deadline.is_none() {
+            let deadline = Instant::now() + lb.rnr_timeout();
+            ca.rnr_deadline = Some(deadline);
+            let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
+            lb.timer
+                .at(deadline, Box::new(move || rnr_expired(&lb2, a2, deadline)));
+        }
+        return Err(wr);
+    };
+    if b.recv_wanted.load(Ordering::Relaxed) {
+        b.recv_wanted.store(false, Ordering::Relaxed);
+    }
+    ca.rnr_deadline = None;
+    let (mut hold_src, mut hold_dst) = (Spans::new(), Spans::new());
+    let src = match a.ia.mem.resolve_local_cached(
+        &mut ca.keys,
+        &mut hold_src,
+        &wr.iov,
+        MemPriv::LOCAL_READ,
+        a.pz.inner.id,
+    ) {
+        Ok(s) => s,
+        Err(st) => {
+            untake_recv(b, cb, rwr);
+            a.complete(wr, st, 0);
+            return Ok(Step::Broken);
+        }
+    };
+    let dst = match b.ia.mem.resolve_local_cached(
+        &mut cb.keys,
+        &mut hold_dst,
+        &rwr.iov,
+        MemPriv::LOCAL_WRITE,
+        b.pz.inner.id,
+    ) {
+        Ok(d) => d,
+        Err(st) => {
+            a.complete(wr, DtoStatus::RemoteResponder, 0);
+            b.complete(rwr, st, 0);
+            return Ok(Step::Broken);
+        }
+    };
+    if wr.flags.contains(CompletionFlags::SOLICITED_WAIT) {
+        rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
+    }
+    let len = mem::total(&src);
+    if len > mem::total(&dst) {
+        a.complete(wr, DtoStatus::RemoteResponder, 0);
+        b.complete(rwr, DtoStatus::LocalLength, 0);
+        return Ok(Step::Broken);
+    }
+    let copied = mem::copy_refs(&src, &dst);
+    drop(dst);
+    match copied {
+        Ok(_) => {
+            a.complete(wr, DtoStatus::Success, len as u64);
+            b.complete(rwr, DtoStatus::Success, len as u64);
+            Ok(Step::Next)
+        }
+        // A region was retired after its key resolved: no byte
+        // moved. As for a refused key: the sender's own buffer...
+        Err(r) if r.src => {
+            untake_recv(b, cb, rwr);
+            a.complete(wr, DtoStatus::LocalProtection, 0);
+            Ok(Step::Broken)
+        }
+        // ...or the receiver's.
+        Err(_) => {
+            a.complete(wr, DtoStatus::RemoteResponder, 0);
+            b.complete(rwr, DtoStatus::LocalProtection, 0);
+            Ok(Step::Broken)
         }
     }
 }
