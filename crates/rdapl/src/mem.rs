@@ -1278,6 +1278,90 @@ mod tests {
     }
 
     #[test]
+    fn cached_keys_follow_every_table_change() {
+        let t = MemTable::default();
+        let r = Region::from_vec((0..64u8).collect());
+        let a = r.address();
+        let ctx = t.insert(entry(&r, MemPriv::ALL)).unwrap();
+        let mut cache = KeyCache::default();
+        let one = |t: &MemTable, c: &mut KeyCache, ctx: u32, right: MemPriv| {
+            t.resolve_one_cached(c, ctx, a + 8, 8, right, PzHandle(1), true)
+                .map(|s| (s.offset, s.len))
+        };
+        let list = |t: &MemTable, c: &mut KeyCache, ctx: u32| {
+            let mut hold = Spans::new();
+            let iov = [
+                LmrTriplet {
+                    lmr_context: ctx,
+                    virtual_address: a,
+                    segment_length: 4,
+                },
+                LmrTriplet {
+                    lmr_context: ctx,
+                    virtual_address: a + 60,
+                    segment_length: 4,
+                },
+            ];
+            t.resolve_local_cached(c, &mut hold, &iov, MemPriv::LOCAL_READ, PzHandle(1))
+                .map(|v| v.iter().map(|s| (s.offset, s.len)).collect::<Vec<_>>())
+        };
+        assert_eq!(one(&t, &mut cache, ctx, MemPriv::LOCAL_READ), Some((8, 8)));
+        // A hit, and the checks still apply to it.
+        assert_eq!(one(&t, &mut cache, ctx, MemPriv::LOCAL_READ), Some((8, 8)));
+        assert_eq!(one(&t, &mut cache, ctx ^ 1, MemPriv::LOCAL_READ), None);
+        assert_eq!(
+            t.resolve_one_cached(
+                &mut cache,
+                ctx,
+                a + 60,
+                8,
+                MemPriv::LOCAL_READ,
+                PzHandle(1),
+                true
+            )
+            .map(|s| s.len),
+            None
+        );
+        assert_eq!(list(&t, &mut cache, ctx), Ok(vec![(0, 4), (60, 4)]));
+        // Rights taken away: the cached entry is not used.
+        t.with_mut(ctx, |e| e.privs = MemPriv::REMOTE_READ);
+        assert_eq!(one(&t, &mut cache, ctx, MemPriv::LOCAL_READ), None);
+        assert_eq!(list(&t, &mut cache, ctx), Err(DtoStatus::LocalProtection));
+        t.with_mut(ctx, |e| e.privs = MemPriv::ALL);
+        assert!(one(&t, &mut cache, ctx, MemPriv::LOCAL_READ).is_some());
+        // A new key: the old one is dead in the cache too.
+        let ctx2 = t.rekey(ctx, |_| {}).unwrap();
+        assert_eq!(one(&t, &mut cache, ctx, MemPriv::LOCAL_READ), None);
+        assert_eq!(list(&t, &mut cache, ctx), Err(DtoStatus::LocalProtection));
+        assert!(one(&t, &mut cache, ctx2, MemPriv::LOCAL_READ).is_some());
+        // Removed, or its region retired: refused.
+        let ctx3 = t.insert(entry(&r, MemPriv::ALL)).unwrap();
+        assert!(one(&t, &mut cache, ctx3, MemPriv::LOCAL_READ).is_some());
+        t.remove(ctx2).unwrap();
+        assert_eq!(one(&t, &mut cache, ctx2, MemPriv::LOCAL_READ), None);
+        assert!(one(&t, &mut cache, ctx3, MemPriv::LOCAL_READ).is_some());
+        r.retire();
+        assert_eq!(one(&t, &mut cache, ctx3, MemPriv::LOCAL_READ), None);
+        assert_eq!(list(&t, &mut cache, ctx3), Err(DtoStatus::LocalProtection));
+        // A miss drops stale entries (their regions with them).
+        let r2 = Region::zeroed(8);
+        let ctx4 = t.insert(entry(&r2, MemPriv::ALL)).unwrap();
+        assert!(
+            t.resolve_one_cached(
+                &mut cache,
+                ctx4,
+                r2.address(),
+                8,
+                MemPriv::LOCAL_READ,
+                PzHandle(1),
+                true
+            )
+            .is_some()
+        );
+        assert_eq!(cache.keys.iter().flatten().count(), 1);
+    }
+
+    #[test]
     fn keys_die_for_good() {
         let t = MemTable::default();
         let r = Region::zeroed(8);
