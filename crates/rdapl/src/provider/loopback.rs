@@ -768,7 +768,9 @@ fn send(
     if b.recv_wanted.load(Ordering::Relaxed) {
         b.recv_wanted.store(false, Ordering::Relaxed);
     }
-    ca.rnr_deadline = None;
+    if ca.rnr_deadline.is_some() {
+        ca.rnr_deadline = None;
+    }
     let (mut hold_src, mut hold_dst) = (Spans::new(), Spans::new());
     let src = match a.ia.mem.resolve_local_cached(
         &mut ca.keys,
