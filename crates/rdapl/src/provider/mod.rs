@@ -36,8 +36,9 @@ pub trait Provider: Send + Sync + 'static {
     fn open(&self, params: &str) -> Result<Arc<dyn Transport>>;
 }
 
-/// One IA's view of a provider. Every method is called with no object-model
-/// lock held; the transport may call back into the endpoint at once or later
+/// One IA's view of a provider. Every method but [`Transport::submit`] (which
+/// gets the posting endpoint's lock) is called with no object-model lock
+/// held; the transport may call back into the endpoint at once or later
 /// from its own thread.
 #[allow(missing_docs)]
 pub trait Transport: Send + Sync + 'static {
