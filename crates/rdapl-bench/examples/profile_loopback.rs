@@ -15,8 +15,10 @@
 //! traffic or waiting; `rdma-write`, `rdma-read`, `memcpy-write`,
 //! `memcpy-read` for bandwidth),
 //! seconds (at most 60), and for the bandwidth cases the size (`4KiB`,
-//! `64KiB`, `1MiB`, `16MiB` or bytes; default 64KiB). Prints what was done
-//! and its median / rate.
+//! `64KiB`, `1MiB`, `16MiB` or bytes; default 64KiB) and optionally the
+//! most transfers per phase (a fixed amount of work, for callgrind:
+//! `valgrind --tool=callgrind --cache-sim=yes ... rdma-write 60 64KiB 2000`).
+//! Prints what was done and its median / rate.
 
 use rdapl_bench::config::loopback_sizes;
 use rdapl_bench::loopback::{
@@ -57,7 +59,9 @@ fn main() {
         bw_window: Duration::from_secs(secs),
         bw_min_ops: 1,
         bw_min_bytes: 0,
-        bw_max_ops: u64::MAX,
+        // Optional fourth argument: at most this many transfers per phase
+        // (warm-up, window): a fixed amount of work, for callgrind.
+        bw_max_ops: a.get(3).and_then(|s| s.parse().ok()).unwrap_or(u64::MAX),
     };
     let serial = case.strip_prefix("serial-").map(|s| match s {
         "crossbeam" => Method::CrossbeamPoll,

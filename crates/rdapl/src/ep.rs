@@ -23,6 +23,7 @@ use crate::event::{
 use crate::ia::{Ia, IaInner};
 use crate::mem::{LmrTriplet, MemPriv, Region, RmrTriplet};
 use crate::pz::{Lmr, Pz, Rmr};
+use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::fmt;
@@ -139,12 +140,20 @@ impl std::ops::BitOr for CompletionFlags {
     }
 }
 
-/// What a work request does.
+/// What a work request does. Small (the common requests are moved through
+/// queues on the data path); the rare memory operations are boxed.
 pub(crate) enum WrOp {
     Send,
     Recv,
     RdmaWrite(RmrTriplet),
     RdmaRead(RmrTriplet),
+    /// A bind, fast-register map or invalidate.
+    Local(Box<LocalOp>),
+}
+
+/// A work request that changes memory registrations (executed in order with
+/// the endpoint's other requests).
+pub(crate) enum LocalOp {
     /// Bind (or unbind, `len == 0`) a window; `new_ctx` is its next key.
     Bind {
         target: Option<(u32, LmrTriplet)>,
@@ -160,10 +169,7 @@ pub(crate) enum WrOp {
     },
     /// Invalidate a fast-registration LMR: at execution its key becomes
     /// `new_ctx` (reserved at post time) and its mapping goes.
-    Invalidate {
-        lmr: Lmr,
-        new_ctx: u32,
-    },
+    Invalidate { lmr: Lmr, new_ctx: u32 },
 }
 
 impl WrOp {
@@ -173,43 +179,71 @@ impl WrOp {
             WrOp::Recv => DtoOp::Receive,
             WrOp::RdmaWrite(_) => DtoOp::RdmaWrite,
             WrOp::RdmaRead(_) => DtoOp::RdmaRead,
-            WrOp::Bind { .. } => DtoOp::BindMw,
-            WrOp::Fmr { .. } => DtoOp::LmrFmr,
-            WrOp::Invalidate { .. } => DtoOp::LmrInvalidate,
+            WrOp::Local(l) => match **l {
+                LocalOp::Bind { .. } => DtoOp::BindMw,
+                LocalOp::Fmr { .. } => DtoOp::LmrFmr,
+                LocalOp::Invalidate { .. } => DtoOp::LmrInvalidate,
+            },
+        }
+    }
+
+    /// Sets the key a local memory operation gives its object.
+    fn set_new_ctx(&mut self, ctx: u32) {
+        if let WrOp::Local(l) = self {
+            match &mut **l {
+                LocalOp::Bind { new_ctx, .. }
+                | LocalOp::Fmr { new_ctx, .. }
+                | LocalOp::Invalidate { new_ctx, .. } => *new_ctx = ctx,
+            }
         }
     }
 }
 
-/// A posted work request.
-pub(crate) struct Wr {
-    pub op: WrOp,
-    pub iov: crate::mem::Iov,
-    pub cookie: u64,
-    pub flags: CompletionFlags,
-    pub res: Reservation,
+/// A posted work request (opaque outside the crate).
+pub struct Wr {
+    pub(crate) op: WrOp,
+    pub(crate) iov: crate::mem::Iov,
+    pub(crate) cookie: u64,
+    pub(crate) flags: CompletionFlags,
+    pub(crate) res: Reservation,
     /// Fault injection: do not start before this instant.
-    pub not_before: Option<Instant>,
+    pub(crate) not_before: Option<Instant>,
 }
 
-/// Mutable endpoint state, under the endpoint's lock. Providers lock two
-/// endpoints in handle order.
-pub(crate) struct EpCore {
-    pub state: EpState,
+impl Wr {
+    /// True for a receive (the receive queue's), false for a request.
+    pub(crate) fn is_recv(&self) -> bool {
+        matches!(self.op, WrOp::Recv)
+    }
+}
+
+/// Mutable endpoint state, under the endpoint's lock (opaque outside the
+/// crate). Providers lock two endpoints in handle order.
+pub struct EpCore {
+    pub(crate) state: EpState,
     /// Loopback: the connected peer.
-    pub peer: Option<Weak<EpInner>>,
-    pub remote: Option<(IpAddr, u64)>,
-    pub sends: VecDeque<Wr>,
-    pub recvs: VecDeque<Wr>,
+    pub(crate) peer: Option<Weak<EpInner>>,
+    /// Loopback: the connected peer's registration table and protection
+    /// zone (what an RDMA request needs of it), set and cleared with `peer`.
+    pub(crate) peer_mem: Option<(Arc<IaInner>, crate::event::PzHandle)>,
+    /// Resolved keys of this endpoint's IA (its own buffers; its receive
+    /// buffers as the peer's progress resolves them, under this lock).
+    pub(crate) keys: crate::mem::KeyCache,
+    /// Resolved keys of the peer's IA (RDMA targets); cleared with `peer_mem`.
+    pub(crate) peer_keys: crate::mem::KeyCache,
+    pub(crate) remote: Option<(IpAddr, u64)>,
+    pub(crate) sends: VecDeque<Wr>,
+    pub(crate) recvs: VecDeque<Wr>,
     /// The head send waits for a receive until this instant.
-    pub rnr_deadline: Option<Instant>,
+    pub(crate) rnr_deadline: Option<Instant>,
     /// Fault injection: the next executed request fails with this status.
-    pub fail_next: Option<DtoStatus>,
+    pub(crate) fail_next: Option<DtoStatus>,
     /// Fault injection: requests posted from now on start this much later.
-    pub delay: Option<Duration>,
+    pub(crate) delay: Option<Duration>,
     /// Active side: the connection request in flight.
-    pub pending_cr: Option<Arc<crate::sp::CrInner>>,
+    pub(crate) pending_cr: Option<Arc<crate::sp::CrInner>>,
     /// Private data received from the peer (accept on the active side).
-    pub peer_private: Option<Box<[u8]>>,
+    pub(crate) peer_private: Option<Box<[u8]>>,
 }
 
 /// An endpoint. Cloning gives another handle to the same endpoint.
@@ -229,7 +263,14 @@ pub struct EpInner {
     pub(crate) conn_evd: Option<Evd>,
     pub(crate) srq: Option<crate::srq::Srq>,
     feeders: Mutex<Vec<Feeder>>,
-    pub(crate) core: Mutex<EpCore>,
+    /// Cache-padded: both threads of a connection take it on every
+    /// transfer; the read-mostly fields above (and the `Arc`'s counts,
+    /// which a peer's progress touches) stay out of its cache lines.
+    pub(crate) core: CachePadded<Mutex<EpCore>>,
+    /// Loopback: the peer's head send found no receive here. Set and
+    /// cleared under this endpoint's lock by the peer's progress; a
+    /// receive posted while it is clear needs no kick of the peer.
+    pub(crate) recv_wanted: AtomicBool,
     freed: AtomicBool,
 }
 
@@ -324,9 +365,12 @@ impl Ep {
             conn_evd: connect_evd.cloned(),
             srq: srq.cloned(),
             feeders: Mutex::new(feeders),
-            core: Mutex::new(EpCore {
+            core: CachePadded::new(Mutex::new(EpCore {
                 state: EpState::Unconnected,
                 peer: None,
+                peer_mem: None,
+                keys: Default::default(),
+                peer_keys: Default::default(),
                 remote: None,
                 sends: VecDeque::new(),
                 recvs: VecDeque::new(),
@@ -335,7 +379,8 @@ impl Ep {
                 delay: None,
                 pending_cr: None,
                 peer_private: None,
-            }),
+            })),
+            recv_wanted: AtomicBool::new(false),
             freed: AtomicBool::new(false),
         });
         pz.inner.users.fetch_add(1, Ordering::SeqCst);
@@ -466,6 +511,9 @@ impl Ep {
                     let c = &mut *g;
                     c.state = EpState::Unconnected;
                     c.peer = None;
+                    c.peer_mem = None;
+                    c.keys.clear();
+                    c.peer_keys.clear();
                     c.remote = None;
                     c.rnr_deadline = None;
                     c.peer_private = None;
@@ -604,11 +652,11 @@ impl Ep {
             }
             None => None,
         };
-        let op = WrOp::Bind {
+        let op = WrOp::Local(Box::new(LocalOp::Bind {
             target,
             privs,
             new_ctx: 0,
-        };
+        }));
         let mut new_ctx = 0;
         // Rotate the key once the request is sure to be queued (a refused
         // bind leaves the window as it was): the old context is dead from
@@ -632,9 +680,7 @@ impl Ep {
                 mem_unbind_parent(p, &inner.ia);
             }
             *rmr.inner.ctx.lock() = Some(ctx);
-            if let WrOp::Bind { new_ctx: n, .. } = op {
-                *n = ctx;
-            }
+            op.set_new_ctx(ctx);
             new_ctx = ctx;
             Ok(())
         })?;
@@ -670,18 +716,16 @@ impl Ep {
         if region.len() as u64 > lmr.inner.max_len {
             return Err(Error::Length("region larger than the FMR's maximum"));
         }
-        let op = WrOp::Fmr {
+        let op = WrOp::Local(Box::new(LocalOp::Fmr {
             lmr: lmr.clone(),
             region,
             privs,
             new_ctx: 0,
-        };
+        }));
         let mut new_ctx = 0;
         inner.post_with(op, &[], cookie, flags, |op| {
             let ctx = self.fmr_rekey(lmr, old)?;
-            if let WrOp::Fmr { new_ctx: n, .. } = op {
-                *n = ctx;
-            }
+            op.set_new_ctx(ctx);
             new_ctx = ctx;
             Ok(())
         })?;
@@ -705,10 +749,10 @@ impl Ep {
             return Err(Error::ProtectionViolation(Subtype::NoSubtype));
         }
         let old = lmr.context()?;
-        let op = WrOp::Invalidate {
+        let op = WrOp::Local(Box::new(LocalOp::Invalidate {
             lmr: lmr.clone(),
             new_ctx: 0,
-        };
+        }));
         let mut new_ctx = 0;
         self.inner.post_with(op, &[], cookie, flags, |op| {
             // Reserve the next key now (it is returned), apply it when the
@@ -723,9 +767,7 @@ impl Ep {
                     resource: Subtype::ResourceMemoryRegion,
                     what: "the fast-registration LMR ran out of keys",
                 })?;
-            if let WrOp::Invalidate { new_ctx: n, .. } = op {
-                *n = k;
-            }
+            op.set_new_ctx(k);
             new_ctx = k;
             Ok(())
         })?;
@@ -861,7 +903,7 @@ impl EpInner {
             }
         }
         {
-            let mut c = self.core.lock();
+            let c = self.core.lock();
             let ok = if is_recv {
                 !matches!(c.state, EpState::Disconnected | EpState::DisconnectPending)
             } else {
@@ -888,19 +930,15 @@ impl EpInner {
             let not_before = c.delay.map(|d| Instant::now() + d);
             let wr = Wr {
                 op,
-                iov: iov.iter().copied().collect(),
+                iov: crate::mem::Iov::from_slice(iov),
                 cookie,
                 flags,
                 res,
                 not_before,
             };
-            if is_recv {
-                c.recvs.push_back(wr);
-            } else {
-                c.sends.push_back(wr);
-            }
+            // The transport queues it and goes on under the same lock.
+            self.ia.transport.submit(self, c, wr);
         }
-        self.ia.transport.kick(self, is_recv);
         Ok(())
     }
 
@@ -950,9 +988,12 @@ impl EpInner {
     /// Executes a local memory work request (bind, map, invalidate).
     pub(crate) fn execute_local(&self, wr: Wr) -> DtoStatus {
         let mem = &self.ia.mem;
-        let status = match &wr.op {
-            WrOp::Bind { target: None, .. } => DtoStatus::Success,
-            WrOp::Bind {
+        let WrOp::Local(l) = &wr.op else {
+            return self.finish(wr, DtoStatus::LocalEp);
+        };
+        let status = match &**l {
+            LocalOp::Bind { target: None, .. } => DtoStatus::Success,
+            LocalOp::Bind {
                 target: Some((lctx, t)),
                 privs,
                 new_ctx,
@@ -964,7 +1005,7 @@ impl EpInner {
                     DtoStatus::RmrOperationFailed
                 }
             }
-            WrOp::Fmr {
+            LocalOp::Fmr {
                 lmr,
                 region,
                 privs,
@@ -984,7 +1025,7 @@ impl EpInner {
                     DtoStatus::LocalMmError
                 }
             }
-            WrOp::Invalidate { lmr, new_ctx } => {
+            LocalOp::Invalidate { lmr, new_ctx } => {
                 let done = mem.set_key(*new_ctx, |e| {
                     e.region = None;
                     e.privs = MemPriv::NONE;
@@ -996,7 +1037,6 @@ impl EpInner {
                     DtoStatus::LocalMmError
                 }
             }
-            _ => DtoStatus::LocalEp,
         };
         self.finish(wr, status)
     }
@@ -1046,6 +1086,9 @@ impl EpInner {
                 if was {
                     c.state = EpState::Disconnected;
                     c.peer = None;
+                    c.peer_mem = None;
+                    c.keys.clear();
+                    c.peer_keys.clear();
                 }
                 was
             };

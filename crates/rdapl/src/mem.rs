@@ -428,6 +428,10 @@ pub struct Span {
 pub(crate) struct MemTable {
     slots: RwLock<Vec<Slot>>,
     free: Mutex<Vec<u32>>,
+    /// Bumped under the write lock, before any change: a [`KeyCache`]
+    /// entry read at this generation is what the table says as long as the
+    /// generation has not moved.
+    generation: AtomicU64,
 }
 
 const MAX_SLOTS: usize = 1 << 24;
@@ -446,9 +450,16 @@ pub(crate) enum AccessError {
 }
 
 impl MemTable {
+    /// The table, locked for a change (the generation moves first).
+    fn write_slots(&self) -> RwLockWriteGuard<'_, Vec<Slot>> {
+        let g = self.slots.write();
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        g
+    }
+
     /// Adds an entry; returns its context (index << 8 | key byte).
     pub(crate) fn insert(&self, mut entry: Entry) -> Result<u32> {
-        let mut slots = self.slots.write();
+        let mut slots = self.write_slots();
         let idx = match self.free.lock().pop() {
             Some(i) => i,
             None => {
@@ -488,7 +499,7 @@ impl MemTable {
     /// Runs `f` on the live entry of `ctx`.
     pub(crate) fn with_mut<T>(&self, ctx: u32, f: impl FnOnce(&mut Entry) -> T) -> Option<T> {
         let (i, k) = Self::slot_of(ctx);
-        let mut slots = self.slots.write();
+        let mut slots = self.write_slots();
         let e = slots.get_mut(i)?.entry.as_mut()?;
         (e.key == k).then(|| f(e))
     }
@@ -498,7 +509,7 @@ impl MemTable {
     /// live or the slot ran out of keys (then the entry is removed).
     pub(crate) fn rekey(&self, ctx: u32, f: impl FnOnce(&mut Entry)) -> Option<u32> {
         let (i, k) = Self::slot_of(ctx);
-        let mut slots = self.slots.write();
+        let mut slots = self.write_slots();
         let slot = slots.get_mut(i)?;
         let e = slot.entry.as_mut()?;
         if e.key != k {
@@ -519,7 +530,7 @@ impl MemTable {
     /// slot has no key left.
     pub(crate) fn next_key(&self, ctx: u32) -> Option<u32> {
         let (i, k) = Self::slot_of(ctx);
-        let mut slots = self.slots.write();
+        let mut slots = self.write_slots();
         let slot = slots.get_mut(i)?;
         if slot.entry.as_ref()?.key != k || slot.next_key > 255 {
             return None;
@@ -535,7 +546,7 @@ impl MemTable {
     /// later key.
     pub(crate) fn set_key(&self, new_ctx: u32, f: impl FnOnce(&mut Entry)) -> bool {
         let (i, k) = Self::slot_of(new_ctx);
-        let mut slots = self.slots.write();
+        let mut slots = self.write_slots();
         let Some(e) = slots.get_mut(i).and_then(|s| s.entry.as_mut()) else {
             return false;
         };
@@ -560,7 +571,7 @@ impl MemTable {
     ) -> bool {
         let (li, lk) = Self::slot_of(lmr);
         let (wi, wk) = Self::slot_of(win);
-        let mut slots = self.slots.write();
+        let mut slots = self.write_slots();
         let region = match slots.get(li).and_then(|s| s.entry.as_ref()) {
             Some(l) if l.key == lk && l.region.is_some() => l.region.clone(),
             _ => return false,
@@ -586,7 +597,7 @@ impl MemTable {
     /// `ctx` is not live.
     pub(crate) fn remove_unbound(&self, ctx: u32) -> std::result::Result<Option<Entry>, ()> {
         let (i, k) = Self::slot_of(ctx);
-        let mut slots = self.slots.write();
+        let mut slots = self.write_slots();
         let Some(slot) = slots.get_mut(i) else {
             return Ok(None);
         };
@@ -605,7 +616,7 @@ impl MemTable {
     /// Removes the entry of `ctx`; its key dies for good.
     pub(crate) fn remove(&self, ctx: u32) -> Option<Entry> {
         let (i, k) = Self::slot_of(ctx);
-        let mut slots = self.slots.write();
+        let mut slots = self.write_slots();
         let slot = slots.get_mut(i)?;
         if slot.entry.as_ref()?.key != k {
             return None;
@@ -625,7 +636,7 @@ impl MemTable {
     /// the removed entry and the number of windows unbound.
     pub(crate) fn invalidate_lmr(&self, ctx: u32) -> Option<(Entry, usize)> {
         let (i, k) = Self::slot_of(ctx);
-        let mut slots = self.slots.write();
+        let mut slots = self.write_slots();
         let slot = slots.get_mut(i)?;
         if slot.entry.as_ref()?.key != k {
             return None;
@@ -672,70 +683,371 @@ impl MemTable {
         pz: PzHandle,
         local: bool,
     ) -> std::result::Result<Span, AccessError> {
+        Self::resolve_in(&self.slots.read(), ctx, addr, len, right, pz, local)
+    }
+
+    /// [`MemTable::resolve_with`] in the locked table `slots`.
+    fn resolve_in(
+        slots: &[Slot],
+        ctx: u32,
+        addr: u64,
+        len: u64,
+        right: MemPriv,
+        pz: PzHandle,
+        local: bool,
+    ) -> std::result::Result<Span, AccessError> {
         let (i, k) = Self::slot_of(ctx);
-        let slots = self.slots.read();
         let e = slots
             .get(i)
             .and_then(|s| s.entry.as_ref())
             .filter(|e| e.key == k)
             .ok_or(AccessError::BadKey)?;
-        if local && e.kind == EntryKind::Rmr {
-            return Err(AccessError::BadKey);
-        }
         let region = e.region.as_ref().ok_or(AccessError::BadKey)?;
-        // A retired region's memory may be gone (borrowed memory given back):
-        // its keys resolve to nothing. (A transfer through a span resolved
-        // just before the retirement is refused by `copy_spans`.)
-        if region.is_retired() {
-            return Err(AccessError::BadKey);
-        }
-        if e.pz != pz {
-            return Err(AccessError::WrongPz);
-        }
-        if !e.privs.contains(right) {
-            return Err(AccessError::Right);
-        }
-        let end = addr.checked_add(len).ok_or(AccessError::Range)?;
-        if addr < e.start || end > e.start + e.len {
-            return Err(AccessError::Range);
-        }
-        let offset = addr - region.address();
-        if offset
-            .checked_add(len)
-            .is_none_or(|x| x > region.len() as u64)
-        {
-            return Err(AccessError::Range);
-        }
+        let offset = check_access(
+            region,
+            e.kind == EntryKind::Rmr,
+            e.pz,
+            e.privs,
+            (e.start, e.len),
+            (addr, len, right, pz, local),
+        )?;
         Ok(Span {
             region: region.clone(),
-            offset: offset as usize,
+            offset,
             len: len as usize,
         })
     }
 
-    /// Resolves a local scatter/gather list (`LocalProtection` on failure).
+    /// Puts `ctx` in `cache` (as of the current generation) if it names a
+    /// live entry with memory; false if it does not.
+    fn cache_key(&self, cache: &mut KeyCache, ctx: u32) -> bool {
+        if cache
+            .find(ctx, self.generation.load(Ordering::Acquire))
+            .is_some()
+        {
+            return true;
+        }
+        let slots = self.slots.read();
+        // Stable under the read lock: writers move it under the write lock.
+        let generation = self.generation.load(Ordering::Acquire);
+        let (i, k) = Self::slot_of(ctx);
+        let Some(e) = slots
+            .get(i)
+            .and_then(|s| s.entry.as_ref())
+            .filter(|e| e.key == k)
+        else {
+            return false;
+        };
+        let Some(region) = &e.region else {
+            return false;
+        };
+        cache.insert(CachedKey {
+            ctx,
+            generation,
+            rmr: e.kind == EntryKind::Rmr,
+            pz: e.pz,
+            privs: e.privs,
+            start: e.start,
+            len: e.len,
+            region: region.clone(),
+        });
+        true
+    }
+
+    /// [`MemTable::resolve`] through `cache`: no table lock and no
+    /// reference count taken while the key is cached and the table
+    /// unchanged. The span borrows from `cache`, or (when the key is not
+    /// cached: the authoritative answer, errors included) from `hold`.
+    pub(crate) fn resolve_cached<'c>(
+        &self,
+        (cache, hold): (&'c mut KeyCache, &'c mut Option<Span>),
+        ctx: u32,
+        addr: u64,
+        len: u64,
+        right: MemPriv,
+        pz: PzHandle,
+    ) -> std::result::Result<SpanRef<'c>, AccessError> {
+        if self.cache_key(cache, ctx) {
+            let generation = self.generation.load(Ordering::Acquire);
+            if let Some(c) = cache.find(ctx, generation) {
+                let offset = c.check(addr, len, right, pz, false)?;
+                return Ok(SpanRef {
+                    region: &c.region,
+                    offset,
+                    len: len as usize,
+                });
+            }
+        }
+        let span = hold.insert(self.resolve(ctx, addr, len, right, pz)?);
+        Ok(span.as_ref())
+    }
+
+    /// One key through `cache` only: the span, or `None` if the key is not
+    /// live, or the table changed meanwhile, or the access is refused (the
+    /// caller then asks the table for the authoritative answer).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn resolve_one_cached<'c>(
+        &self,
+        cache: &'c mut KeyCache,
+        ctx: u32,
+        addr: u64,
+        len: u64,
+        right: MemPriv,
+        pz: PzHandle,
+        local: bool,
+    ) -> Option<SpanRef<'c>> {
+        if !self.cache_key(cache, ctx) {
+            return None;
+        }
+        let cache: &'c KeyCache = cache;
+        let c = cache.find(ctx, self.generation.load(Ordering::Acquire))?;
+        let offset = c.check(addr, len, right, pz, local).ok()?;
+        Some(SpanRef {
+            region: &c.region,
+            offset,
+            len: len as usize,
+        })
+    }
+
+    /// [`MemTable::resolve_local`] through `cache` (see
+    /// [`MemTable::resolve_cached`]); `hold` keeps the spans of an uncached
+    /// resolution.
+    pub(crate) fn resolve_local_cached<'c>(
+        &self,
+        cache: &'c mut KeyCache,
+        hold: &'c mut Spans,
+        iov: &[LmrTriplet],
+        right: MemPriv,
+        pz: PzHandle,
+    ) -> std::result::Result<SpanRefs<'c>, DtoStatus> {
+        // The usual list: one entry.
+        if let [t] = iov {
+            if t.segment_length > 0 && self.cache_key(cache, t.lmr_context) {
+                let g = self.generation.load(Ordering::Acquire);
+                if cache.find(t.lmr_context, g).is_some() {
+                    let cache: &'c KeyCache = cache;
+                    let Some(c) = cache.find(t.lmr_context, g) else {
+                        unreachable!("just found");
+                    };
+                    let offset = c
+                        .check(t.virtual_address, t.segment_length, right, pz, true)
+                        .map_err(|_| DtoStatus::LocalProtection)?;
+                    let mut out = SpanRefs::new();
+                    out.push(SpanRef {
+                        region: &c.region,
+                        offset,
+                        len: t.segment_length as usize,
+                    });
+                    return Ok(out);
+                }
+            }
+        }
+        let used = || iov.iter().filter(|t| t.segment_length > 0);
+        // Every key cached at one generation (a later key's miss may evict
+        // an earlier one, or the table may change in between: then the
+        // table answers).
+        let mut generation = None;
+        if used().count() <= CACHED_KEYS && used().all(|t| self.cache_key(cache, t.lmr_context)) {
+            let g = self.generation.load(Ordering::Acquire);
+            if used().all(|t| cache.find(t.lmr_context, g).is_some()) {
+                generation = Some(g);
+            }
+        }
+        let Some(g) = generation else {
+            *hold = self.resolve_local(iov, right, pz)?;
+            return Ok(hold.iter().map(Span::as_ref).collect());
+        };
+        let cache: &'c KeyCache = cache;
+        let mut out = SpanRefs::new();
+        for t in used() {
+            let Some(c) = cache.find(t.lmr_context, g) else {
+                unreachable!("checked above, and the cache did not change");
+            };
+            let offset = c
+                .check(t.virtual_address, t.segment_length, right, pz, true)
+                .map_err(|_| DtoStatus::LocalProtection)?;
+            out.push(SpanRef {
+                region: &c.region,
+                offset,
+                len: t.segment_length as usize,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Resolves a local scatter/gather list (`LocalProtection` on failure),
+    /// under one lock of the table.
     pub(crate) fn resolve_local(
         &self,
         iov: &[LmrTriplet],
         right: MemPriv,
         pz: PzHandle,
     ) -> std::result::Result<Spans, DtoStatus> {
-        iov.iter()
-            .filter(|t| t.segment_length > 0)
-            .map(|t| {
-                self.resolve_with(
-                    t.lmr_context,
-                    t.virtual_address,
-                    t.segment_length,
-                    right,
-                    pz,
-                    true,
-                )
-                .map_err(|_| DtoStatus::LocalProtection)
-            })
-            .collect()
+        let mut out = Spans::new();
+        if iov.is_empty() {
+            return Ok(out);
+        }
+        let slots = self.slots.read();
+        for t in iov.iter().filter(|t| t.segment_length > 0) {
+            let span = Self::resolve_in(
+                &slots,
+                t.lmr_context,
+                t.virtual_address,
+                t.segment_length,
+                right,
+                pz,
+                true,
+            )
+            .map_err(|_| DtoStatus::LocalProtection)?;
+            out.push(span);
+        }
+        Ok(out)
     }
 }
+
+/// Checks an access of `len` bytes at `addr` needing `right` from zone
+/// `pz` (`local`: a local buffer, which a window key cannot name) against
+/// an entry (window or not, its zone, rights and range) mapping `region`;
+/// returns the offset into the region.
+fn check_access(
+    region: &Region,
+    rmr: bool,
+    entry_pz: PzHandle,
+    privs: MemPriv,
+    (start, entry_len): (u64, u64),
+    (addr, len, right, pz, local): (u64, u64, MemPriv, PzHandle, bool),
+) -> std::result::Result<usize, AccessError> {
+    if local && rmr {
+        return Err(AccessError::BadKey);
+    }
+    // A retired region's memory may be gone (borrowed memory given back):
+    // its keys resolve to nothing. (A transfer through a span resolved
+    // just before the retirement is refused by `copy_spans`.)
+    if region.is_retired() {
+        return Err(AccessError::BadKey);
+    }
+    if entry_pz != pz {
+        return Err(AccessError::WrongPz);
+    }
+    if !privs.contains(right) {
+        return Err(AccessError::Right);
+    }
+    let end = addr.checked_add(len).ok_or(AccessError::Range)?;
+    if addr < start || end > start + entry_len {
+        return Err(AccessError::Range);
+    }
+    let offset = addr - region.address();
+    if offset
+        .checked_add(len)
+        .is_none_or(|x| x > region.len() as u64)
+    {
+        return Err(AccessError::Range);
+    }
+    Ok(offset as usize)
+}
+
+/// How many keys a [`KeyCache`] holds.
+const CACHED_KEYS: usize = 4;
+
+/// A few resolved keys of one registration table, each as of a table
+/// generation (an endpoint keeps one for its own table and one for its
+/// peer's, under its lock). Valid while the table's generation has not
+/// moved; a miss drops every stale entry, so a region outlives its last
+/// registration in here only until the endpoint's next miss (or release).
+#[derive(Default)]
+pub(crate) struct KeyCache {
+    keys: [Option<CachedKey>; CACHED_KEYS],
+    next: usize,
+}
+
+/// An entry's access-check inputs, as of `generation`.
+struct CachedKey {
+    ctx: u32,
+    generation: u64,
+    rmr: bool,
+    pz: PzHandle,
+    privs: MemPriv,
+    start: u64,
+    len: u64,
+    region: Arc<Region>,
+}
+
+impl CachedKey {
+    fn check(
+        &self,
+        addr: u64,
+        len: u64,
+        right: MemPriv,
+        pz: PzHandle,
+        local: bool,
+    ) -> std::result::Result<usize, AccessError> {
+        check_access(
+            &self.region,
+            self.rmr,
+            self.pz,
+            self.privs,
+            (self.start, self.len),
+            (addr, len, right, pz, local),
+        )
+    }
+}
+
+impl KeyCache {
+    /// `ctx` cached at `generation`.
+    fn find(&self, ctx: u32, generation: u64) -> Option<&CachedKey> {
+        self.keys
+            .iter()
+            .flatten()
+            .find(|k| k.ctx == ctx && k.generation == generation)
+    }
+
+    /// Adds `k`, dropping stale entries first.
+    fn insert(&mut self, k: CachedKey) {
+        for e in &mut self.keys {
+            if e.as_ref().is_some_and(|e| e.generation != k.generation) {
+                *e = None;
+            }
+        }
+        let i = match self.keys.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.next = (self.next + 1) % CACHED_KEYS;
+                self.next
+            }
+        };
+        self.keys[i] = Some(k);
+    }
+
+    /// Forgets everything.
+    pub(crate) fn clear(&mut self) {
+        *self = KeyCache::default();
+    }
+}
+
+/// A [`Span`] borrowing its region.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct SpanRef<'a> {
+    /// The region.
+    pub region: &'a Region,
+    /// Offset into the region.
+    pub offset: usize,
+    /// Length.
+    pub len: usize,
+}
+
+impl Span {
+    /// The span, borrowing its region.
+    pub(crate) fn as_ref(&self) -> SpanRef<'_> {
+        SpanRef {
+            region: &self.region,
+            offset: self.offset,
+            len: self.len,
+        }
+    }
+}
+
+/// Borrowing spans (inline up to four entries).
+pub(crate) type SpanRefs<'a> = smallvec::SmallVec<[SpanRef<'a>; 4]>;
 
 /// A posted scatter/gather list (inline up to four entries).
 pub(crate) type Iov = smallvec::SmallVec<[LmrTriplet; 4]>;
@@ -745,7 +1057,7 @@ pub(crate) type Iov = smallvec::SmallVec<[LmrTriplet; 4]>;
 pub(crate) type Spans = smallvec::SmallVec<[Span; 4]>;
 
 /// Total length of spans.
-pub(crate) fn total(spans: &[Span]) -> usize {
+pub(crate) fn total(spans: &[SpanRef<'_>]) -> usize {
     spans.iter().map(|s| s.len).sum()
 }
 
@@ -764,7 +1076,18 @@ pub(crate) struct Retired {
 /// concurrent copies cannot deadlock. Returns the bytes copied, or, if a
 /// region is retired (checked under its lock, with every lock held), which
 /// side names it: then no byte moves.
+#[cfg(test)]
 pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> std::result::Result<usize, Retired> {
+    let src: SpanRefs<'_> = src.iter().map(Span::as_ref).collect();
+    let dst: SpanRefs<'_> = dst.iter().map(Span::as_ref).collect();
+    copy_refs(&src, &dst)
+}
+
+/// [`copy_spans`] of borrowing spans.
+pub(crate) fn copy_refs(
+    src: &[SpanRef<'_>],
+    dst: &[SpanRef<'_>],
+) -> std::result::Result<usize, Retired> {
     let n = total(src).min(total(dst));
     // Fast path: one span each side, two regions (the usual RDMA and
     // single-buffer send): lock in id order, one copy.
@@ -790,7 +1113,7 @@ pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> std::result::Result<usiz
     // Distinct regions, each with the sides it is used on.
     struct Use<'a> {
         id: u64,
-        region: &'a Arc<Region>,
+        region: &'a Region,
         src: bool,
         dst: bool,
     }
@@ -805,7 +1128,7 @@ pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> std::result::Result<usiz
             None => {
                 regions.push(Use {
                     id: s.region.id,
-                    region: &s.region,
+                    region: s.region,
                     src: false,
                     dst: false,
                 });
@@ -952,6 +1275,90 @@ mod tests {
                 .unwrap_err(),
             AccessError::Range
         );
+    }
+
+    #[test]
+    fn cached_keys_follow_every_table_change() {
+        let t = MemTable::default();
+        let r = Region::from_vec((0..64u8).collect());
+        let a = r.address();
+        let ctx = t.insert(entry(&r, MemPriv::ALL)).unwrap();
+        let mut cache = KeyCache::default();
+        let one = |t: &MemTable, c: &mut KeyCache, ctx: u32, right: MemPriv| {
+            t.resolve_one_cached(c, ctx, a + 8, 8, right, PzHandle(1), true)
+                .map(|s| (s.offset, s.len))
+        };
+        let list = |t: &MemTable, c: &mut KeyCache, ctx: u32| {
+            let mut hold = Spans::new();
+            let iov = [
+                LmrTriplet {
+                    lmr_context: ctx,
+                    virtual_address: a,
+                    segment_length: 4,
+                },
+                LmrTriplet {
+                    lmr_context: ctx,
+                    virtual_address: a + 60,
+                    segment_length: 4,
+                },
+            ];
+            t.resolve_local_cached(c, &mut hold, &iov, MemPriv::LOCAL_READ, PzHandle(1))
+                .map(|v| v.iter().map(|s| (s.offset, s.len)).collect::<Vec<_>>())
+        };
+        assert_eq!(one(&t, &mut cache, ctx, MemPriv::LOCAL_READ), Some((8, 8)));
+        // A hit, and the checks still apply to it.
+        assert_eq!(one(&t, &mut cache, ctx, MemPriv::LOCAL_READ), Some((8, 8)));
+        assert_eq!(one(&t, &mut cache, ctx ^ 1, MemPriv::LOCAL_READ), None);
+        assert_eq!(
+            t.resolve_one_cached(
+                &mut cache,
+                ctx,
+                a + 60,
+                8,
+                MemPriv::LOCAL_READ,
+                PzHandle(1),
+                true
+            )
+            .map(|s| s.len),
+            None
+        );
+        assert_eq!(list(&t, &mut cache, ctx), Ok(vec![(0, 4), (60, 4)]));
+        // Rights taken away: the cached entry is not used.
+        t.with_mut(ctx, |e| e.privs = MemPriv::REMOTE_READ);
+        assert_eq!(one(&t, &mut cache, ctx, MemPriv::LOCAL_READ), None);
+        assert_eq!(list(&t, &mut cache, ctx), Err(DtoStatus::LocalProtection));
+        t.with_mut(ctx, |e| e.privs = MemPriv::ALL);
+        assert!(one(&t, &mut cache, ctx, MemPriv::LOCAL_READ).is_some());
+        // A new key: the old one is dead in the cache too.
+        let ctx2 = t.rekey(ctx, |_| {}).unwrap();
+        assert_eq!(one(&t, &mut cache, ctx, MemPriv::LOCAL_READ), None);
+        assert_eq!(list(&t, &mut cache, ctx), Err(DtoStatus::LocalProtection));
+        assert!(one(&t, &mut cache, ctx2, MemPriv::LOCAL_READ).is_some());
+        // Removed, or its region retired: refused.
+        let ctx3 = t.insert(entry(&r, MemPriv::ALL)).unwrap();
+        assert!(one(&t, &mut cache, ctx3, MemPriv::LOCAL_READ).is_some());
+        t.remove(ctx2).unwrap();
+        assert_eq!(one(&t, &mut cache, ctx2, MemPriv::LOCAL_READ), None);
+        assert!(one(&t, &mut cache, ctx3, MemPriv::LOCAL_READ).is_some());
+        r.retire();
+        assert_eq!(one(&t, &mut cache, ctx3, MemPriv::LOCAL_READ), None);
+        assert_eq!(list(&t, &mut cache, ctx3), Err(DtoStatus::LocalProtection));
+        // A miss drops stale entries (their regions with them).
+        let r2 = Region::zeroed(8);
+        let ctx4 = t.insert(entry(&r2, MemPriv::ALL)).unwrap();
+        assert!(
+            t.resolve_one_cached(
+                &mut cache,
+                ctx4,
+                r2.address(),
+                8,
+                MemPriv::LOCAL_READ,
+                PzHandle(1),
+                true
+            )
+            .is_some()
+        );
+        assert_eq!(cache.keys.iter().flatten().count(), 1);
     }
 
     #[test]

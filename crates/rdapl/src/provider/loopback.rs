@@ -27,15 +27,15 @@
 //! Fault injection (used by the tests): `Ep::inject_failure`,
 //! `Ep::inject_delay`, `Ep::inject_break`.
 
-use crate::ep::{CompletionFlags, EpInner, EpState, Wr, WrOp};
+use crate::ep::{CompletionFlags, EpCore, EpInner, EpState, Wr, WrOp};
 use crate::error::{Error, Result, Subtype};
 use crate::evd::{MAX_QLEN, UpcallPolicy};
 use crate::event::{ConnectionEventKind, DtoStatus};
 use crate::ia::{IaAttr, ProviderAttr};
-use crate::mem::{self, MemPriv};
+use crate::mem::{self, KeyCache, MemPriv, Span, SpanRefs, Spans};
 use crate::provider::{Provider, Transport};
 use crate::sp::{CrInner, CrState, SpInner};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -303,9 +303,13 @@ impl Transport for LoopbackIa {
             }
             cp.state = EpState::Connected;
             cp.peer = Some(Arc::downgrade(&active));
+            cp.peer_mem = Some((active.ia.clone(), active.pz.inner.id));
+            cp.peer_keys.clear();
             cp.remote = Some((cr.remote_address, cr.conn_qual));
             ca.state = EpState::Connected;
             ca.peer = Some(Arc::downgrade(ep));
+            ca.peer_mem = Some((ep.ia.clone(), ep.pz.inner.id));
+            ca.peer_keys.clear();
             ca.pending_cr = None;
             ca.peer_private = Some(private_data.clone().into_boxed_slice());
         }
@@ -342,7 +346,12 @@ impl Transport for LoopbackIa {
 
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
         if recv {
-            // Only the peer's head send can have been waiting for this.
+            // Only the peer's head send can have been waiting for this, and
+            // only if it found no receive (it says so under `ep`'s lock,
+            // which the poster took after it: no kick is lost).
+            if !ep.recv_wanted.load(Ordering::Relaxed) {
+                return;
+            }
             let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
             if let Some(p) = peer {
                 progress(&self.lb, &p);
@@ -350,6 +359,69 @@ impl Transport for LoopbackIa {
         } else {
             progress(&self.lb, ep);
         }
+    }
+
+    fn submit(&self, ep: &Arc<EpInner>, mut core: MutexGuard<'_, EpCore>, wr: Wr) {
+        if wr.is_recv() {
+            core.recvs.push_back(wr);
+            drop(core);
+            self.kick(ep, true);
+            return;
+        }
+        // Nothing ahead of it: an RDMA request that can run now completes
+        // without going through the queue.
+        let c = &mut *core;
+        if c.sends.is_empty()
+            && c.state == EpState::Connected
+            && wr.not_before.is_none()
+            && c.fail_next.is_none()
+        {
+            let rdma = match wr.op {
+                WrOp::RdmaWrite(r) => Some((r, true)),
+                WrOp::RdmaRead(r) => Some((r, false)),
+                _ => None,
+            };
+            if let (Some((r, write)), Some((ia, pz))) = (rdma, &c.peer_mem) {
+                if let Some(len) = rdma_try(
+                    ep,
+                    &wr.iov,
+                    (&mut c.keys, &mut c.peer_keys),
+                    ia,
+                    *pz,
+                    r,
+                    write,
+                ) {
+                    ep.complete(wr, DtoStatus::Success, len);
+                    return;
+                }
+            } else if matches!(wr.op, WrOp::Send) {
+                // A send needs the peer locked too: at once if the handle
+                // order allows it (or the lock is free), else it queues.
+                if let Some(b) = c.peer.as_ref().and_then(Weak::upgrade) {
+                    let cb = if ep.id < b.id {
+                        Some(b.core.lock())
+                    } else {
+                        b.core.try_lock()
+                    };
+                    if let Some(mut cb) = cb {
+                        match send(&self.lb, ep, &b, c, &mut cb, wr) {
+                            Ok(Step::Broken) => {
+                                stop_both(c, &mut cb);
+                                drop(cb);
+                                drop(core);
+                                ep.break_connection(Some(&b), None);
+                            }
+                            Ok(_) => {}
+                            // No receive yet: it waits at the head.
+                            Err(wr) => c.sends.push_back(wr),
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+        core.sends.push_back(wr);
+        progress_locked(&self.lb, ep, core);
     }
 
     fn srq_posted(&self, srq: &crate::srq::SrqInner) {
@@ -397,28 +469,161 @@ impl LoopbackIa {
     }
 }
 
-/// What to do after releasing the endpoint locks.
-// The completion list is inline on purpose: no allocation on the data path.
-#[allow(clippy::large_enum_variant)]
-enum After {
-    Done,
-    /// Complete these (endpoint, request, status, length), then continue
-    /// (or, with `broken`, break the connection and stop).
-    Complete(Completions, bool),
-    Local(Wr),
+/// What one step of [`progress`] did.
+enum Step {
+    /// The head request completed: go on with the next.
+    Next,
+    /// The head request cannot execute yet: stop.
+    Blocked,
+    /// A DTO error: stop both queues and break the connection.
+    Broken,
 }
-
-/// Completions to publish: (on `a`?, request, status, length); inline, no
-/// allocation (a step completes at most two requests).
-type Completions = smallvec::SmallVec<[(bool, Wr, DtoStatus, u64); 2]>;
 
 /// Executes `a`'s send queue, in order, until it is empty or blocked.
 fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
-    let Some(b) = a.core.lock().peer.as_ref().and_then(Weak::upgrade) else {
+    progress_locked(lb, a, a.core.lock());
+}
+
+/// [`progress`] with `a` locked (`ca`).
+///
+/// RDMA requests need nothing of the peer endpoint but its registration
+/// table and protection zone, so while they succeed they run with `a` alone
+/// locked. Anything else (a send, a memory operation, an injected failure
+/// or delay) and any failing RDMA request go to [`progress_both`], with both
+/// endpoints locked, which (re)executes the head request: a failed RDMA
+/// request moved no byte, published nothing and changed nothing, and only
+/// the path with both endpoints locked publishes a failure and stops both
+/// queues at once.
+fn progress_locked<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'g, EpCore>) {
+    loop {
+        let c = &mut *ca;
+        if c.state != EpState::Connected {
+            return;
+        }
+        let Some(head) = c.sends.front() else {
+            return;
+        };
+        if head.not_before.is_some() || c.fail_next.is_some() {
+            break;
+        }
+        let (r, write) = match head.op {
+            WrOp::RdmaWrite(r) => (r, true),
+            WrOp::RdmaRead(r) => (r, false),
+            _ => break,
+        };
+        let Some((ia, pz)) = &c.peer_mem else {
+            break;
+        };
+        let Some(len) = rdma_try(
+            a,
+            &head.iov,
+            (&mut c.keys, &mut c.peer_keys),
+            ia,
+            *pz,
+            r,
+            write,
+        ) else {
+            break;
+        };
+        let wr = c.sends.pop_front().expect("head");
+        a.complete(wr, DtoStatus::Success, len);
+    }
+    progress_both(lb, a, ca);
+}
+
+/// An RDMA write (`write`) or read of `iov` against `r` on the peer (its
+/// IA `peer` and zone `peer_pz`): the bytes moved, or `None` (and nothing
+/// moved) if any check or the copy failed.
+fn rdma_try(
+    a: &EpInner,
+    iov: &[crate::mem::LmrTriplet],
+    (keys, peer_keys): (&mut KeyCache, &mut KeyCache),
+    peer: &crate::ia::IaInner,
+    peer_pz: crate::event::PzHandle,
+    r: crate::mem::RmrTriplet,
+    write: bool,
+) -> Option<u64> {
+    let (local_right, remote_right) = if write {
+        (MemPriv::LOCAL_READ, MemPriv::REMOTE_WRITE)
+    } else {
+        (MemPriv::LOCAL_WRITE, MemPriv::REMOTE_READ)
+    };
+    // The usual request: one local buffer, both keys cached.
+    if let [t] = iov {
+        if t.segment_length > 0 {
+            let local = a.ia.mem.resolve_one_cached(
+                keys,
+                t.lmr_context,
+                t.virtual_address,
+                t.segment_length,
+                local_right,
+                a.pz.inner.id,
+                true,
+            )?;
+            let remote = peer.mem.resolve_one_cached(
+                peer_keys,
+                r.rmr_context,
+                r.target_address,
+                t.segment_length,
+                remote_right,
+                peer_pz,
+                false,
+            )?;
+            let (local, remote) = (std::slice::from_ref(&local), std::slice::from_ref(&remote));
+            let copied = if write {
+                mem::copy_refs(local, remote)
+            } else {
+                mem::copy_refs(remote, local)
+            };
+            return copied.ok().map(|_| t.segment_length);
+        }
+    }
+    let mut hold = Spans::new();
+    let local =
+        a.ia.mem
+            .resolve_local_cached(keys, &mut hold, iov, local_right, a.pz.inner.id)
+            .ok()?;
+    let len = mem::total(&local) as u64;
+    if len == 0 {
+        return Some(0);
+    }
+    let mut hold_remote = None;
+    let remote = peer
+        .mem
+        .resolve_cached(
+            (peer_keys, &mut hold_remote),
+            r.rmr_context,
+            r.target_address,
+            len,
+            remote_right,
+            peer_pz,
+        )
+        .ok()?;
+    let remote = std::slice::from_ref(&remote);
+    let copied = if write {
+        mem::copy_refs(&local, remote)
+    } else {
+        mem::copy_refs(remote, &local)
+    };
+    copied.ok().map(|_| len)
+}
+
+/// [`progress`] with both endpoints locked, starting with `a` locked.
+fn progress_both<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'g, EpCore>) {
+    if ca.state != EpState::Connected || ca.sends.is_empty() {
+        return;
+    }
+    let Some(b) = ca.peer.as_ref().and_then(Weak::upgrade) else {
         return;
     };
-    let broken = {
-        let (mut ca, mut cb) = EpInner::lock_pair(a, &b);
+    // Both endpoints locked, in handle order.
+    let mut cb;
+    if a.id < b.id {
+        cb = b.core.lock();
+    } else {
+        drop(ca);
+        cb = b.core.lock();
+        ca = a.core.lock();
         // Still connected to the same peer?
         if !ca
             .peer
@@ -427,175 +632,203 @@ fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
         {
             return;
         }
-        // Completions are published while both endpoints stay locked:
-        // another thread progressing this endpoint (a second poster, the
-        // peer's post_recv, the timer) can neither publish the completion
-        // of a later request first nor execute one behind a failure.
-        // Publishing never runs consumer code on this stack.
-        loop {
-            if ca.state != EpState::Connected || ca.sends.is_empty() {
+    }
+    // Completions are published while both endpoints stay locked: another
+    // thread progressing this endpoint (a second poster, the peer's
+    // post_recv, the timer) can neither publish the completion of a later
+    // request first nor execute one behind a failure. Publishing never runs
+    // consumer code on this stack.
+    let broken = loop {
+        if ca.state != EpState::Connected {
+            break false;
+        }
+        let Some(head) = ca.sends.front() else {
+            break false;
+        };
+        let is_local = matches!(head.op, WrOp::Local(_));
+        if let Some(nb) = head.not_before {
+            if nb > Instant::now() {
+                let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
+                lb.timer.at(
+                    nb,
+                    Box::new(move || {
+                        if let Some(a) = a2.upgrade() {
+                            progress(&lb2, &a);
+                        }
+                    }),
+                );
                 break false;
             }
-            if let Some(nb) = ca.sends.front().and_then(|w| w.not_before) {
-                if nb > Instant::now() {
-                    let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
-                    lb.timer.at(
-                        nb,
-                        Box::new(move || {
-                            if let Some(a) = a2.upgrade() {
-                                progress(&lb2, &a);
-                            }
-                        }),
-                    );
-                    break false;
-                }
-            }
-            let after = if let Some(st) = ca.fail_next.take() {
-                let wr = ca.sends.pop_front().expect("head");
-                After::Complete(smallvec::smallvec![(true, wr, st, 0)], true)
+        }
+        let step = if let Some(st) = ca.fail_next.take() {
+            let wr = ca.sends.pop_front().expect("head");
+            a.complete(wr, st, 0);
+            Step::Broken
+        } else if is_local {
+            // A failed bind, map or invalidate is a DTO error: it breaks
+            // the connection like any other.
+            let wr = ca.sends.pop_front().expect("head");
+            if a.execute_local(wr).is_success() {
+                Step::Next
             } else {
-                let head_is_local = matches!(
-                    ca.sends.front().map(|w| &w.op),
-                    Some(WrOp::Bind { .. } | WrOp::Fmr { .. } | WrOp::Invalidate { .. })
-                );
-                if head_is_local {
-                    After::Local(ca.sends.pop_front().expect("head"))
-                } else {
-                    execute(lb, a, &b, &mut ca, &mut cb)
-                }
-            };
-            let broken = match after {
-                After::Done => break false,
-                // A failed bind, map or invalidate is a DTO error: it breaks
-                // the connection like any other.
-                After::Local(wr) => !a.execute_local(wr).is_success(),
-                After::Complete(list, broken) => {
-                    for (on_a, wr, st, len) in list {
-                        if on_a {
-                            a.complete(wr, st, len);
-                        } else {
-                            b.complete(wr, st, len);
-                        }
-                    }
-                    broken
-                }
-            };
-            if broken {
-                // Stop both queues now; break_connection flushes.
-                for c in [&mut *ca, &mut *cb] {
-                    if c.state == EpState::Connected {
-                        c.state = EpState::DisconnectPending;
-                    }
-                }
+                Step::Broken
+            }
+        } else {
+            execute(lb, a, &b, &mut ca, &mut cb)
+        };
+        match step {
+            Step::Next => {}
+            Step::Blocked => break false,
+            Step::Broken => {
+                stop_both(&mut ca, &mut cb);
                 break true;
             }
         }
     };
+    drop(ca);
+    drop(cb);
     if broken {
         a.break_connection(Some(&b), None);
     }
 }
 
+/// After a DTO error: stops both queues at once (with both endpoints
+/// locked); `break_connection` then flushes.
+fn stop_both(ca: &mut EpCore, cb: &mut EpCore) {
+    for c in [ca, cb] {
+        if c.state == EpState::Connected {
+            c.state = EpState::DisconnectPending;
+        }
+    }
+}
+
 /// Executes the head request of `a` (a send, RDMA write or RDMA read)
-/// against peer `b`, both locked.
+/// against peer `b`, both locked, and publishes its completions.
 fn execute(
     lb: &Arc<Loopback>,
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
     ca: &mut crate::ep::EpCore,
     cb: &mut crate::ep::EpCore,
-) -> After {
+) -> Step {
     let head = ca.sends.front().expect("head");
-    match &head.op {
+    match head.op {
         WrOp::Send => {
-            let Some(rwr) = take_recv(b, cb) else {
-                if ca.rnr_deadline.is_none() {
-                    let deadline = Instant::now() + lb.rnr_timeout();
-                    ca.rnr_deadline = Some(deadline);
-                    let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
-                    lb.timer
-                        .at(deadline, Box::new(move || rnr_expired(&lb2, a2, deadline)));
-                }
-                return After::Done;
-            };
-            ca.rnr_deadline = None;
             let wr = ca.sends.pop_front().expect("head");
-            let src = match a
-                .ia
-                .mem
-                .resolve_local(&wr.iov, MemPriv::LOCAL_READ, a.pz.inner.id)
-            {
-                Ok(s) => s,
-                Err(st) => {
-                    untake_recv(b, cb, rwr);
-                    return After::Complete(smallvec::smallvec![(true, wr, st, 0)], true);
+            match send(lb, a, b, ca, cb, wr) {
+                Ok(step) => step,
+                Err(wr) => {
+                    ca.sends.push_front(wr);
+                    Step::Blocked
                 }
-            };
-            let dst = match b
-                .ia
-                .mem
-                .resolve_local(&rwr.iov, MemPriv::LOCAL_WRITE, b.pz.inner.id)
-            {
-                Ok(d) => d,
-                Err(st) => {
-                    return After::Complete(
-                        smallvec::smallvec![
-                            (true, wr, DtoStatus::RemoteResponder, 0),
-                            (false, rwr, st, 0),
-                        ],
-                        true,
-                    );
-                }
-            };
-            let mut rwr = rwr;
-            if wr.flags.contains(CompletionFlags::SOLICITED_WAIT) {
-                rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
-            }
-            let len = mem::total(&src);
-            if len > mem::total(&dst) {
-                return After::Complete(
-                    smallvec::smallvec![
-                        (true, wr, DtoStatus::RemoteResponder, 0),
-                        (false, rwr, DtoStatus::LocalLength, 0),
-                    ],
-                    true,
-                );
-            }
-            match mem::copy_spans(&src, &dst) {
-                Ok(_) => After::Complete(
-                    smallvec::smallvec![
-                        (true, wr, DtoStatus::Success, len as u64),
-                        (false, rwr, DtoStatus::Success, len as u64),
-                    ],
-                    false,
-                ),
-                // A region was retired after its key resolved: no byte
-                // moved. As for a refused key: the sender's own buffer...
-                Err(r) if r.src => {
-                    untake_recv(b, cb, rwr);
-                    After::Complete(
-                        smallvec::smallvec![(true, wr, DtoStatus::LocalProtection, 0)],
-                        true,
-                    )
-                }
-                // ...or the receiver's.
-                Err(_) => After::Complete(
-                    smallvec::smallvec![
-                        (true, wr, DtoStatus::RemoteResponder, 0),
-                        (false, rwr, DtoStatus::LocalProtection, 0),
-                    ],
-                    true,
-                ),
             }
         }
-        WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) => {
-            let (r, write) = (*r, matches!(head.op, WrOp::RdmaWrite(_)));
+        WrOp::RdmaWrite(r) => {
             let wr = ca.sends.pop_front().expect("head");
-            rdma(a, b, wr, r, write)
+            rdma(a, b, wr, r, true)
+        }
+        WrOp::RdmaRead(r) => {
+            let wr = ca.sends.pop_front().expect("head");
+            rdma(a, b, wr, r, false)
         }
         _ => {
             let wr = ca.sends.pop_front().expect("head");
-            After::Complete(smallvec::smallvec![(true, wr, DtoStatus::LocalEp, 0)], true)
+            a.complete(wr, DtoStatus::LocalEp, 0);
+            Step::Broken
+        }
+    }
+}
+
+/// Executes the send `wr` of `a` (popped from the head of its queue, or
+/// posted with nothing queued ahead) against peer `b`, both locked, and
+/// publishes its completions; `Err(wr)` if `b` has no receive for it yet
+/// (the receiver-not-ready clock runs; the caller puts it back at the head).
+// The request comes back by value on purpose: boxing it would allocate.
+#[allow(clippy::result_large_err)]
+fn send(
+    lb: &Arc<Loopback>,
+    a: &Arc<EpInner>,
+    b: &Arc<EpInner>,
+    ca: &mut crate::ep::EpCore,
+    cb: &mut crate::ep::EpCore,
+    wr: Wr,
+) -> std::result::Result<Step, Wr> {
+    let Some(mut rwr) = take_recv(b, cb) else {
+        // Under `b`'s lock: a receive posted from now on kicks us.
+        b.recv_wanted.store(true, Ordering::Relaxed);
+        if ca.rnr_deadline.is_none() {
+            let deadline = Instant::now() + lb.rnr_timeout();
+            ca.rnr_deadline = Some(deadline);
+            let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
+            lb.timer
+                .at(deadline, Box::new(move || rnr_expired(&lb2, a2, deadline)));
+        }
+        return Err(wr);
+    };
+    if b.recv_wanted.load(Ordering::Relaxed) {
+        b.recv_wanted.store(false, Ordering::Relaxed);
+    }
+    if ca.rnr_deadline.is_some() {
+        ca.rnr_deadline = None;
+    }
+    let (mut hold_src, mut hold_dst) = (Spans::new(), Spans::new());
+    let src = match a.ia.mem.resolve_local_cached(
+        &mut ca.keys,
+        &mut hold_src,
+        &wr.iov,
+        MemPriv::LOCAL_READ,
+        a.pz.inner.id,
+    ) {
+        Ok(s) => s,
+        Err(st) => {
+            untake_recv(b, cb, rwr);
+            a.complete(wr, st, 0);
+            return Ok(Step::Broken);
+        }
+    };
+    let dst = match b.ia.mem.resolve_local_cached(
+        &mut cb.keys,
+        &mut hold_dst,
+        &rwr.iov,
+        MemPriv::LOCAL_WRITE,
+        b.pz.inner.id,
+    ) {
+        Ok(d) => d,
+        Err(st) => {
+            a.complete(wr, DtoStatus::RemoteResponder, 0);
+            b.complete(rwr, st, 0);
+            return Ok(Step::Broken);
+        }
+    };
+    if wr.flags.contains(CompletionFlags::SOLICITED_WAIT) {
+        rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
+    }
+    let len = mem::total(&src);
+    if len > mem::total(&dst) {
+        a.complete(wr, DtoStatus::RemoteResponder, 0);
+        b.complete(rwr, DtoStatus::LocalLength, 0);
+        return Ok(Step::Broken);
+    }
+    let copied = mem::copy_refs(&src, &dst);
+    drop(dst);
+    match copied {
+        Ok(_) => {
+            a.complete(wr, DtoStatus::Success, len as u64);
+            b.complete(rwr, DtoStatus::Success, len as u64);
+            Ok(Step::Next)
+        }
+        // A region was retired after its key resolved: no byte
+        // moved. As for a refused key: the sender's own buffer...
+        Err(r) if r.src => {
+            untake_recv(b, cb, rwr);
+            a.complete(wr, DtoStatus::LocalProtection, 0);
+            Ok(Step::Broken)
+        }
+        // ...or the receiver's.
+        Err(_) => {
+            a.complete(wr, DtoStatus::RemoteResponder, 0);
+            b.complete(rwr, DtoStatus::LocalProtection, 0);
+            Ok(Step::Broken)
         }
     }
 }
@@ -603,7 +836,7 @@ fn execute(
 /// An RDMA write (`write`) or read of `a`'s request `wr` against `r` on the
 /// peer `b`: the local list is checked first (`LocalProtection`), then the
 /// remote key, range, right and zone (`RemoteAccess`); only then one copy.
-fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool) -> After {
+fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool) -> Step {
     let (local_right, remote_right) = if write {
         (MemPriv::LOCAL_READ, MemPriv::REMOTE_WRITE)
     } else {
@@ -611,14 +844,16 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
     };
     let local = match a.ia.mem.resolve_local(&wr.iov, local_right, a.pz.inner.id) {
         Ok(l) => l,
-        Err(st) => return After::Complete(smallvec::smallvec![(true, wr, st, 0)], true),
+        Err(st) => {
+            a.complete(wr, st, 0);
+            return Step::Broken;
+        }
     };
+    let local: SpanRefs<'_> = local.iter().map(Span::as_ref).collect();
     let len = mem::total(&local) as u64;
     if len == 0 {
-        return After::Complete(
-            smallvec::smallvec![(true, wr, DtoStatus::Success, 0)],
-            false,
-        );
+        a.complete(wr, DtoStatus::Success, 0);
+        return Step::Next;
     }
     let remote = match b.ia.mem.resolve(
         r.rmr_context,
@@ -629,34 +864,25 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
     ) {
         Ok(span) => span,
         Err(_) => {
-            return After::Complete(
-                smallvec::smallvec![(true, wr, DtoStatus::RemoteAccess, 0)],
-                true,
-            );
+            a.complete(wr, DtoStatus::RemoteAccess, 0);
+            return Step::Broken;
         }
     };
-    let remote = std::slice::from_ref(&remote);
+    let remote = [remote.as_ref()];
     let copied = if write {
-        mem::copy_spans(&local, remote).map_err(|r| r.src)
+        mem::copy_refs(&local, &remote).map_err(|r| r.src)
     } else {
-        mem::copy_spans(remote, &local).map_err(|r| r.dst)
+        mem::copy_refs(&remote, &local).map_err(|r| r.dst)
     };
-    match copied {
-        Ok(_) => After::Complete(
-            smallvec::smallvec![(true, wr, DtoStatus::Success, len)],
-            false,
-        ),
+    let (status, len, step) = match copied {
+        Ok(_) => (DtoStatus::Success, len, Step::Next),
         // A region was retired after its key resolved: no byte moved; the
         // local side is reported first, as when resolving.
-        Err(true) => After::Complete(
-            smallvec::smallvec![(true, wr, DtoStatus::LocalProtection, 0)],
-            true,
-        ),
-        Err(false) => After::Complete(
-            smallvec::smallvec![(true, wr, DtoStatus::RemoteAccess, 0)],
-            true,
-        ),
-    }
+        Err(true) => (DtoStatus::LocalProtection, 0, Step::Broken),
+        Err(false) => (DtoStatus::RemoteAccess, 0, Step::Broken),
+    };
+    a.complete(wr, status, len);
+    step
 }
 
 /// The receive a send to `b` lands in: `b`'s own queue, or one of its SRQ

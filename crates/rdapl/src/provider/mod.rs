@@ -17,10 +17,11 @@
 
 pub mod loopback;
 
-use crate::ep::EpInner;
+use crate::ep::{EpCore, EpInner, Wr};
 use crate::error::Result;
 use crate::ia::{IaAttr, ProviderAttr};
 use crate::sp::{CrInner, SpInner};
+use parking_lot::MutexGuard;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,8 +36,9 @@ pub trait Provider: Send + Sync + 'static {
     fn open(&self, params: &str) -> Result<Arc<dyn Transport>>;
 }
 
-/// One IA's view of a provider. Every method is called with no object-model
-/// lock held; the transport may call back into the endpoint at once or later
+/// One IA's view of a provider. Every method but [`Transport::submit`] (which
+/// gets the posting endpoint's lock) is called with no object-model lock
+/// held; the transport may call back into the endpoint at once or later
 /// from its own thread.
 #[allow(missing_docs)]
 pub trait Transport: Send + Sync + 'static {
@@ -65,6 +67,21 @@ pub trait Transport: Send + Sync + 'static {
     /// progress it) or its receive queue (`recv == true`: a peer request
     /// waiting for a receive may go on).
     fn kick(&self, ep: &Arc<EpInner>, recv: bool);
+    /// A work request was posted on `ep`, still locked (`core`), with every
+    /// check passed and its completion reserved: queue it (on the receive
+    /// queue or the request queue) and go on as [`Transport::kick`] would,
+    /// under that lock or after releasing it. The default queues, unlocks
+    /// and kicks.
+    fn submit(&self, ep: &Arc<EpInner>, mut core: MutexGuard<'_, EpCore>, wr: Wr) {
+        let recv = wr.is_recv();
+        if recv {
+            core.recvs.push_back(wr);
+        } else {
+            core.sends.push_back(wr);
+        }
+        drop(core);
+        self.kick(ep, recv);
+    }
     /// Receives were posted to `srq`: progress senders waiting on its endpoints.
     fn srq_posted(&self, srq: &crate::srq::SrqInner);
     /// The IA is closing.
