@@ -499,7 +499,14 @@ impl EvdInner {
         }
         let ev = self.storage.pop()?;
         self.free_slots(1);
-        Some((ev, self.storage.len()))
+        // The depth reads the producers' tail line: only when something is
+        // left (a ping-pong partner's line stays where it is).
+        let left = if self.storage.is_empty() {
+            0
+        } else {
+            self.storage.len()
+        };
+        Some((ev, left))
     }
 
     /// Schedules the runs that queued events need under the current policy
@@ -728,11 +735,36 @@ impl Evd {
         let inner = &self.inner;
         // Liveness first: a freed EVD has queue length 0.
         inner.check_live()?;
-        if threshold == 0 || threshold > inner.qlen() {
+        // (The queue length is at least 1 while the EVD lives: threshold 1
+        // needs no read of the producers' line.)
+        if threshold == 0 || (threshold > 1 && threshold > inner.qlen()) {
             return Err(Error::param(
                 3,
                 "threshold must be between 1 and the queue length",
             ));
+        }
+        // Spin briefly before taking ownership and arming (as crossbeam's
+        // channels do): a ping-pong partner often answers within
+        // microseconds. A wait that finds its events this way never blocked,
+        // so it takes them as a dequeue would, without writing the state
+        // word (which every producer reads). Ownership, and with it the
+        // refusal of other waiters and of dequeue, starts when it blocks.
+        #[cfg(not(loom))]
+        {
+            let backoff = crossbeam_utils::Backoff::new();
+            loop {
+                let s = inner.load();
+                if s.0 & (FREED | UNWAITABLE | WAITER) != 0 {
+                    break; // the checks below say why
+                }
+                if let Some(got) = inner.take_for_waiter(threshold) {
+                    return Ok(got);
+                }
+                if backoff.is_completed() {
+                    break;
+                }
+                backoff.snooze();
+            }
         }
         // Take ownership.
         inner.update(|s| {
@@ -779,22 +811,6 @@ impl Evd {
         };
         let mut spins = 0;
         loop {
-            // Spin briefly before arming (as crossbeam's channels do): a
-            // ping-pong partner often answers within microseconds, and
-            // arming costs the producer a wake-up.
-            #[cfg(not(loom))]
-            {
-                let backoff = crossbeam_utils::Backoff::new();
-                loop {
-                    if let Some(got) = inner.take_for_waiter(threshold) {
-                        return Ok(got);
-                    }
-                    if backoff.is_completed() || inner.load().0 & (FREED | UNWAITABLE) != 0 {
-                        break;
-                    }
-                    backoff.snooze();
-                }
-            }
             gone(inner.load())?;
             if let Some(got) = inner.take_for_waiter(threshold) {
                 return Ok(got);
