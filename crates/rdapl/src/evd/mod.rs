@@ -215,7 +215,7 @@ pub(crate) struct EvdInner {
     /// The producers' line: slots taken and the queue length.
     prod: CachePadded<Producers>,
     /// The consumers' line: slots given back (monotonic, modulo 2^44).
-    freed: CachePadded<AtomicU64>,
+    released: CachePadded<AtomicU64>,
     storage: Storage,
     /// Serialises policy changes (a `Strict` re-enable is three steps).
     modify: Mutex<()>,
@@ -239,11 +239,14 @@ pub(crate) struct EvdInner {
 /// Capacity accounting on the producers' cache line.
 ///
 /// `reserved` holds the queue length in its top 20 bits and the number of
-/// slots ever taken (modulo 2^44) below; `freed` (on the consumers' line)
-/// counts slots ever given back. Occupancy (queued plus reserved) is
-/// `taken - freed` modulo 2^44, never above the queue length. `freed_seen`
-/// is a copy of `freed` that may lag: it only ever underestimates the free
-/// room, so producers read the consumers' line only when the EVD looks full.
+/// slots ever taken (modulo 2^44) below. Slots given back (`freed`) are the
+/// events consumers took, which the storage counts with the very claim that
+/// takes them (its head), plus reservations released unused: a consumer does
+/// no extra atomic operation to return capacity. Occupancy (queued plus
+/// reserved) is `taken - freed` modulo 2^44, never above the queue length.
+/// `freed_seen` is a copy of `freed` that may lag: it only ever
+/// underestimates the free room, so producers read the consumers' line only
+/// when the EVD looks full.
 struct Producers {
     reserved: AtomicU64,
     freed_seen: AtomicU64,
@@ -338,7 +341,7 @@ impl EvdBuilder {
                 reserved: AtomicU64::new((self.qlen as u64) << TAKEN_BITS),
                 freed_seen: AtomicU64::new(0),
             }),
-            freed: CachePadded::new(AtomicU64::new(0)),
+            released: CachePadded::new(AtomicU64::new(0)),
             storage: Storage::new(self.qlen),
             modify: Mutex::new(()),
             upcall: Mutex::new(upcall),
@@ -417,9 +420,20 @@ impl EvdInner {
     fn occupied(&self) -> u64 {
         // `freed` first: every slot it counts was taken before the read of
         // `reserved` below, so the difference is never negative.
-        let freed = self.freed.load(Ordering::SeqCst);
+        let freed = self.freed();
         let taken = self.prod.reserved.load(Ordering::SeqCst) & TAKEN_MASK;
         taken.wrapping_sub(freed) & TAKEN_MASK
+    }
+
+    /// Slots ever given back (modulo 2^44): events consumers took (the
+    /// storage counts them as it hands them out, on the consumers' own
+    /// line) plus reservations released unused.
+    #[inline]
+    fn freed(&self) -> u64 {
+        self.storage
+            .consumed()
+            .wrapping_add(self.released.load(Ordering::Acquire))
+            & TAKEN_MASK
     }
 
     /// Takes `n` slots of capacity, or fails if fewer are free.
@@ -440,7 +454,7 @@ impl EvdInner {
             }
             if occupied + n > qlen {
                 // Looks full with the cached count: read the consumers' line.
-                let freed = self.freed.load(Ordering::Acquire) & TAKEN_MASK;
+                let freed = self.freed();
                 if freed == seen {
                     return false;
                 }
@@ -459,11 +473,6 @@ impl EvdInner {
                 Err(a) => cur = a,
             }
         }
-    }
-
-    #[inline]
-    fn free_slots(&self, n: u64) {
-        self.freed.fetch_add(n, Ordering::Release);
     }
 
     /// Refuses consumers while the EVD is freed or a waiter owns it.
@@ -498,7 +507,6 @@ impl EvdInner {
             return None;
         }
         let ev = self.storage.pop()?;
-        self.free_slots(1);
         // The depth reads the producers' tail line: only when something is
         // left (a ping-pong partner's line stays where it is).
         let left = if self.storage.is_empty() {
@@ -638,7 +646,6 @@ pub(crate) fn run(evd: &Arc<EvdInner>) {
                 let mut delivered = false;
                 while let Some(ev) = evd.storage.pop() {
                     delivered = true;
-                    evd.free_slots(1);
                     let more = !evd.storage.is_empty();
                     call_upcall(evd, &handle, Some(ev), more);
                     let s = State(evd.state.load(Ordering::SeqCst));
@@ -690,20 +697,15 @@ impl Evd {
     pub fn dequeue(&self) -> Result<Option<Event>> {
         let inner = &self.inner;
         inner.check_consumer()?;
-        Ok(inner.storage.pop().inspect(|_| inner.free_slots(1)))
+        Ok(inner.storage.pop())
     }
 
-    /// Moves up to `max` events (oldest first) to the end of `out`, giving
-    /// their capacity back with one atomic add. Returns how many were moved
-    /// (0 when empty).
+    /// Moves up to `max` events (oldest first) to the end of `out`, with
+    /// one atomic claim. Returns how many were moved (0 when empty).
     pub fn dequeue_batch(&self, out: &mut Vec<Event>, max: usize) -> Result<usize> {
         let inner = &self.inner;
         inner.check_consumer()?;
-        let n = inner.storage.pop_batch(max, |e| out.push(e));
-        if n > 0 {
-            inner.free_slots(n as u64);
-        }
-        Ok(n)
+        Ok(inner.storage.pop_batch(max, |e| out.push(e)))
     }
 
     /// Fills `buf` from the front with up to `buf.len()` events. Returns how
@@ -712,15 +714,11 @@ impl Evd {
         let inner = &self.inner;
         inner.check_consumer()?;
         let mut slots = buf.iter_mut();
-        let n = inner.storage.pop_batch(slots.len(), |e| {
+        Ok(inner.storage.pop_batch(slots.len(), |e| {
             if let Some(slot) = slots.next() {
                 *slot = Some(e);
             }
-        });
-        if n > 0 {
-            inner.free_slots(n as u64);
-        }
-        Ok(n)
+        }))
     }
 
     /// Blocks until at least `threshold` events are queued or `timeout`
@@ -1012,7 +1010,7 @@ impl Evd {
         loop {
             // `freed` before `reserved` (see `occupied`); slots freed
             // meanwhile only make the check conservative.
-            let freed = self.inner.freed.load(Ordering::SeqCst);
+            let freed = self.inner.freed();
             let cur = reserved.load(Ordering::SeqCst);
             let occupied = (cur & TAKEN_MASK).wrapping_sub(freed) & TAKEN_MASK;
             if occupied > qlen as u64 {
@@ -1195,7 +1193,7 @@ impl Evd {
     /// Returns an unused reservation (e.g. a suppressed successful completion).
     pub fn release(&self, res: Reservation) {
         debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
-        self.inner.free_slots(1);
+        self.inner.released.fetch_add(1, Ordering::Release);
     }
 
     /// Posts an event of a stream that cannot be refused at the source
@@ -1250,7 +1248,6 @@ impl Evd {
         loop {
             inner.check_consumer()?;
             if let Some(ev) = inner.storage.pop() {
-                inner.free_slots(1);
                 return Ok(Some(ev));
             }
             inner.update(|s| {

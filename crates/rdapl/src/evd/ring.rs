@@ -66,6 +66,9 @@ struct Ring {
     close_pos: AtomicU64,
     /// The ring that follows this one (set before it is closed).
     next: AtomicPtr<Ring>,
+    /// Events taken from the rings before this one (set before consumers
+    /// move to it).
+    base: AtomicU64,
     mask: u64,
     slots: Box<[Slot]>,
 }
@@ -101,6 +104,7 @@ impl Ring {
             head: CachePadded::new(AtomicU64::new(0)),
             close_pos: AtomicU64::new(u64::MAX),
             next: AtomicPtr::new(std::ptr::null_mut()),
+            base: AtomicU64::new(0),
             mask: cap as u64 - 1,
             slots,
         }
@@ -331,6 +335,10 @@ impl Storage {
             !next.is_null(),
             "a ring is closed only once it has a successor"
         );
+        // Every consumer that gets here computes the same value.
+        let base = r.base.load(Ordering::Acquire) + r.close_pos.load(Ordering::Acquire);
+        // SAFETY: successors are owned by `self.rings`.
+        unsafe { &*next }.base.store(base, Ordering::Release);
         let _ = self.cons.compare_exchange(
             r as *const Ring as *mut Ring,
             next,
@@ -463,6 +471,14 @@ impl Storage {
         } else {
             0
         }
+    }
+
+    /// Events ever taken by consumers: claims advance the head, so this is
+    /// counted on the consumers' own line with no extra operation. A value
+    /// read while consumers move to a new ring may lag (it is never ahead).
+    pub(crate) fn consumed(&self) -> u64 {
+        let r = self.cons_ring();
+        r.base.load(Ordering::Acquire) + r.head.load(Ordering::Acquire)
     }
 
     /// Events queued (including pushes in progress).
