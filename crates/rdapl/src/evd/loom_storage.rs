@@ -12,12 +12,13 @@
 //! (`ring.rs`, `loom_tests`).
 
 use crate::event::Event;
-use crate::sync::{AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering};
 use std::collections::VecDeque;
 
 pub(crate) struct Storage {
     q: Mutex<VecDeque<Event>>,
     len: AtomicUsize,
+    consumed: AtomicU64,
 }
 
 impl Storage {
@@ -25,6 +26,7 @@ impl Storage {
         Storage {
             q: Mutex::new(VecDeque::new()),
             len: AtomicUsize::new(0),
+            consumed: AtomicU64::new(0),
         }
     }
 
@@ -61,8 +63,13 @@ impl Storage {
         }
         if n > 0 {
             self.len.fetch_sub(n, Ordering::Release);
+            self.consumed.fetch_add(n as u64, Ordering::Release);
         }
         n
+    }
+
+    pub(crate) fn consumed(&self) -> u64 {
+        self.consumed.load(Ordering::Acquire)
     }
 
     pub(crate) fn len(&self) -> usize {
