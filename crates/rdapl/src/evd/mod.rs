@@ -252,6 +252,12 @@ struct Producers {
     freed_seen: AtomicU64,
 }
 
+/// Checks a `wait` makes one pause apart before it blocks (a few
+/// microseconds: a ping-pong partner's answer usually comes within them).
+const WAIT_SPINS: u32 = 256;
+/// Checks after a `yield_now` each, after the spins.
+const WAIT_YIELDS: u32 = 4;
+
 const TAKEN_BITS: u32 = 44;
 const TAKEN_MASK: u64 = (1 << TAKEN_BITS) - 1;
 
@@ -749,8 +755,12 @@ impl Evd {
         // refusal of other waiters and of dequeue, starts when it blocks.
         #[cfg(not(loom))]
         {
-            let backoff = crossbeam_utils::Backoff::new();
-            loop {
+            // Checks at a fixed, fine grain (one pause apart) rather than
+            // with exponential back-off: the waiter only reads lines the
+            // producer writes once per event, so polling them costs the
+            // producer nothing, while a coarse grain adds up to the longest
+            // pause to the wake-up. Then a few yields, then block.
+            for i in 0..WAIT_SPINS + WAIT_YIELDS {
                 let s = inner.load();
                 if s.0 & (FREED | UNWAITABLE | WAITER) != 0 {
                     break; // the checks below say why
@@ -758,10 +768,11 @@ impl Evd {
                 if let Some(got) = inner.take_for_waiter(threshold) {
                     return Ok(got);
                 }
-                if backoff.is_completed() {
-                    break;
+                if i < WAIT_SPINS {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
                 }
-                backoff.snooze();
             }
         }
         // Take ownership.
