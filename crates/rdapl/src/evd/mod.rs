@@ -34,15 +34,21 @@
 //!
 //! # Hot path
 //!
-//! Producers and consumers keep their counters on separate cache lines.
-//! Reserving capacity is a CAS on the producers' line (the consumers'
-//! release count is read only when the producers' cached copy says the EVD
-//! looks full); publishing is a push onto a lock-free segmented queue, a
-//! fence and a read of the state word. Dequeuing is a read of the state
-//! word, a pop, and an atomic add on the consumers' line (once per batch
-//! with `dequeue_batch`). While nobody listens the state word is only read,
-//! so it stays shared in every core's cache; no lock is taken on either
-//! side unless a waiter, stream, CNO or upcall has to be woken.
+//! Producers and consumers keep their counters on separate cache lines
+//! (`ring.rs` holds the events; its module docs give the details).
+//!
+//! * A producer reserves capacity with one CAS on the producers' line (the
+//!   consumers' count is read only when the producers' cached copy says the
+//!   EVD looks full), then publishes with one `fetch_add` on the ring's tail,
+//!   a read of the state word and a write of the slot.
+//! * A consumer reads the state word and claims one event, or a whole batch,
+//!   with one CAS on the ring's head; that head is also the count of slots
+//!   given back, so returning capacity costs nothing more.
+//! * While nobody listens the state word is only read, so it stays shared in
+//!   every core's cache, and no lock is taken on either side unless a
+//!   waiter, stream, CNO or upcall has to be woken.
+//! * `wait` polls at a fine grain for a few microseconds before it takes
+//!   ownership, arms and blocks.
 
 #[cfg(loom)]
 mod loom_storage;
