@@ -771,6 +771,42 @@ fn send(
     if ca.rnr_deadline.is_some() {
         ca.rnr_deadline = None;
     }
+    // The usual message: one buffer each side, both keys cached and
+    // granted, no region retired (anything else: the general path below
+    // decides, from the start).
+    if let ([s], [d]) = (&wr.iov[..], &rwr.iov[..]) {
+        if s.segment_length > 0 && d.segment_length >= s.segment_length {
+            if let Some(src) = a.ia.mem.resolve_one_cached(
+                &mut ca.keys,
+                s.lmr_context,
+                s.virtual_address,
+                s.segment_length,
+                MemPriv::LOCAL_READ,
+                a.pz.inner.id,
+                true,
+            ) {
+                if let Some(dst) = b.ia.mem.resolve_one_cached(
+                    &mut cb.keys,
+                    d.lmr_context,
+                    d.virtual_address,
+                    d.segment_length,
+                    MemPriv::LOCAL_WRITE,
+                    b.pz.inner.id,
+                    true,
+                ) {
+                    if let Ok(n) = mem::copy_refs(&[src], &[dst]) {
+                        if wr.flags.contains(CompletionFlags::SOLICITED_WAIT) {
+                            rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
+                        }
+                        // The receiver waits for its completion: it goes first.
+                        b.complete_recv(rwr, DtoStatus::Success, n as u64);
+                        a.complete(wr, DtoStatus::Success, n as u64);
+                        return Ok(Step::Next);
+                    }
+                }
+            }
+        }
+    }
     let (mut hold_src, mut hold_dst) = (Spans::new(), Spans::new());
     let src = match a.ia.mem.resolve_local_cached(
         &mut ca.keys,
@@ -813,8 +849,8 @@ fn send(
     drop(dst);
     match copied {
         Ok(_) => {
-            a.complete(wr, DtoStatus::Success, len as u64);
             b.complete_recv(rwr, DtoStatus::Success, len as u64);
+            a.complete(wr, DtoStatus::Success, len as u64);
             Ok(Step::Next)
         }
         // A region was retired after its key resolved: no byte
