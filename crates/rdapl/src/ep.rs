@@ -210,6 +210,45 @@ pub struct Wr {
     pub(crate) not_before: Option<Instant>,
 }
 
+/// The scatter/gather list of a queued receive (one entry inline).
+pub(crate) type RecvIov = smallvec::SmallVec<[LmrTriplet; 1]>;
+
+/// A posted receive as queued: one cache line, aligned (a sender on
+/// another core reads exactly one line of it).
+#[repr(align(64))]
+pub(crate) struct RecvWr {
+    pub(crate) iov: RecvIov,
+    pub(crate) cookie: u64,
+    pub(crate) flags: CompletionFlags,
+    pub(crate) res: Reservation,
+}
+
+const _: () = assert!(std::mem::size_of::<RecvWr>() == 64);
+
+impl From<Wr> for RecvWr {
+    fn from(wr: Wr) -> RecvWr {
+        RecvWr {
+            iov: RecvIov::from_slice(&wr.iov),
+            cookie: wr.cookie,
+            flags: wr.flags,
+            res: wr.res,
+        }
+    }
+}
+
+impl From<RecvWr> for Wr {
+    fn from(r: RecvWr) -> Wr {
+        Wr {
+            op: WrOp::Recv,
+            iov: crate::mem::Iov::from_slice(&r.iov),
+            cookie: r.cookie,
+            flags: r.flags,
+            res: r.res,
+            not_before: None,
+        }
+    }
+}
+
 impl Wr {
     /// True for a receive (the receive queue's), false for a request.
     pub(crate) fn is_recv(&self) -> bool {
@@ -219,8 +258,16 @@ impl Wr {
 
 /// Mutable endpoint state, under the endpoint's lock (opaque outside the
 /// crate). Providers lock two endpoints in handle order.
+///
+/// In declaration order: what a peer's send reads or writes here (the
+/// state and the receive queue) comes first, on the lock's cache line.
+#[repr(C)]
 pub struct EpCore {
     pub(crate) state: EpState,
+    pub(crate) recvs: VecDeque<RecvWr>,
+    /// Fault injection: the next executed request fails with this status.
+    pub(crate) fail_next: Option<DtoStatus>,
+    pub(crate) sends: VecDeque<Wr>,
     /// Loopback: the connected peer.
     pub(crate) peer: Option<Weak<EpInner>>,
     /// Loopback: the connected peer's registration table and protection
@@ -232,12 +279,8 @@ pub struct EpCore {
     /// Resolved keys of the peer's IA (RDMA targets); cleared with `peer_mem`.
     pub(crate) peer_keys: crate::mem::KeyCache,
     pub(crate) remote: Option<(IpAddr, u64)>,
-    pub(crate) sends: VecDeque<Wr>,
-    pub(crate) recvs: VecDeque<Wr>,
     /// The head send waits for a receive until this instant.
     pub(crate) rnr_deadline: Option<Instant>,
-    /// Fault injection: the next executed request fails with this status.
-    pub(crate) fail_next: Option<DtoStatus>,
     /// Fault injection: requests posted from now on start this much later.
     pub(crate) delay: Option<Duration>,
     /// Active side: the connection request in flight.
@@ -517,7 +560,10 @@ impl Ep {
                     c.remote = None;
                     c.rnr_deadline = None;
                     c.peer_private = None;
-                    c.sends.drain(..).chain(c.recvs.drain(..)).collect()
+                    c.sends
+                        .drain(..)
+                        .chain(c.recvs.drain(..).map(Wr::from))
+                        .collect()
                 };
                 drop(g);
                 for wr in wrs {
@@ -915,8 +961,12 @@ impl EpInner {
                     "the endpoint cannot take this work request now",
                 ));
             }
-            let q = if is_recv { &c.recvs } else { &c.sends };
-            if q.len() >= max_dtos {
+            let queued = if is_recv {
+                c.recvs.len()
+            } else {
+                c.sends.len()
+            };
+            if queued >= max_dtos {
                 return Err(Error::InsufficientResources {
                     resource: Subtype::ResourceTep,
                     what: "the endpoint's queue is full",
@@ -944,14 +994,33 @@ impl EpInner {
 
     /// Completes a work request with `status` and `len` bytes transferred.
     pub(crate) fn complete(&self, wr: Wr, status: DtoStatus, len: u64) {
-        let evd = if matches!(wr.op, WrOp::Recv) {
+        let is_recv = matches!(wr.op, WrOp::Recv);
+        let op = wr.op.dto_op();
+        self.complete_parts(is_recv, op, wr.cookie, wr.flags, wr.res, status, len);
+    }
+
+    /// Completes a queued receive with `status` and `len` bytes transferred.
+    pub(crate) fn complete_recv(&self, r: RecvWr, status: DtoStatus, len: u64) {
+        self.complete_parts(true, DtoOp::Receive, r.cookie, r.flags, r.res, status, len);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn complete_parts(
+        &self,
+        is_recv: bool,
+        op: DtoOp,
+        cookie: u64,
+        f: CompletionFlags,
+        res: Reservation,
+        status: DtoStatus,
+        len: u64,
+    ) {
+        let evd = if is_recv {
             self.recv_evd.as_ref()
         } else {
             self.request_evd.as_ref()
         };
         let Some(evd) = evd else { return };
-        let is_recv = matches!(wr.op, WrOp::Recv);
-        let f = wr.flags;
         let mut notify = true;
         if status.is_success() {
             if is_recv {
@@ -959,29 +1028,29 @@ impl EpInner {
                 // SOLICITED_WAIT filled by an unsolicited send, queue it
                 // without notification.
                 if f.contains(CompletionFlags::SUPPRESS) {
-                    evd.release(wr.res);
+                    evd.release(res);
                     return;
                 }
                 notify = !(f.contains(CompletionFlags::UNSIGNALLED)
                     || (f.contains(CompletionFlags::SOLICITED_WAIT)
                         && !f.contains(CompletionFlags::SOLICITED_ARRIVAL)));
             } else if f.quiet_on_success() {
-                evd.release(wr.res);
+                evd.release(res);
                 return;
             }
         }
         let ev = Event::Dto(DtoCompletion {
             ep: self.id,
-            cookie: wr.cookie,
+            cookie,
             status,
             transferred_length: if status.is_success() { len } else { 0 },
-            operation: wr.op.dto_op(),
+            operation: op,
             rmr_context: 0,
         });
         if notify {
-            evd.complete(wr.res, ev);
+            evd.complete(res, ev);
         } else {
-            evd.complete_unsignalled(wr.res, ev);
+            evd.complete_unsignalled(res, ev);
         }
     }
 
@@ -1063,7 +1132,10 @@ impl EpInner {
             let mut g = self.core.lock();
             let c = &mut *g;
             c.rnr_deadline = None;
-            c.sends.drain(..).chain(c.recvs.drain(..)).collect()
+            c.sends
+                .drain(..)
+                .chain(c.recvs.drain(..).map(Wr::from))
+                .collect()
         };
         for wr in wrs {
             self.complete(wr, DtoStatus::Flushed, 0);

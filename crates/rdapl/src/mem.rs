@@ -365,6 +365,52 @@ impl Region {
         }
     }
 
+    /// [`Region::try_read`] without waiting: `None` if the lock is taken
+    /// (or contended) or the region is retired.
+    pub(crate) fn try_read_uncontended(&self) -> Option<RegionRead<'_>> {
+        match &self.backing {
+            Backing::Owned(l) => {
+                let g = l.try_read()?;
+                (!self.is_retired()).then_some(RegionRead::Owned(g))
+            }
+            Backing::Raw { ptr, len, lock } => {
+                let g = lock.try_read()?;
+                if self.is_retired() {
+                    return None;
+                }
+                // SAFETY: as in `try_read`: `from_raw`'s contract, the mark
+                // clear under the lock, and `g` (held for the slice's
+                // lifetime) keeps `retire` and rdapl's writers out.
+                #[allow(unsafe_code)]
+                let s = unsafe { std::slice::from_raw_parts(*ptr as *const u8, *len) };
+                Some(RegionRead::Raw(g, s))
+            }
+        }
+    }
+
+    /// [`Region::try_write`] without waiting: `None` if the lock is taken
+    /// (or contended) or the region is retired.
+    pub(crate) fn try_write_uncontended(&self) -> Option<RegionWrite<'_>> {
+        match &self.backing {
+            Backing::Owned(l) => {
+                let g = l.try_write()?;
+                (!self.is_retired()).then_some(RegionWrite::Owned(g))
+            }
+            Backing::Raw { ptr, len, lock } => {
+                let g = lock.try_write()?;
+                if self.is_retired() {
+                    return None;
+                }
+                // SAFETY: as in `try_write`: `from_raw`'s contract, the mark
+                // clear under the lock, and `g` (held for the slice's
+                // lifetime) makes this the only rdapl access.
+                #[allow(unsafe_code)]
+                let s = unsafe { std::slice::from_raw_parts_mut(*ptr, *len) };
+                Some(RegionWrite::Raw(g, s))
+            }
+        }
+    }
+
     /// The raw memory of a region made by [`Region::from_raw`].
     pub(crate) fn raw_parts(&self) -> Option<(*mut u8, usize)> {
         match &self.backing {

@@ -322,19 +322,26 @@ pub struct Lmr {
 pub(crate) struct LmrInner {
     pub(crate) pz: Pz,
     pub(crate) kind: EntryKind,
-    /// The registered region (for an FMR: the currently mapped one).
-    pub(crate) region: Mutex<Option<Arc<Region>>>,
-    /// Current context, `None` once freed.
-    pub(crate) ctx: Mutex<Option<u32>>,
+    /// The current key and region, under one lock (so `read_at` /
+    /// `write_at` take one lock for both).
+    pub(crate) map: Mutex<LmrMap>,
     privs: Mutex<MemPriv>,
     /// Largest region it may map (fast registration; its length otherwise).
     pub(crate) max_len: u64,
 }
 
+/// What an LMR currently maps.
+pub(crate) struct LmrMap {
+    /// Current context, `None` once freed.
+    pub(crate) ctx: Option<u32>,
+    /// The registered region (for an FMR: the currently mapped one).
+    pub(crate) region: Option<Arc<Region>>,
+}
+
 impl fmt::Debug for Lmr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lmr")
-            .field("context", &*self.inner.ctx.lock())
+            .field("context", &self.inner.map.lock().ctx)
             .field("kind", &self.inner.kind)
             .finish()
     }
@@ -355,8 +362,10 @@ impl Lmr {
             inner: Arc::new(LmrInner {
                 pz: pz.clone(),
                 kind,
-                region: Mutex::new(region),
-                ctx: Mutex::new(Some(ctx)),
+                map: Mutex::new(LmrMap {
+                    ctx: Some(ctx),
+                    region,
+                }),
                 privs: Mutex::new(privs),
                 max_len,
             }),
@@ -365,8 +374,9 @@ impl Lmr {
 
     fn ctx(&self) -> Result<u32> {
         self.inner
-            .ctx
+            .map
             .lock()
+            .ctx
             .ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))
     }
 
@@ -388,7 +398,7 @@ impl Lmr {
 
     /// The registered (or mapped) region.
     pub fn region(&self) -> Option<Arc<Region>> {
-        self.inner.region.lock().clone()
+        self.inner.map.lock().region.clone()
     }
 
     /// Address of the first registered byte.
@@ -419,6 +429,22 @@ impl Lmr {
 
     /// Copies `buf.len()` bytes at `offset` of the region out.
     pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        // Usually the region is free: one lock for the key and the region,
+        // no reference count. The region lock is only tried here, never
+        // waited for under the LMR's lock (a caller may hold the region's
+        // guard and ask the LMR for its triplet).
+        {
+            let m = self.inner.map.lock();
+            let r = Self::mapped(&m)?;
+            if let Some(g) = r.try_read_uncontended() {
+                let end = offset
+                    .checked_add(buf.len())
+                    .filter(|e| *e <= g.len())
+                    .ok_or(Error::param(2, "range outside the LMR"))?;
+                buf.copy_from_slice(&g[offset..end]);
+                return Ok(());
+            }
+        }
         let r = self.live_region()?;
         let g = r.try_read().ok_or(RETIRED)?;
         let end = offset
@@ -431,6 +457,19 @@ impl Lmr {
 
     /// Copies `data` into the region at `offset`.
     pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+        // As in `read_at`: the region lock only tried under the LMR's.
+        {
+            let m = self.inner.map.lock();
+            let r = Self::mapped(&m)?;
+            if let Some(mut g) = r.try_write_uncontended() {
+                let end = offset
+                    .checked_add(data.len())
+                    .filter(|e| *e <= g.len())
+                    .ok_or(Error::param(2, "range outside the LMR"))?;
+                g[offset..end].copy_from_slice(data);
+                return Ok(());
+            }
+        }
         let r = self.live_region()?;
         let mut g = r.try_write().ok_or(RETIRED)?;
         let end = offset
@@ -447,8 +486,14 @@ impl Lmr {
     }
 
     fn live_region(&self) -> Result<Arc<Region>> {
-        self.ctx()?;
-        self.region().ok_or(Error::state(
+        Self::mapped(&self.inner.map.lock()).cloned()
+    }
+
+    /// The region of a live, mapped LMR.
+    fn mapped(m: &LmrMap) -> Result<&Arc<Region>> {
+        m.ctx
+            .ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))?;
+        m.region.as_ref().ok_or(Error::state(
             Subtype::InvalidStateLmrFree,
             "the LMR is not mapped",
         ))
@@ -457,7 +502,8 @@ impl Lmr {
     /// Frees the LMR (`dat_lmr_free`); refused with `InvalidState(LMR_IN_USE)`
     /// while an RMR is bound to it. Its keys die for good.
     pub fn free(&self) -> Result<()> {
-        let mut ctx = self.inner.ctx.lock();
+        let mut m = self.inner.map.lock();
+        let ctx = &mut m.ctx;
         let c = ctx.ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))?;
         let mem = &self.inner.pz.inner.ia.mem;
         if mem.remove_unbound(c).is_err() {
@@ -475,12 +521,12 @@ impl Lmr {
     /// then it is invalidated anyway and every window bound to it is unbound
     /// (their keys are refused from then on). Handles forget the region.
     fn free_forced(&self) {
-        let mut ctx = self.inner.ctx.lock();
-        if let Some(c) = ctx.take() {
+        let mut m = self.inner.map.lock();
+        if let Some(c) = m.ctx.take() {
             self.inner.pz.inner.ia.mem.invalidate_lmr(c);
             self.freed();
         }
-        *self.inner.region.lock() = None;
+        m.region = None;
     }
 
     /// Accounts for the LMR being freed.
@@ -496,8 +542,11 @@ impl Lmr {
     }
 
     pub(crate) fn set_mapping(&self, ctx: u32, region: Option<Arc<Region>>, privs: MemPriv) {
-        *self.inner.ctx.lock() = Some(ctx);
-        *self.inner.region.lock() = region;
+        {
+            let mut m = self.inner.map.lock();
+            m.ctx = Some(ctx);
+            m.region = region;
+        }
         *self.inner.privs.lock() = privs;
     }
 }

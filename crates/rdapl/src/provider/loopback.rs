@@ -27,7 +27,7 @@
 //! Fault injection (used by the tests): `Ep::inject_failure`,
 //! `Ep::inject_delay`, `Ep::inject_break`.
 
-use crate::ep::{CompletionFlags, EpCore, EpInner, EpState, Wr, WrOp};
+use crate::ep::{CompletionFlags, EpCore, EpInner, EpState, RecvIov, RecvWr, Wr, WrOp};
 use crate::error::{Error, Result, Subtype};
 use crate::evd::{MAX_QLEN, UpcallPolicy};
 use crate::event::{ConnectionEventKind, DtoStatus};
@@ -363,7 +363,7 @@ impl Transport for LoopbackIa {
 
     fn submit(&self, ep: &Arc<EpInner>, mut core: MutexGuard<'_, EpCore>, wr: Wr) {
         if wr.is_recv() {
-            core.recvs.push_back(wr);
+            core.recvs.push_back(wr.into());
             drop(core);
             self.kick(ep, true);
             return;
@@ -771,6 +771,42 @@ fn send(
     if ca.rnr_deadline.is_some() {
         ca.rnr_deadline = None;
     }
+    // The usual message: one buffer each side, both keys cached and
+    // granted, no region retired (anything else: the general path below
+    // decides, from the start).
+    if let ([s], [d]) = (&wr.iov[..], &rwr.iov[..]) {
+        if s.segment_length > 0 && d.segment_length >= s.segment_length {
+            if let Some(src) = a.ia.mem.resolve_one_cached(
+                &mut ca.keys,
+                s.lmr_context,
+                s.virtual_address,
+                s.segment_length,
+                MemPriv::LOCAL_READ,
+                a.pz.inner.id,
+                true,
+            ) {
+                if let Some(dst) = b.ia.mem.resolve_one_cached(
+                    &mut cb.keys,
+                    d.lmr_context,
+                    d.virtual_address,
+                    d.segment_length,
+                    MemPriv::LOCAL_WRITE,
+                    b.pz.inner.id,
+                    true,
+                ) {
+                    if let Ok(n) = mem::copy_refs(&[src], &[dst]) {
+                        if wr.flags.contains(CompletionFlags::SOLICITED_WAIT) {
+                            rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
+                        }
+                        // The receiver waits for its completion: it goes first.
+                        b.complete_recv(rwr, DtoStatus::Success, n as u64);
+                        a.complete(wr, DtoStatus::Success, n as u64);
+                        return Ok(Step::Next);
+                    }
+                }
+            }
+        }
+    }
     let (mut hold_src, mut hold_dst) = (Spans::new(), Spans::new());
     let src = match a.ia.mem.resolve_local_cached(
         &mut ca.keys,
@@ -796,7 +832,7 @@ fn send(
         Ok(d) => d,
         Err(st) => {
             a.complete(wr, DtoStatus::RemoteResponder, 0);
-            b.complete(rwr, st, 0);
+            b.complete_recv(rwr, st, 0);
             return Ok(Step::Broken);
         }
     };
@@ -806,15 +842,15 @@ fn send(
     let len = mem::total(&src);
     if len > mem::total(&dst) {
         a.complete(wr, DtoStatus::RemoteResponder, 0);
-        b.complete(rwr, DtoStatus::LocalLength, 0);
+        b.complete_recv(rwr, DtoStatus::LocalLength, 0);
         return Ok(Step::Broken);
     }
     let copied = mem::copy_refs(&src, &dst);
     drop(dst);
     match copied {
         Ok(_) => {
+            b.complete_recv(rwr, DtoStatus::Success, len as u64);
             a.complete(wr, DtoStatus::Success, len as u64);
-            b.complete(rwr, DtoStatus::Success, len as u64);
             Ok(Step::Next)
         }
         // A region was retired after its key resolved: no byte
@@ -827,7 +863,7 @@ fn send(
         // ...or the receiver's.
         Err(_) => {
             a.complete(wr, DtoStatus::RemoteResponder, 0);
-            b.complete(rwr, DtoStatus::LocalProtection, 0);
+            b.complete_recv(rwr, DtoStatus::LocalProtection, 0);
             Ok(Step::Broken)
         }
     }
@@ -888,7 +924,7 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
 /// The receive a send to `b` lands in: `b`'s own queue, or one of its SRQ
 /// (reserving the completion on `b`'s receive EVD now; if that EVD is full
 /// the receive stays posted and the send waits, as for no receive).
-fn take_recv(b: &EpInner, cb: &mut crate::ep::EpCore) -> Option<Wr> {
+fn take_recv(b: &EpInner, cb: &mut crate::ep::EpCore) -> Option<RecvWr> {
     let Some(srq) = &b.srq else {
         return cb.recvs.pop_front();
     };
@@ -900,13 +936,11 @@ fn take_recv(b: &EpInner, cb: &mut crate::ep::EpCore) -> Option<Wr> {
         }
         let res = evd.reserve().ok()?;
         let s = q.pop_front().expect("non-empty");
-        Wr {
-            op: WrOp::Recv,
-            iov: s.iov,
+        RecvWr {
+            iov: RecvIov::from_slice(&s.iov),
             cookie: s.cookie,
             flags: s.flags,
             res,
-            not_before: None,
         }
     };
     srq.inner.check_watermark();
@@ -914,12 +948,12 @@ fn take_recv(b: &EpInner, cb: &mut crate::ep::EpCore) -> Option<Wr> {
 }
 
 /// Puts back a receive taken by [`take_recv`] that was not used.
-fn untake_recv(b: &EpInner, cb: &mut crate::ep::EpCore, wr: Wr) {
+fn untake_recv(b: &EpInner, cb: &mut crate::ep::EpCore, wr: RecvWr) {
     match (&b.srq, &b.recv_evd) {
         (Some(srq), Some(evd)) => {
             evd.release(wr.res);
             srq.inner.recvs.lock().push_front(crate::srq::SrqWr {
-                iov: wr.iov,
+                iov: crate::mem::Iov::from_slice(&wr.iov),
                 cookie: wr.cookie,
                 flags: wr.flags,
             });

@@ -75,7 +75,7 @@ pub trait Transport: Send + Sync + 'static {
     fn submit(&self, ep: &Arc<EpInner>, mut core: MutexGuard<'_, EpCore>, wr: Wr) {
         let recv = wr.is_recv();
         if recv {
-            core.recvs.push_back(wr);
+            core.recvs.push_back(wr.into());
         } else {
             core.sends.push_back(wr);
         }
