@@ -9,7 +9,7 @@
 //! to DAT return codes ([`error`]), the EVD engine ([`evd`]), where upcalls
 //! run ([`dispatch`]), consumer notification objects ([`cno`]), the poller
 //! that implements the drain/re-arm flow for the consumer ([`poller`]), and
-//! (with the `stream` feature) an async `Stream` of events ([`stream`]).
+//! (with the `stream` feature) an async `Stream` of events (module `stream`).
 //!
 //! The DAT object model sits on top: the interface adapter ([`ia`]),
 //! protection zones and registered memory ([`pz`], [`mem`]: LMRs owned,

@@ -35,9 +35,12 @@
 //!
 //! * A pop takes an event for exactly one consumer, in FIFO order of the
 //!   producers' tail positions.
-//! * [`Storage::is_empty`] after a `SeqCst` fence sees every push whose
-//!   stamp store came before the pushing thread's own `SeqCst` fence (the
-//!   Dekker pattern of `state.rs`), also across a ring change.
+//! * A push claims its position with a `SeqCst` read-modify-write and runs
+//!   the caller's check between that claim and the write
+//!   ([`Storage::push_then`]); [`Storage::any_claimed`] after a consumer's
+//!   `SeqCst` write and fence sees every claim that the producer's check did
+//!   not see the write for (the Dekker pattern of `state.rs`), also across a
+//!   ring change.
 
 #![allow(unsafe_code)]
 
