@@ -677,6 +677,10 @@ pub(crate) fn run(evd: &Arc<EvdInner>) {
 
 impl Evd {
     /// Starts building an EVD of queue length `qlen` for the given streams.
+    ///
+    /// Memory: the EVD allocates its ring at creation, one 64-byte slot per
+    /// event rounded up to a power of two (as a hardware completion queue
+    /// does), e.g. 4 MiB for `qlen` 65536.
     pub fn builder(qlen: usize, flags: EvdFlags) -> EvdBuilder {
         EvdBuilder {
             qlen,

@@ -449,6 +449,11 @@ impl Storage {
         if k <= 1 {
             return k == 0 || !self.is_empty();
         }
+        // Cheap bound first (claimed positions, written or not), so a waiter
+        // with a large threshold does not scan stamps on every check.
+        if self.len() < k {
+            return false;
+        }
         let mut want = k as u64;
         let mut r = self.cons_ring();
         loop {
