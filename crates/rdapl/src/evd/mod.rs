@@ -772,7 +772,10 @@ impl Evd {
             // pause to the wake-up. Then a few yields, then block.
             for i in 0..WAIT_SPINS + WAIT_YIELDS {
                 let s = inner.load();
-                if s.0 & (FREED | UNWAITABLE | WAITER) != 0 {
+                if s.has(FREED) {
+                    return Err(Error::Abort("the EVD was freed while waiting"));
+                }
+                if s.0 & (UNWAITABLE | WAITER) != 0 {
                     break; // the checks below say why
                 }
                 if let Some(got) = inner.take_for_waiter(threshold) {
