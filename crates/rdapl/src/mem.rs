@@ -319,14 +319,37 @@ impl Region {
 
     /// Locks the region for reading; `None` if it is retired.
     pub fn try_read(&self) -> Option<RegionRead<'_>> {
+        self.read_guard(true)
+    }
+
+    /// Locks the region for writing; `None` if it is retired.
+    pub fn try_write(&self) -> Option<RegionWrite<'_>> {
+        self.write_guard(true)
+    }
+
+    /// [`Region::try_read`] without waiting: `None` if the lock is taken
+    /// (or contended) or the region is retired.
+    pub(crate) fn try_read_uncontended(&self) -> Option<RegionRead<'_>> {
+        self.read_guard(false)
+    }
+
+    /// [`Region::try_write`] without waiting: `None` if the lock is taken
+    /// (or contended) or the region is retired.
+    pub(crate) fn try_write_uncontended(&self) -> Option<RegionWrite<'_>> {
+        self.write_guard(false)
+    }
+
+    /// The read lock (waited for if `wait`, else only tried), then the
+    /// retirement check under it.
+    fn read_guard(&self, wait: bool) -> Option<RegionRead<'_>> {
         match &self.backing {
             Backing::Owned(l) => {
-                let g = l.read();
+                let g = if wait { l.read() } else { l.try_read()? };
                 // Checked under the lock: `retire` sets it under the write lock.
                 (!self.is_retired()).then_some(RegionRead::Owned(g))
             }
             Backing::Raw { ptr, len, lock } => {
-                let g = lock.read();
+                let g = if wait { lock.read() } else { lock.try_read()? };
                 if self.is_retired() {
                     return None;
                 }
@@ -342,15 +365,20 @@ impl Region {
         }
     }
 
-    /// Locks the region for writing; `None` if it is retired.
-    pub fn try_write(&self) -> Option<RegionWrite<'_>> {
+    /// The write lock (waited for if `wait`, else only tried), then the
+    /// retirement check under it.
+    fn write_guard(&self, wait: bool) -> Option<RegionWrite<'_>> {
         match &self.backing {
             Backing::Owned(l) => {
-                let g = l.write();
+                let g = if wait { l.write() } else { l.try_write()? };
                 (!self.is_retired()).then_some(RegionWrite::Owned(g))
             }
             Backing::Raw { ptr, len, lock } => {
-                let g = lock.write();
+                let g = if wait {
+                    lock.write()
+                } else {
+                    lock.try_write()?
+                };
                 if self.is_retired() {
                     return None;
                 }
@@ -358,52 +386,6 @@ impl Region {
                 // (checked under the lock, which `retire` needs for writing
                 // and `g` holds for the slice's lifetime); the write lock
                 // makes this the only rdapl access to the memory.
-                #[allow(unsafe_code)]
-                let s = unsafe { std::slice::from_raw_parts_mut(*ptr, *len) };
-                Some(RegionWrite::Raw(g, s))
-            }
-        }
-    }
-
-    /// [`Region::try_read`] without waiting: `None` if the lock is taken
-    /// (or contended) or the region is retired.
-    pub(crate) fn try_read_uncontended(&self) -> Option<RegionRead<'_>> {
-        match &self.backing {
-            Backing::Owned(l) => {
-                let g = l.try_read()?;
-                (!self.is_retired()).then_some(RegionRead::Owned(g))
-            }
-            Backing::Raw { ptr, len, lock } => {
-                let g = lock.try_read()?;
-                if self.is_retired() {
-                    return None;
-                }
-                // SAFETY: as in `try_read`: `from_raw`'s contract, the mark
-                // clear under the lock, and `g` (held for the slice's
-                // lifetime) keeps `retire` and rdapl's writers out.
-                #[allow(unsafe_code)]
-                let s = unsafe { std::slice::from_raw_parts(*ptr as *const u8, *len) };
-                Some(RegionRead::Raw(g, s))
-            }
-        }
-    }
-
-    /// [`Region::try_write`] without waiting: `None` if the lock is taken
-    /// (or contended) or the region is retired.
-    pub(crate) fn try_write_uncontended(&self) -> Option<RegionWrite<'_>> {
-        match &self.backing {
-            Backing::Owned(l) => {
-                let g = l.try_write()?;
-                (!self.is_retired()).then_some(RegionWrite::Owned(g))
-            }
-            Backing::Raw { ptr, len, lock } => {
-                let g = lock.try_write()?;
-                if self.is_retired() {
-                    return None;
-                }
-                // SAFETY: as in `try_write`: `from_raw`'s contract, the mark
-                // clear under the lock, and `g` (held for the slice's
-                // lifetime) makes this the only rdapl access.
                 #[allow(unsafe_code)]
                 let s = unsafe { std::slice::from_raw_parts_mut(*ptr, *len) };
                 Some(RegionWrite::Raw(g, s))

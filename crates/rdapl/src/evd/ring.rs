@@ -184,18 +184,8 @@ impl Ring {
     /// Takes up to `max` events (at least 1), handing each to `out`.
     fn pop_batch(&self, max: usize, out: &mut impl FnMut(Event)) -> Result<usize, Stop> {
         let max = (max as u64).min(self.cap());
-        let mut h = self.head.load(Ordering::Acquire);
+        let mut h = self.ready_head(self.head.load(Ordering::Acquire))?;
         loop {
-            let st = self.slot(h).stamp.load(Ordering::Acquire);
-            let d = st.wrapping_sub(h + 1) as i64;
-            if d < 0 {
-                return Err(self.empty_or_closed(h));
-            }
-            if d > 0 {
-                // Another consumer took `h`: look at the new head.
-                h = self.head.load(Ordering::Acquire);
-                continue;
-            }
             let mut k = 1;
             while k < max && self.slot(h + k).stamp.load(Ordering::Acquire) == h + k + 1 {
                 k += 1;
@@ -210,28 +200,35 @@ impl Ring {
                     }
                     return Ok(k as usize);
                 }
-                Err(cur) => h = cur,
+                Err(cur) => h = self.ready_head(cur)?,
             }
+        }
+    }
+
+    /// The head position (starting from `h`, a head value read earlier)
+    /// once its slot holds a written event, or why there is none.
+    fn ready_head(&self, mut h: u64) -> Result<u64, Stop> {
+        loop {
+            let st = self.slot(h).stamp.load(Ordering::Acquire);
+            let d = st.wrapping_sub(h + 1) as i64;
+            if d == 0 {
+                return Ok(h);
+            }
+            if d < 0 {
+                return Err(self.empty_or_closed(h));
+            }
+            // Another consumer took `h`: look at the new head.
+            h = self.head.load(Ordering::Acquire);
         }
     }
 
     /// True if the slot at the head holds no event; `Err(())` if the ring is
     /// closed and drained (look at the next one).
     fn is_empty(&self) -> Result<bool, ()> {
-        let mut h = self.head.load(Ordering::Acquire);
-        loop {
-            let st = self.slot(h).stamp.load(Ordering::Acquire);
-            let d = st.wrapping_sub(h + 1) as i64;
-            if d == 0 {
-                return Ok(false);
-            }
-            if d < 0 {
-                return match self.empty_or_closed(h) {
-                    Stop::Closed => Err(()),
-                    _ => Ok(true),
-                };
-            }
-            h = self.head.load(Ordering::Acquire);
+        match self.ready_head(self.head.load(Ordering::Acquire)) {
+            Ok(_) => Ok(false),
+            Err(Stop::Empty) => Ok(true),
+            Err(Stop::Closed) => Err(()),
         }
     }
 
