@@ -132,7 +132,7 @@ impl Ring {
     }
 
     /// Writes the event of claimed position `t`.
-    #[inline]
+    #[inline(always)]
     fn write(&self, t: u64, ev: Event) {
         let slot = self.slot(t);
         // Normally free at once; otherwise the consumer of `t - cap` is
@@ -169,6 +169,7 @@ impl Ring {
     }
 
     /// Reads the event of a claimed position and frees its slot.
+    #[inline]
     fn take(&self, pos: u64) -> Event {
         let slot = self.slot(pos);
         let ev = slot.val.with(|p| {
@@ -179,6 +180,22 @@ impl Ring {
         });
         slot.stamp.store(pos + self.cap(), Ordering::Release);
         ev
+    }
+
+    /// Takes the event at the head (the one-event case of
+    /// [`Ring::pop_batch`], without its batch scan).
+    #[inline]
+    fn pop_one(&self) -> Result<Event, Stop> {
+        let mut h = self.ready_head(self.head.load(Ordering::Acquire))?;
+        loop {
+            match self
+                .head
+                .compare_exchange_weak(h, h + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(self.take(h)),
+                Err(cur) => h = self.ready_head(cur)?,
+            }
+        }
     }
 
     /// Takes up to `max` events (at least 1), handing each to `out`.
@@ -207,6 +224,7 @@ impl Ring {
 
     /// The head position (starting from `h`, a head value read earlier)
     /// once its slot holds a written event, or why there is none.
+    #[inline]
     fn ready_head(&self, mut h: u64) -> Result<u64, Stop> {
         loop {
             let st = self.slot(h).stamp.load(Ordering::Acquire);
@@ -362,7 +380,7 @@ impl Storage {
     /// stalling on the store of a line the consumer is reading (a fence
     /// after the write would). Under loom, which models `SeqCst` accesses as
     /// acquire/release only, an explicit fence stands for that guarantee.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_then<R>(&self, ev: Event, then: impl FnOnce() -> R) -> R {
         let mut spins = 0;
         let (ring, pos) = loop {
@@ -398,9 +416,14 @@ impl Storage {
     /// Takes the oldest event.
     #[inline]
     pub(crate) fn pop(&self) -> Option<Event> {
-        let mut got = None;
-        self.pop_batch(1, |e| got = Some(e));
-        got
+        loop {
+            let r = self.cons_ring();
+            match r.pop_one() {
+                Ok(ev) => return Some(ev),
+                Err(Stop::Empty) => return None,
+                Err(Stop::Closed) => self.advance(r),
+            }
+        }
     }
 
     /// Takes up to `max` events, oldest first, handing each to `out`;

@@ -203,7 +203,12 @@ pub(crate) fn schedule_runs(s: State, count: usize, max_runs: u64) -> (State, u6
 /// True if a producer that just published into state `s` may have someone
 /// to tell: upcalls on, an armed waiter or stream, or a CNO. When false, the
 /// push alone was the whole publish.
+#[inline]
 pub(crate) fn needs_attention(s: State) -> bool {
+    // The common case first: no policy, nothing armed.
+    if s.0 & (POLICY_MASK | WAIT_ARMED | STREAM_ARMED | CNO_ENABLED | ENABLING) == 0 {
+        return false;
+    }
     s.delivers()
         || (s.policy() == Policy::Notify && s.has(NOTIFY_ARMED))
         || s.0 & (WAIT_ARMED | STREAM_ARMED | CNO_ENABLED | ENABLING) != 0
