@@ -515,7 +515,8 @@ impl EvdInner {
 
     /// Takes one event for a waiter if at least `threshold` are queued.
     fn take_for_waiter(&self, threshold: usize) -> Option<(Event, usize)> {
-        if !self.storage.ready_at_least(threshold) {
+        // One event: the pop itself is the check.
+        if threshold > 1 && !self.storage.ready_at_least(threshold) {
             return None;
         }
         let ev = self.storage.pop()?;
