@@ -41,7 +41,7 @@ impl Scale {
                 window: Duration::from_millis(50),
                 capacity: 1024,
                 batch: 64,
-                trials_per_rep: 3,
+                trials_per_rep: 8,
             },
             latency: latency::Params {
                 warmup_iters: 500,
