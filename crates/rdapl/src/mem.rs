@@ -746,30 +746,33 @@ impl MemTable {
         })
     }
 
-    /// Puts `ctx` in `cache` (as of the current generation) if it names a
-    /// live entry with memory; false if it does not.
-    fn cache_key(&self, cache: &mut KeyCache, ctx: u32) -> bool {
-        if cache
-            .find(ctx, self.generation.load(Ordering::Acquire))
-            .is_some()
-        {
-            return true;
+    /// The index in `cache` of `ctx`: a hit as of the current generation,
+    /// or else the entry as the table says now, put in the cache (as of the
+    /// generation read under the table's lock); `None` if `ctx` names no
+    /// live entry with memory.
+    #[inline]
+    fn cached_index(&self, cache: &mut KeyCache, ctx: u32) -> Option<usize> {
+        match cache.position(ctx, self.generation.load(Ordering::Acquire)) {
+            Some(i) => Some(i),
+            None => self.cache_miss(cache, ctx),
         }
+    }
+
+    /// [`MemTable::cached_index`] of a key not cached at the current
+    /// generation: read from the table.
+    #[cold]
+    #[inline(never)]
+    fn cache_miss(&self, cache: &mut KeyCache, ctx: u32) -> Option<usize> {
         let slots = self.slots.read();
         // Stable under the read lock: writers move it under the write lock.
         let generation = self.generation.load(Ordering::Acquire);
         let (i, k) = Self::slot_of(ctx);
-        let Some(e) = slots
+        let e = slots
             .get(i)
             .and_then(|s| s.entry.as_ref())
-            .filter(|e| e.key == k)
-        else {
-            return false;
-        };
-        let Some(region) = &e.region else {
-            return false;
-        };
-        cache.insert(CachedKey {
+            .filter(|e| e.key == k)?;
+        let region = e.region.as_ref()?;
+        Some(cache.insert(CachedKey {
             ctx,
             generation,
             rmr: e.kind == EntryKind::Rmr,
@@ -778,8 +781,14 @@ impl MemTable {
             start: e.start,
             len: e.len,
             region: region.clone(),
-        });
-        true
+        }))
+    }
+
+    /// Puts `ctx` in `cache` (as of the current generation, unless the
+    /// table changes meanwhile) if it names a live entry with memory; false
+    /// if it does not.
+    fn cache_key(&self, cache: &mut KeyCache, ctx: u32) -> bool {
+        self.cached_index(cache, ctx).is_some()
     }
 
     /// [`MemTable::resolve`] through `cache`: no table lock and no
@@ -795,25 +804,25 @@ impl MemTable {
         right: MemPriv,
         pz: PzHandle,
     ) -> std::result::Result<SpanRef<'c>, AccessError> {
-        if self.cache_key(cache, ctx) {
-            let generation = self.generation.load(Ordering::Acquire);
-            if let Some(c) = cache.find(ctx, generation) {
-                let offset = c.check(addr, len, right, pz, false)?;
-                return Ok(SpanRef {
-                    region: &c.region,
-                    offset,
-                    len: len as usize,
-                });
-            }
+        if let Some(i) = self.cached_index(cache, ctx) {
+            let cache: &'c KeyCache = cache;
+            let c = cache.get(i);
+            let offset = c.check(addr, len, right, pz, false)?;
+            return Ok(SpanRef {
+                region: &c.region,
+                offset,
+                len: len as usize,
+            });
         }
         let span = hold.insert(self.resolve(ctx, addr, len, right, pz)?);
         Ok(span.as_ref())
     }
 
-    /// One key through `cache` only: the span, or `None` if the key is not
-    /// live, or the table changed meanwhile, or the access is refused (the
-    /// caller then asks the table for the authoritative answer).
+    /// One key through `cache` (a miss reads the table, as of one moment):
+    /// the span, or `None` if the key is not live or the access is refused
+    /// (the caller then asks the table for the authoritative answer).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub(crate) fn resolve_one_cached<'c>(
         &self,
         cache: &'c mut KeyCache,
@@ -824,11 +833,9 @@ impl MemTable {
         pz: PzHandle,
         local: bool,
     ) -> Option<SpanRef<'c>> {
-        if !self.cache_key(cache, ctx) {
-            return None;
-        }
+        let i = self.cached_index(cache, ctx)?;
         let cache: &'c KeyCache = cache;
-        let c = cache.find(ctx, self.generation.load(Ordering::Acquire))?;
+        let c = cache.get(i);
         let offset = c.check(addr, len, right, pz, local).ok()?;
         Some(SpanRef {
             region: &c.region,
@@ -850,13 +857,10 @@ impl MemTable {
     ) -> std::result::Result<SpanRefs<'c>, DtoStatus> {
         // The usual list: one entry.
         if let [t] = iov {
-            if t.segment_length > 0 && self.cache_key(cache, t.lmr_context) {
-                let g = self.generation.load(Ordering::Acquire);
-                if cache.find(t.lmr_context, g).is_some() {
+            if t.segment_length > 0 {
+                if let Some(i) = self.cached_index(cache, t.lmr_context) {
                     let cache: &'c KeyCache = cache;
-                    let Some(c) = cache.find(t.lmr_context, g) else {
-                        unreachable!("just found");
-                    };
+                    let c = cache.get(i);
                     let offset = c
                         .check(t.virtual_address, t.segment_length, right, pz, true)
                         .map_err(|_| DtoStatus::LocalProtection)?;
@@ -937,6 +941,7 @@ impl MemTable {
 /// `pz` (`local`: a local buffer, which a window key cannot name) against
 /// an entry (window or not, its zone, rights and range) mapping `region`;
 /// returns the offset into the region.
+#[inline]
 fn check_access(
     region: &Region,
     rmr: bool,
@@ -1001,6 +1006,7 @@ struct CachedKey {
 }
 
 impl CachedKey {
+    #[inline]
     fn check(
         &self,
         addr: u64,
@@ -1023,14 +1029,27 @@ impl CachedKey {
 impl KeyCache {
     /// `ctx` cached at `generation`.
     fn find(&self, ctx: u32, generation: u64) -> Option<&CachedKey> {
-        self.keys
-            .iter()
-            .flatten()
-            .find(|k| k.ctx == ctx && k.generation == generation)
+        self.position(ctx, generation).map(|i| self.get(i))
     }
 
-    /// Adds `k`, dropping stale entries first.
-    fn insert(&mut self, k: CachedKey) {
+    /// The index of `ctx` cached at `generation`.
+    #[inline]
+    fn position(&self, ctx: u32, generation: u64) -> Option<usize> {
+        self.keys.iter().position(|k| {
+            k.as_ref()
+                .is_some_and(|k| k.ctx == ctx && k.generation == generation)
+        })
+    }
+
+    /// The entry at `i` (an index [`KeyCache::position`] or
+    /// [`KeyCache::insert`] returned, with no change since).
+    #[inline]
+    fn get(&self, i: usize) -> &CachedKey {
+        self.keys[i].as_ref().expect("a cached key's index")
+    }
+
+    /// Adds `k`, dropping stale entries first; returns its index.
+    fn insert(&mut self, k: CachedKey) -> usize {
         for e in &mut self.keys {
             if e.as_ref().is_some_and(|e| e.generation != k.generation) {
                 *e = None;
@@ -1044,6 +1063,7 @@ impl KeyCache {
             }
         };
         self.keys[i] = Some(k);
+        i
     }
 
     /// Forgets everything.
@@ -1111,33 +1131,62 @@ pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> std::result::Result<usiz
     copy_refs(&src, &dst)
 }
 
+/// [`copy_refs`] of one span each side (the usual RDMA and single-buffer
+/// send): two regions locked in id order, one copy; one region: the general
+/// path.
+#[inline]
+pub(crate) fn copy_one(s: SpanRef<'_>, d: SpanRef<'_>) -> std::result::Result<usize, Retired> {
+    let n = s.len.min(d.len);
+    if s.region.id == d.region.id {
+        return copy_general(&[s], &[d], n);
+    }
+    let copy = |from: &[u8], to: &mut [u8]| {
+        to[d.offset..d.offset + n].copy_from_slice(&from[s.offset..s.offset + n]);
+    };
+    let (src_gone, dst_gone) = (
+        Retired {
+            src: true,
+            dst: false,
+        },
+        Retired {
+            src: false,
+            dst: true,
+        },
+    );
+    if s.region.id < d.region.id {
+        let r = s.region.try_read().ok_or(src_gone)?;
+        let mut w = d.region.try_write().ok_or(dst_gone)?;
+        copy(&r, &mut w);
+    } else {
+        let mut w = d.region.try_write().ok_or(dst_gone)?;
+        let r = s.region.try_read().ok_or(src_gone)?;
+        copy(&r, &mut w);
+    }
+    Ok(n)
+}
+
 /// [`copy_spans`] of borrowing spans.
 pub(crate) fn copy_refs(
     src: &[SpanRef<'_>],
     dst: &[SpanRef<'_>],
 ) -> std::result::Result<usize, Retired> {
-    let n = total(src).min(total(dst));
-    // Fast path: one span each side, two regions (the usual RDMA and
-    // single-buffer send): lock in id order, one copy.
     if let ([s], [d]) = (src, dst) {
         if s.region.id != d.region.id {
-            let retired = |src: bool, dst: bool| Retired { src, dst };
-            let copy = |from: &[u8], to: &mut [u8]| {
-                to[d.offset..d.offset + n].copy_from_slice(&from[s.offset..s.offset + n]);
-            };
-            return if s.region.id < d.region.id {
-                let r = s.region.try_read().ok_or(retired(true, false))?;
-                let mut w = d.region.try_write().ok_or(retired(false, true))?;
-                copy(&r, &mut w);
-                Ok(n)
-            } else {
-                let mut w = d.region.try_write().ok_or(retired(false, true))?;
-                let r = s.region.try_read().ok_or(retired(true, false))?;
-                copy(&r, &mut w);
-                Ok(n)
-            };
+            return copy_one(*s, *d);
         }
     }
+    let n = total(src).min(total(dst));
+    copy_general(src, dst, n)
+}
+
+/// [`copy_refs`] of `n` bytes in the general case (several spans, or one
+/// region on both sides).
+#[inline(never)]
+fn copy_general(
+    src: &[SpanRef<'_>],
+    dst: &[SpanRef<'_>],
+    n: usize,
+) -> std::result::Result<usize, Retired> {
     // Distinct regions, each with the sides it is used on.
     struct Use<'a> {
         id: u64,
