@@ -225,17 +225,6 @@ pub(crate) struct RecvWr {
 
 const _: () = assert!(std::mem::size_of::<RecvWr>() == 64);
 
-impl From<Wr> for RecvWr {
-    fn from(wr: Wr) -> RecvWr {
-        RecvWr {
-            iov: RecvIov::from_slice(&wr.iov),
-            cookie: wr.cookie,
-            flags: wr.flags,
-            res: wr.res,
-        }
-    }
-}
-
 impl From<RecvWr> for Wr {
     fn from(r: RecvWr) -> Wr {
         Wr {
@@ -249,10 +238,81 @@ impl From<RecvWr> for Wr {
     }
 }
 
-impl Wr {
-    /// True for a receive (the receive queue's), false for a request.
-    pub(crate) fn is_recv(&self) -> bool {
-        matches!(self.op, WrOp::Recv)
+/// A request (not a receive) being posted, every check passed and its
+/// completion reserved, handed to the transport under the endpoint's lock
+/// (opaque outside the crate). Its scatter/gather list is still the
+/// caller's: a request that completes at once is never copied into a
+/// [`Wr`]; one that waits is queued with [`NewWr::into_wr`].
+pub struct NewWr<'a> {
+    pub(crate) op: WrOp,
+    pub(crate) iov: &'a [LmrTriplet],
+    pub(crate) cookie: u64,
+    pub(crate) flags: CompletionFlags,
+    pub(crate) res: Reservation,
+    /// Fault injection: do not start before this instant.
+    pub(crate) not_before: Option<Instant>,
+}
+
+impl NewWr<'_> {
+    /// The request as queued.
+    pub(crate) fn into_wr(self) -> Wr {
+        Wr {
+            op: self.op,
+            iov: crate::mem::Iov::from_slice(self.iov),
+            cookie: self.cookie,
+            flags: self.flags,
+            res: self.res,
+            not_before: self.not_before,
+        }
+    }
+}
+
+/// A send or RDMA request as a transport executes it: queued ([`Wr`]) or
+/// being posted ([`NewWr`]).
+pub(crate) trait Request {
+    /// Its scatter/gather list.
+    fn iov(&self) -> &[LmrTriplet];
+    /// Its completion flags.
+    fn flags(&self) -> CompletionFlags;
+    /// Completes it on `ep` with `status` and `len` bytes transferred.
+    fn complete(self, ep: &EpInner, status: DtoStatus, len: u64);
+}
+
+impl Request for Wr {
+    #[inline]
+    fn iov(&self) -> &[LmrTriplet] {
+        &self.iov
+    }
+    #[inline]
+    fn flags(&self) -> CompletionFlags {
+        self.flags
+    }
+    #[inline]
+    fn complete(self, ep: &EpInner, status: DtoStatus, len: u64) {
+        ep.complete(self, status, len);
+    }
+}
+
+impl Request for NewWr<'_> {
+    #[inline]
+    fn iov(&self) -> &[LmrTriplet] {
+        self.iov
+    }
+    #[inline]
+    fn flags(&self) -> CompletionFlags {
+        self.flags
+    }
+    #[inline]
+    fn complete(self, ep: &EpInner, status: DtoStatus, len: u64) {
+        ep.complete_parts(
+            false,
+            self.op.dto_op(),
+            self.cookie,
+            self.flags,
+            self.res,
+            status,
+            len,
+        );
     }
 }
 
@@ -607,7 +667,7 @@ impl Ep {
     /// Posts a receive (`dat_ep_post_recv`). Allowed before the connection
     /// is established.
     pub fn post_recv(&self, iov: &[LmrTriplet], cookie: u64, flags: CompletionFlags) -> Result<()> {
-        self.inner.post(WrOp::Recv, iov, cookie, flags)
+        self.inner.post_recv(iov, cookie, flags)
     }
 
     /// Posts a send (`dat_ep_post_send`).
@@ -885,10 +945,96 @@ impl EpInner {
         self.post_with(op, iov, cookie, flags, |_| Ok(()))
     }
 
-    /// `post`, running `prepare` on the request under the endpoint's lock
-    /// once every check passed and the completion's slot is reserved: its
-    /// side effects happen only if the request is queued (if it fails, the
-    /// reservation is returned and nothing is queued).
+    /// The first checks of a post: the endpoint is live, the flags known.
+    #[inline]
+    fn check_post(&self, flags: CompletionFlags) -> Result<()> {
+        self.check_live()?;
+        if flags.0 & !0x3F != 0 {
+            return Err(Error::param(4, "unknown completion flag bits"));
+        }
+        Ok(())
+    }
+
+    /// The list checks of a post: within `max_iov` entries, its total
+    /// within `limit`; returns that total.
+    #[inline]
+    fn check_list(iov: &[LmrTriplet], max_iov: usize, limit: u64) -> Result<u64> {
+        if iov.len() > max_iov {
+            return Err(Error::param(
+                2,
+                "more scatter/gather entries than the endpoint allows",
+            ));
+        }
+        let len: u64 = match iov {
+            [t] => t.segment_length,
+            _ => iov.iter().map(|t| t.segment_length).sum(),
+        };
+        if len > limit {
+            return Err(Error::Length("transfer larger than the endpoint's maximum"));
+        }
+        Ok(len)
+    }
+
+    /// Posts a receive: checked, its completion reserved and queued under
+    /// the endpoint's lock (built in place, as queued), then the transport
+    /// is kicked (a peer's send may wait for it).
+    fn post_recv(
+        self: &Arc<Self>,
+        iov: &[LmrTriplet],
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<()> {
+        self.check_post(flags)?;
+        let evd = match (&self.recv_evd, &self.srq) {
+            (Some(evd), None) => evd,
+            (_, Some(_)) => {
+                return Err(Error::state(
+                    Subtype::InvalidStateEpEvdRecv,
+                    "the endpoint takes its receives from a shared receive queue",
+                ));
+            }
+            (None, None) => {
+                return Err(Error::state(
+                    Subtype::InvalidStateEpEvdRecv,
+                    "the endpoint has no EVD for this queue",
+                ));
+            }
+        };
+        Self::check_list(iov, self.attr.max_recv_iov, self.attr.max_message_size)?;
+        {
+            let mut c = self.core.lock();
+            if matches!(c.state, EpState::Disconnected | EpState::DisconnectPending) {
+                return Err(Error::state(
+                    c.state.subtype(),
+                    "the endpoint cannot take this work request now",
+                ));
+            }
+            if c.recvs.len() >= self.attr.max_recv_dtos {
+                return Err(Error::InsufficientResources {
+                    resource: Subtype::ResourceTep,
+                    what: "the endpoint's queue is full",
+                });
+            }
+            let res = evd.reserve()?;
+            c.recvs.push_back(RecvWr {
+                iov: match iov {
+                    [t] => RecvIov::from_buf([*t]),
+                    _ => RecvIov::from_slice(iov),
+                },
+                cookie,
+                flags,
+                res,
+            });
+        }
+        self.ia.transport.kick(self, true);
+        Ok(())
+    }
+
+    /// `post` of a request, running `prepare` on the request under the
+    /// endpoint's lock once every check passed and the completion's slot is
+    /// reserved: its side effects happen only if the request is queued (if
+    /// it fails, the reservation is returned and nothing is queued).
+    /// (Receives go through [`EpInner::post_recv`].)
     fn post_with(
         self: &Arc<Self>,
         mut op: WrOp,
@@ -897,98 +1043,54 @@ impl EpInner {
         flags: CompletionFlags,
         prepare: impl FnOnce(&mut WrOp) -> Result<()>,
     ) -> Result<()> {
-        self.check_live()?;
-        if flags.0 & !0x3F != 0 {
-            return Err(Error::param(4, "unknown completion flag bits"));
+        if matches!(op, WrOp::Recv) {
+            return self.post_recv(iov, cookie, flags);
         }
-        let is_recv = matches!(op, WrOp::Recv);
-        if is_recv && self.srq.is_some() {
-            return Err(Error::state(
-                Subtype::InvalidStateEpEvdRecv,
-                "the endpoint takes its receives from a shared receive queue",
-            ));
-        }
-        let (evd, max_iov, max_dtos) = if is_recv {
-            (
-                &self.recv_evd,
-                self.attr.max_recv_iov,
-                self.attr.max_recv_dtos,
-            )
-        } else {
-            (
-                &self.request_evd,
-                self.attr.max_request_iov,
-                self.attr.max_request_dtos,
-            )
-        };
-        let evd = evd.as_ref().ok_or(Error::state(
-            if is_recv {
-                Subtype::InvalidStateEpEvdRecv
-            } else {
-                Subtype::InvalidStateEpEvdRequest
-            },
+        self.check_post(flags)?;
+        let evd = self.request_evd.as_ref().ok_or(Error::state(
+            Subtype::InvalidStateEpEvdRequest,
             "the endpoint has no EVD for this queue",
         ))?;
-        if iov.len() > max_iov {
-            return Err(Error::param(
-                2,
-                "more scatter/gather entries than the endpoint allows",
-            ));
-        }
-        let len: u64 = iov.iter().map(|t| t.segment_length).sum();
         let limit = match op {
             WrOp::RdmaWrite(_) | WrOp::RdmaRead(_) => self.attr.max_rdma_size,
             _ => self.attr.max_message_size,
         };
-        if len > limit {
-            return Err(Error::Length("transfer larger than the endpoint's maximum"));
-        }
+        let len = Self::check_list(iov, self.attr.max_request_iov, limit)?;
         if let WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) = &op {
             if r.segment_length < len {
                 return Err(Error::Length("remote buffer shorter than the local list"));
             }
         }
-        {
-            let c = self.core.lock();
-            let ok = if is_recv {
-                !matches!(c.state, EpState::Disconnected | EpState::DisconnectPending)
-            } else {
-                c.state == EpState::Connected
-            };
-            if !ok {
-                return Err(Error::state(
-                    c.state.subtype(),
-                    "the endpoint cannot take this work request now",
-                ));
-            }
-            let queued = if is_recv {
-                c.recvs.len()
-            } else {
-                c.sends.len()
-            };
-            if queued >= max_dtos {
-                return Err(Error::InsufficientResources {
-                    resource: Subtype::ResourceTep,
-                    what: "the endpoint's queue is full",
-                });
-            }
-            let res = evd.reserve()?;
-            if let Err(e) = prepare(&mut op) {
-                evd.release(res);
-                return Err(e);
-            }
-            let not_before = c.delay.map(|d| Instant::now() + d);
-            let wr = Wr {
-                op,
-                iov: crate::mem::Iov::from_slice(iov),
-                cookie,
-                flags,
-                res,
-                not_before,
-            };
-            // The transport queues it and goes on under the same lock.
-            self.ia.transport.submit(self, c, wr);
+        let c = self.core.lock();
+        if c.state != EpState::Connected {
+            return Err(Error::state(
+                c.state.subtype(),
+                "the endpoint cannot take this work request now",
+            ));
         }
+        if c.sends.len() >= self.attr.max_request_dtos {
+            return Err(Error::InsufficientResources {
+                resource: Subtype::ResourceTep,
+                what: "the endpoint's queue is full",
+            });
+        }
+        let res = evd.reserve()?;
+        if let Err(e) = prepare(&mut op) {
+            evd.release(res);
+            return Err(e);
+        }
+        let not_before = c.delay.map(|d| Instant::now() + d);
+        let wr = NewWr {
+            op,
+            iov,
+            cookie,
+            flags,
+            res,
+            not_before,
+        };
+        // The transport executes or queues it and goes on under the same
+        // lock.
+        self.ia.transport.submit(self, c, wr);
         Ok(())
     }
 
@@ -1005,7 +1107,8 @@ impl EpInner {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn complete_parts(
+    #[inline]
+    pub(crate) fn complete_parts(
         &self,
         is_recv: bool,
         op: DtoOp,

@@ -27,7 +27,9 @@
 //! Fault injection (used by the tests): `Ep::inject_failure`,
 //! `Ep::inject_delay`, `Ep::inject_break`.
 
-use crate::ep::{CompletionFlags, EpCore, EpInner, EpState, RecvIov, RecvWr, Wr, WrOp};
+use crate::ep::{
+    CompletionFlags, EpCore, EpInner, EpState, NewWr, RecvIov, RecvWr, Request, Wr, WrOp,
+};
 use crate::error::{Error, Result, Subtype};
 use crate::evd::{MAX_QLEN, UpcallPolicy};
 use crate::event::{ConnectionEventKind, DtoStatus};
@@ -361,66 +363,64 @@ impl Transport for LoopbackIa {
         }
     }
 
-    fn submit(&self, ep: &Arc<EpInner>, mut core: MutexGuard<'_, EpCore>, wr: Wr) {
-        if wr.is_recv() {
-            core.recvs.push_back(wr.into());
-            drop(core);
-            self.kick(ep, true);
-            return;
-        }
-        // Nothing ahead of it: an RDMA request that can run now completes
-        // without going through the queue.
+    fn submit(&self, ep: &Arc<EpInner>, mut core: MutexGuard<'_, EpCore>, wr: NewWr<'_>) {
+        // Nothing ahead of it: a send or RDMA request that can run now
+        // completes without going through the queue (and is never copied
+        // into a queued `Wr`).
         let c = &mut *core;
         if c.sends.is_empty()
             && c.state == EpState::Connected
             && wr.not_before.is_none()
             && c.fail_next.is_none()
         {
-            let rdma = match wr.op {
-                WrOp::RdmaWrite(r) => Some((r, true)),
-                WrOp::RdmaRead(r) => Some((r, false)),
-                _ => None,
-            };
-            if let (Some((r, write)), Some((ia, pz))) = (rdma, &c.peer_mem) {
-                if let Some(len) = rdma_try(
-                    ep,
-                    &wr.iov,
-                    (&mut c.keys, &mut c.peer_keys),
-                    ia,
-                    *pz,
-                    r,
-                    write,
-                ) {
-                    ep.complete(wr, DtoStatus::Success, len);
-                    return;
-                }
-            } else if matches!(wr.op, WrOp::Send) {
-                // A send needs the peer locked too: at once if the handle
-                // order allows it (or the lock is free), else it queues.
-                if let Some(b) = c.peer.as_ref().and_then(Weak::upgrade) {
-                    let cb = if ep.id < b.id {
-                        Some(b.core.lock())
-                    } else {
-                        b.core.try_lock()
-                    };
-                    if let Some(mut cb) = cb {
-                        match send(&self.lb, ep, &b, c, &mut cb, wr) {
-                            Ok(Step::Broken) => {
-                                stop_both(c, &mut cb);
-                                drop(cb);
-                                drop(core);
-                                ep.break_connection(Some(&b), None);
+            match wr.op {
+                WrOp::Send => {
+                    // A send needs the peer locked too: at once if the
+                    // handle order allows it (or the lock is free), else it
+                    // queues.
+                    if let Some(b) = c.peer.as_ref().and_then(Weak::upgrade) {
+                        let cb = if ep.id < b.id {
+                            Some(b.core.lock())
+                        } else {
+                            b.core.try_lock()
+                        };
+                        if let Some(mut cb) = cb {
+                            match send(&self.lb, ep, &b, c, &mut cb, wr) {
+                                Ok(Step::Broken) => {
+                                    stop_both(c, &mut cb);
+                                    drop(cb);
+                                    drop(core);
+                                    ep.break_connection(Some(&b), None);
+                                }
+                                Ok(_) => {}
+                                // No receive yet: it waits at the head.
+                                Err(wr) => c.sends.push_back(wr.into_wr()),
                             }
-                            Ok(_) => {}
-                            // No receive yet: it waits at the head.
-                            Err(wr) => c.sends.push_back(wr),
+                            return;
                         }
-                        return;
                     }
                 }
+                WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) => {
+                    let write = matches!(wr.op, WrOp::RdmaWrite(_));
+                    if let Some((ia, pz)) = &c.peer_mem {
+                        if let Some(len) = rdma_try(
+                            ep,
+                            wr.iov,
+                            (&mut c.keys, &mut c.peer_keys),
+                            ia,
+                            *pz,
+                            r,
+                            write,
+                        ) {
+                            wr.complete(ep, DtoStatus::Success, len);
+                            return;
+                        }
+                    }
+                }
+                _ => {}
             }
         }
-        core.sends.push_back(wr);
+        core.sends.push_back(wr.into_wr());
         progress_locked(&self.lb, ep, core);
     }
 
@@ -745,14 +745,14 @@ fn execute(
 /// (the receiver-not-ready clock runs; the caller puts it back at the head).
 // The request comes back by value on purpose: boxing it would allocate.
 #[allow(clippy::result_large_err)]
-fn send(
+fn send<R: Request>(
     lb: &Arc<Loopback>,
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
     ca: &mut crate::ep::EpCore,
     cb: &mut crate::ep::EpCore,
-    wr: Wr,
-) -> std::result::Result<Step, Wr> {
+    wr: R,
+) -> std::result::Result<Step, R> {
     let Some(mut rwr) = take_recv(b, cb) else {
         // Under `b`'s lock: a receive posted from now on kicks us.
         b.recv_wanted.store(true, Ordering::Relaxed);
@@ -774,7 +774,7 @@ fn send(
     // The usual message: one buffer each side, both keys cached and
     // granted, no region retired (anything else: the general path below
     // decides, from the start).
-    if let ([s], [d]) = (&wr.iov[..], &rwr.iov[..]) {
+    if let ([s], [d]) = (wr.iov(), &rwr.iov[..]) {
         if s.segment_length > 0 && d.segment_length >= s.segment_length {
             if let Some(src) = a.ia.mem.resolve_one_cached(
                 &mut ca.keys,
@@ -794,13 +794,13 @@ fn send(
                     b.pz.inner.id,
                     true,
                 ) {
-                    if let Ok(n) = mem::copy_refs(&[src], &[dst]) {
-                        if wr.flags.contains(CompletionFlags::SOLICITED_WAIT) {
+                    if let Ok(n) = mem::copy_one(src, dst) {
+                        if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
                             rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
                         }
                         // The receiver waits for its completion: it goes first.
                         b.complete_recv(rwr, DtoStatus::Success, n as u64);
-                        a.complete(wr, DtoStatus::Success, n as u64);
+                        wr.complete(a, DtoStatus::Success, n as u64);
                         return Ok(Step::Next);
                     }
                 }
@@ -811,14 +811,14 @@ fn send(
     let src = match a.ia.mem.resolve_local_cached(
         &mut ca.keys,
         &mut hold_src,
-        &wr.iov,
+        wr.iov(),
         MemPriv::LOCAL_READ,
         a.pz.inner.id,
     ) {
         Ok(s) => s,
         Err(st) => {
             untake_recv(b, cb, rwr);
-            a.complete(wr, st, 0);
+            wr.complete(a, st, 0);
             return Ok(Step::Broken);
         }
     };
@@ -831,17 +831,17 @@ fn send(
     ) {
         Ok(d) => d,
         Err(st) => {
-            a.complete(wr, DtoStatus::RemoteResponder, 0);
+            wr.complete(a, DtoStatus::RemoteResponder, 0);
             b.complete_recv(rwr, st, 0);
             return Ok(Step::Broken);
         }
     };
-    if wr.flags.contains(CompletionFlags::SOLICITED_WAIT) {
+    if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
         rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
     }
     let len = mem::total(&src);
     if len > mem::total(&dst) {
-        a.complete(wr, DtoStatus::RemoteResponder, 0);
+        wr.complete(a, DtoStatus::RemoteResponder, 0);
         b.complete_recv(rwr, DtoStatus::LocalLength, 0);
         return Ok(Step::Broken);
     }
@@ -850,19 +850,19 @@ fn send(
     match copied {
         Ok(_) => {
             b.complete_recv(rwr, DtoStatus::Success, len as u64);
-            a.complete(wr, DtoStatus::Success, len as u64);
+            wr.complete(a, DtoStatus::Success, len as u64);
             Ok(Step::Next)
         }
         // A region was retired after its key resolved: no byte
         // moved. As for a refused key: the sender's own buffer...
         Err(r) if r.src => {
             untake_recv(b, cb, rwr);
-            a.complete(wr, DtoStatus::LocalProtection, 0);
+            wr.complete(a, DtoStatus::LocalProtection, 0);
             Ok(Step::Broken)
         }
         // ...or the receiver's.
         Err(_) => {
-            a.complete(wr, DtoStatus::RemoteResponder, 0);
+            wr.complete(a, DtoStatus::RemoteResponder, 0);
             b.complete_recv(rwr, DtoStatus::LocalProtection, 0);
             Ok(Step::Broken)
         }
