@@ -318,11 +318,13 @@ impl Region {
     }
 
     /// Locks the region for reading; `None` if it is retired.
+    #[inline]
     pub fn try_read(&self) -> Option<RegionRead<'_>> {
         self.read_guard(true)
     }
 
     /// Locks the region for writing; `None` if it is retired.
+    #[inline]
     pub fn try_write(&self) -> Option<RegionWrite<'_>> {
         self.write_guard(true)
     }
@@ -341,6 +343,7 @@ impl Region {
 
     /// The read lock (waited for if `wait`, else only tried), then the
     /// retirement check under it.
+    #[inline]
     fn read_guard(&self, wait: bool) -> Option<RegionRead<'_>> {
         match &self.backing {
             Backing::Owned(l) => {
@@ -367,6 +370,7 @@ impl Region {
 
     /// The write lock (waited for if `wait`, else only tried), then the
     /// retirement check under it.
+    #[inline]
     fn write_guard(&self, wait: bool) -> Option<RegionWrite<'_>> {
         match &self.backing {
             Backing::Owned(l) => {
@@ -772,16 +776,7 @@ impl MemTable {
             .and_then(|s| s.entry.as_ref())
             .filter(|e| e.key == k)?;
         let region = e.region.as_ref()?;
-        Some(cache.insert(CachedKey {
-            ctx,
-            generation,
-            rmr: e.kind == EntryKind::Rmr,
-            pz: e.pz,
-            privs: e.privs,
-            start: e.start,
-            len: e.len,
-            region: region.clone(),
-        }))
+        Some(cache.insert(CachedKey::new(ctx, generation, e, region)))
     }
 
     /// Puts `ctx` in `cache` (as of the current generation, unless the
@@ -822,7 +817,7 @@ impl MemTable {
     /// the span, or `None` if the key is not live or the access is refused
     /// (the caller then asks the table for the authoritative answer).
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub(crate) fn resolve_one_cached<'c>(
         &self,
         cache: &'c mut KeyCache,
@@ -836,7 +831,7 @@ impl MemTable {
         let i = self.cached_index(cache, ctx)?;
         let cache: &'c KeyCache = cache;
         let c = cache.get(i);
-        let offset = c.check(addr, len, right, pz, local).ok()?;
+        let offset = c.offset(addr, len, right, pz, local)?;
         Some(SpanRef {
             region: &c.region,
             offset,
@@ -941,7 +936,7 @@ impl MemTable {
 /// `pz` (`local`: a local buffer, which a window key cannot name) against
 /// an entry (window or not, its zone, rights and range) mapping `region`;
 /// returns the offset into the region.
-#[inline]
+#[inline(always)]
 fn check_access(
     region: &Region,
     rmr: bool,
@@ -1003,9 +998,53 @@ struct CachedKey {
     start: u64,
     len: u64,
     region: Arc<Region>,
+    /// The addresses an access may span: the entry's range within the
+    /// region's (what [`check_access`] checks, precomputed).
+    lo: u64,
+    hi: u64,
 }
 
 impl CachedKey {
+    fn new(ctx: u32, generation: u64, e: &Entry, region: &Arc<Region>) -> CachedKey {
+        let base = region.address();
+        CachedKey {
+            ctx,
+            generation,
+            rmr: e.kind == EntryKind::Rmr,
+            pz: e.pz,
+            privs: e.privs,
+            start: e.start,
+            len: e.len,
+            region: region.clone(),
+            lo: e.start.max(base),
+            hi: e
+                .start
+                .saturating_add(e.len)
+                .min(base.saturating_add(region.len() as u64)),
+        }
+    }
+
+    /// [`CachedKey::check`] when only success matters: the offset into
+    /// the region, or `None` if the access is refused (for any reason).
+    #[inline(always)]
+    fn offset(
+        &self,
+        addr: u64,
+        len: u64,
+        right: MemPriv,
+        pz: PzHandle,
+        local: bool,
+    ) -> Option<usize> {
+        let end = addr.checked_add(len)?;
+        let ok = !(local && self.rmr)
+            && self.pz == pz
+            && self.privs.contains(right)
+            && addr >= self.lo
+            && end <= self.hi
+            && !self.region.is_retired();
+        ok.then(|| (addr - self.region.address()) as usize)
+    }
+
     #[inline]
     fn check(
         &self,
@@ -1035,6 +1074,15 @@ impl KeyCache {
     /// The index of `ctx` cached at `generation`.
     #[inline]
     fn position(&self, ctx: u32, generation: u64) -> Option<usize> {
+        let hit = |k: &Option<CachedKey>| {
+            k.as_ref()
+                .is_some_and(|k| k.ctx == ctx && k.generation == generation)
+        };
+        // Usually where `insert` prefers to put it.
+        let i = Self::home(ctx);
+        if hit(&self.keys[i]) {
+            return Some(i);
+        }
         self.keys.iter().position(|k| {
             k.as_ref()
                 .is_some_and(|k| k.ctx == ctx && k.generation == generation)
@@ -1055,7 +1103,9 @@ impl KeyCache {
                 *e = None;
             }
         }
+        let home = Self::home(k.ctx);
         let i = match self.keys.iter().position(Option::is_none) {
+            _ if self.keys[home].is_none() => home,
             Some(i) => i,
             None => {
                 self.next = (self.next + 1) % CACHED_KEYS;
@@ -1064,6 +1114,13 @@ impl KeyCache {
         };
         self.keys[i] = Some(k);
         i
+    }
+
+    /// The entry `ctx` is looked up in first (and put in if free): by its
+    /// slot index.
+    #[inline(always)]
+    fn home(ctx: u32) -> usize {
+        (ctx >> 8) as usize % CACHED_KEYS
     }
 
     /// Forgets everything.
@@ -1436,6 +1493,65 @@ mod tests {
             .is_some()
         );
         assert_eq!(cache.keys.iter().flatten().count(), 1);
+    }
+
+    #[test]
+    fn cached_fast_check_agrees_with_the_full_check() {
+        // The precomputed bounds of a cached key accept exactly what
+        // `check_access` accepts, for LMRs and windows, over and around
+        // the entry's range and the region's.
+        let r = Region::from_vec(vec![0; 64]);
+        let base = r.address();
+        let mut entries = Vec::new();
+        for (kind, start, len) in [
+            (EntryKind::Lmr, base, 64),
+            (EntryKind::Lmr, base + 8, 16),
+            (EntryKind::Rmr, base + 4, 40),
+            // A range reaching past the region's end: the region bounds too.
+            (EntryKind::Fmr, base + 48, 64),
+        ] {
+            let mut e = entry(&r, MemPriv::LOCAL_READ | MemPriv::REMOTE_WRITE);
+            e.kind = kind;
+            e.start = start;
+            e.len = len;
+            entries.push(e);
+        }
+        let rights = [
+            MemPriv::LOCAL_READ,
+            MemPriv::LOCAL_WRITE,
+            MemPriv::REMOTE_WRITE,
+        ];
+        let mut checked = 0;
+        for e in &entries {
+            let c = CachedKey::new(7, 1, e, &r);
+            for addr in (0..=80u64).map(|d| base.wrapping_add(d).wrapping_sub(12)) {
+                for len in [0u64, 1, 8, 16, 40, 64, u64::MAX] {
+                    for right in rights {
+                        for pz in [PzHandle(1), PzHandle(2)] {
+                            for local in [false, true] {
+                                assert_eq!(
+                                    c.offset(addr, len, right, pz, local),
+                                    c.check(addr, len, right, pz, local).ok(),
+                                    "{:?} {:#x}+{} at {:#x}+{len} {right:?} {pz:?} local={local}",
+                                    e.kind,
+                                    e.start,
+                                    e.len,
+                                    addr
+                                );
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000);
+        r.retire();
+        let c = CachedKey::new(7, 1, &entries[0], &r);
+        assert_eq!(
+            c.offset(base, 8, MemPriv::LOCAL_READ, PzHandle(1), true),
+            None
+        );
     }
 
     #[test]

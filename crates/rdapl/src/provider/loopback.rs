@@ -753,6 +753,26 @@ fn send<R: Request>(
     cb: &mut crate::ep::EpCore,
     wr: R,
 ) -> std::result::Result<Step, R> {
+    // The usual message, into the head of `b`'s own receive queue: copied
+    // straight from the queued receive, which is popped only once the copy
+    // is done (anything else, and any failure: the general path below
+    // decides, from the start).
+    if b.srq.is_none() {
+        if let Some(rwr) = cb.recvs.front() {
+            if let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut cb.keys), wr.iov(), &rwr.iov)
+            {
+                let mut rwr = cb.recvs.pop_front().expect("head");
+                received(b, ca);
+                if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
+                    rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
+                }
+                // The receiver waits for its completion: it goes first.
+                b.complete_recv(rwr, DtoStatus::Success, n);
+                wr.complete(a, DtoStatus::Success, n);
+                return Ok(Step::Next);
+            }
+        }
+    }
     let Some(mut rwr) = take_recv(b, cb) else {
         // Under `b`'s lock: a receive posted from now on kicks us.
         b.recv_wanted.store(true, Ordering::Relaxed);
@@ -765,46 +785,15 @@ fn send<R: Request>(
         }
         return Err(wr);
     };
-    if b.recv_wanted.load(Ordering::Relaxed) {
-        b.recv_wanted.store(false, Ordering::Relaxed);
-    }
-    if ca.rnr_deadline.is_some() {
-        ca.rnr_deadline = None;
-    }
-    // The usual message: one buffer each side, both keys cached and
-    // granted, no region retired (anything else: the general path below
-    // decides, from the start).
-    if let ([s], [d]) = (wr.iov(), &rwr.iov[..]) {
-        if s.segment_length > 0 && d.segment_length >= s.segment_length {
-            if let Some(src) = a.ia.mem.resolve_one_cached(
-                &mut ca.keys,
-                s.lmr_context,
-                s.virtual_address,
-                s.segment_length,
-                MemPriv::LOCAL_READ,
-                a.pz.inner.id,
-                true,
-            ) {
-                if let Some(dst) = b.ia.mem.resolve_one_cached(
-                    &mut cb.keys,
-                    d.lmr_context,
-                    d.virtual_address,
-                    d.segment_length,
-                    MemPriv::LOCAL_WRITE,
-                    b.pz.inner.id,
-                    true,
-                ) {
-                    if let Ok(n) = mem::copy_one(src, dst) {
-                        if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
-                            rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
-                        }
-                        // The receiver waits for its completion: it goes first.
-                        b.complete_recv(rwr, DtoStatus::Success, n as u64);
-                        wr.complete(a, DtoStatus::Success, n as u64);
-                        return Ok(Step::Next);
-                    }
-                }
+    received(b, ca);
+    if b.srq.is_some() {
+        if let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut cb.keys), wr.iov(), &rwr.iov) {
+            if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
+                rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
             }
+            b.complete_recv(rwr, DtoStatus::Success, n);
+            wr.complete(a, DtoStatus::Success, n);
+            return Ok(Step::Next);
         }
     }
     let (mut hold_src, mut hold_dst) = (Spans::new(), Spans::new());
@@ -867,6 +856,56 @@ fn send<R: Request>(
             Ok(Step::Broken)
         }
     }
+}
+
+/// A send of `a` found a receive of `b`: `b` no longer waits for one, and
+/// the receiver-not-ready clock of `a` stops.
+#[inline]
+fn received(b: &EpInner, ca: &mut EpCore) {
+    if b.recv_wanted.load(Ordering::Relaxed) {
+        b.recv_wanted.store(false, Ordering::Relaxed);
+    }
+    if ca.rnr_deadline.is_some() {
+        ca.rnr_deadline = None;
+    }
+}
+
+/// The usual message: one buffer each side (`src` of `a`, `dst` of `b`),
+/// both keys cached (or read from the tables now) and granted, no region
+/// retired: the bytes copied; `None` (and no byte moved) otherwise.
+#[inline(always)]
+fn copy_one_cached(
+    a: &EpInner,
+    b: &EpInner,
+    (ka, kb): (&mut KeyCache, &mut KeyCache),
+    src: &[crate::mem::LmrTriplet],
+    dst: &[crate::mem::LmrTriplet],
+) -> Option<u64> {
+    let ([s], [d]) = (src, dst) else {
+        return None;
+    };
+    if s.segment_length == 0 || d.segment_length < s.segment_length {
+        return None;
+    }
+    let src = a.ia.mem.resolve_one_cached(
+        ka,
+        s.lmr_context,
+        s.virtual_address,
+        s.segment_length,
+        MemPriv::LOCAL_READ,
+        a.pz.inner.id,
+        true,
+    )?;
+    let dst = b.ia.mem.resolve_one_cached(
+        kb,
+        d.lmr_context,
+        d.virtual_address,
+        d.segment_length,
+        MemPriv::LOCAL_WRITE,
+        b.pz.inner.id,
+        true,
+    )?;
+    mem::copy_one(src, dst).ok().map(|n| n as u64)
 }
 
 /// An RDMA write (`write`) or read of `a`'s request `wr` against `r` on the
