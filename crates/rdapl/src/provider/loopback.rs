@@ -569,11 +569,10 @@ fn rdma_try(
                 peer_pz,
                 false,
             )?;
-            let (local, remote) = (std::slice::from_ref(&local), std::slice::from_ref(&remote));
             let copied = if write {
-                mem::copy_refs(local, remote)
+                mem::copy_one(local, remote)
             } else {
-                mem::copy_refs(remote, local)
+                mem::copy_one(remote, local)
             };
             return copied.ok().map(|_| t.segment_length);
         }
