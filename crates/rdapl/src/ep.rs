@@ -319,12 +319,11 @@ impl Request for NewWr<'_> {
 /// Mutable endpoint state, under the endpoint's lock (opaque outside the
 /// crate). Providers lock two endpoints in handle order.
 ///
-/// In declaration order: what a peer's send reads or writes here (the
-/// state and the receive queue) comes first, on the lock's cache line.
+/// In declaration order: what a peer's progress reads here (the state)
+/// comes first, on the lock's cache line.
 #[repr(C)]
 pub struct EpCore {
     pub(crate) state: EpState,
-    pub(crate) recvs: VecDeque<RecvWr>,
     /// Fault injection: the next executed request fails with this status.
     pub(crate) fail_next: Option<DtoStatus>,
     pub(crate) sends: VecDeque<Wr>,
@@ -333,8 +332,8 @@ pub struct EpCore {
     /// Loopback: the connected peer's registration table and protection
     /// zone (what an RDMA request needs of it), set and cleared with `peer`.
     pub(crate) peer_mem: Option<(Arc<IaInner>, crate::event::PzHandle)>,
-    /// Resolved keys of this endpoint's IA (its own buffers; its receive
-    /// buffers as the peer's progress resolves them, under this lock).
+    /// Resolved keys of this endpoint's IA for its own requests (its
+    /// receive buffers' keys are cached in its [`RecvQueue`]).
     pub(crate) keys: crate::mem::KeyCache,
     /// Resolved keys of the peer's IA (RDMA targets); cleared with `peer_mem`.
     pub(crate) peer_keys: crate::mem::KeyCache,
@@ -347,6 +346,19 @@ pub struct EpCore {
     pub(crate) pending_cr: Option<Arc<crate::sp::CrInner>>,
     /// Private data received from the peer (accept on the active side).
     pub(crate) peer_private: Option<Box<[u8]>>,
+}
+
+/// The receive queue of an endpoint, under its own lock (taken after the
+/// endpoint's, never the other way round; locks of two endpoints are taken
+/// before any receive queue's): a peer's send takes a receive from here
+/// without the endpoint's lock, so with the usual traffic each endpoint's
+/// lock stays with its own thread and only this one moves between them.
+pub(crate) struct RecvQueue {
+    /// Posted receives, in order.
+    pub(crate) recvs: VecDeque<RecvWr>,
+    /// Resolved keys of this endpoint's IA for its receive buffers (as the
+    /// peer's sends resolve them).
+    pub(crate) keys: crate::mem::KeyCache,
 }
 
 /// An endpoint. Cloning gives another handle to the same endpoint.
@@ -370,8 +382,11 @@ pub struct EpInner {
     /// transfer; the read-mostly fields above (and the `Arc`'s counts,
     /// which a peer's progress touches) stay out of its cache lines.
     pub(crate) core: CachePadded<Mutex<EpCore>>,
+    /// The receive queue (posted under the endpoint's lock, taken by the
+    /// peer's sends under this one alone).
+    pub(crate) rq: CachePadded<Mutex<RecvQueue>>,
     /// Loopback: the peer's head send found no receive here. Set and
-    /// cleared under this endpoint's lock by the peer's progress; a
+    /// cleared under the receive queue's lock by the peer's progress; a
     /// receive posted while it is clear needs no kick of the peer.
     pub(crate) recv_wanted: AtomicBool,
     freed: AtomicBool,
@@ -476,12 +491,15 @@ impl Ep {
                 peer_keys: Default::default(),
                 remote: None,
                 sends: VecDeque::new(),
-                recvs: VecDeque::new(),
                 rnr_deadline: None,
                 fail_next: None,
                 delay: None,
                 pending_cr: None,
                 peer_private: None,
+            })),
+            rq: CachePadded::new(Mutex::new(RecvQueue {
+                recvs: VecDeque::new(),
+                keys: Default::default(),
             })),
             recv_wanted: AtomicBool::new(false),
             freed: AtomicBool::new(false),
@@ -514,7 +532,7 @@ impl Ep {
             state: c.state,
             attr: self.inner.attr,
             remote: c.remote,
-            outstanding: (c.sends.len(), c.recvs.len()),
+            outstanding: (c.sends.len(), self.inner.rq.lock().recvs.len()),
             peer_private_data: c.peer_private.clone(),
         })
     }
@@ -620,9 +638,11 @@ impl Ep {
                     c.remote = None;
                     c.rnr_deadline = None;
                     c.peer_private = None;
+                    let mut rq = inner.rq.lock();
+                    rq.keys.clear();
                     c.sends
                         .drain(..)
-                        .chain(c.recvs.drain(..).map(Wr::from))
+                        .chain(rq.recvs.drain(..).map(Wr::from))
                         .collect()
                 };
                 drop(g);
@@ -1002,21 +1022,24 @@ impl EpInner {
         };
         Self::check_list(iov, self.attr.max_recv_iov, self.attr.max_message_size)?;
         {
-            let mut c = self.core.lock();
+            let c = self.core.lock();
             if matches!(c.state, EpState::Disconnected | EpState::DisconnectPending) {
                 return Err(Error::state(
                     c.state.subtype(),
                     "the endpoint cannot take this work request now",
                 ));
             }
-            if c.recvs.len() >= self.attr.max_recv_dtos {
+            // Queued under both locks: a state change (under the first)
+            // and the flush that follows it (under both) see it or refuse it.
+            let mut rq = self.rq.lock();
+            if rq.recvs.len() >= self.attr.max_recv_dtos {
                 return Err(Error::InsufficientResources {
                     resource: Subtype::ResourceTep,
                     what: "the endpoint's queue is full",
                 });
             }
             let res = evd.reserve()?;
-            c.recvs.push_back(RecvWr {
+            rq.recvs.push_back(RecvWr {
                 iov: match iov {
                     [t] => RecvIov::from_buf([*t]),
                     _ => RecvIov::from_slice(iov),
@@ -1235,9 +1258,10 @@ impl EpInner {
             let mut g = self.core.lock();
             let c = &mut *g;
             c.rnr_deadline = None;
+            let mut rq = self.rq.lock();
             c.sends
                 .drain(..)
-                .chain(c.recvs.drain(..).map(Wr::from))
+                .chain(rq.recvs.drain(..).map(Wr::from))
                 .collect()
         };
         for wr in wrs {
@@ -1264,6 +1288,7 @@ impl EpInner {
                     c.peer_mem = None;
                     c.keys.clear();
                     c.peer_keys.clear();
+                    side.rq.lock().keys.clear();
                 }
                 was
             };

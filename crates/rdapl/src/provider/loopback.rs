@@ -38,7 +38,7 @@ use crate::mem::{self, KeyCache, MemPriv, Span, SpanRefs, Spans};
 use crate::provider::{Provider, Transport};
 use crate::sp::{CrInner, CrState, SpInner};
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -368,37 +368,47 @@ impl Transport for LoopbackIa {
         // completes without going through the queue (and is never copied
         // into a queued `Wr`).
         let c = &mut *core;
-        if c.sends.is_empty()
-            && c.state == EpState::Connected
-            && wr.not_before.is_none()
-            && c.fail_next.is_none()
-        {
+        let wr = 'now: {
+            if !(c.sends.is_empty()
+                && c.state == EpState::Connected
+                && wr.not_before.is_none()
+                && c.fail_next.is_none())
+            {
+                break 'now wr;
+            }
             match wr.op {
                 WrOp::Send => {
-                    // A send needs the peer locked too: at once if the
-                    // handle order allows it (or the lock is free), else it
-                    // queues.
-                    if let Some(b) = c.peer.as_ref().and_then(Weak::upgrade) {
-                        let cb = if ep.id < b.id {
-                            Some(b.core.lock())
-                        } else {
-                            b.core.try_lock()
-                        };
-                        if let Some(mut cb) = cb {
-                            match send(&self.lb, ep, &b, c, &mut cb, wr) {
-                                Ok(Step::Broken) => {
-                                    stop_both(c, &mut cb);
-                                    drop(cb);
-                                    drop(core);
-                                    ep.break_connection(Some(&b), None);
-                                }
-                                Ok(_) => {}
-                                // No receive yet: it waits at the head.
-                                Err(wr) => c.sends.push_back(wr.into_wr()),
-                            }
-                            return;
+                    let Some(b) = c.peer.as_ref().and_then(Weak::upgrade) else {
+                        break 'now wr;
+                    };
+                    // The usual message needs only the peer's receive
+                    // queue; anything else (no receive, a failure) needs
+                    // the peer locked too: at once if the handle order
+                    // allows it (or the lock is free), else it queues.
+                    let wr = match send_fast(ep, &b, c, wr) {
+                        Ok(()) => return,
+                        Err(wr) => wr,
+                    };
+                    let cb = if ep.id < b.id {
+                        Some(b.core.lock())
+                    } else {
+                        b.core.try_lock()
+                    };
+                    let Some(mut cb) = cb else {
+                        break 'now wr;
+                    };
+                    match send(&self.lb, ep, &b, c, wr) {
+                        Ok(Step::Broken) => {
+                            stop_both(c, &mut cb);
+                            drop(cb);
+                            drop(core);
+                            ep.break_connection(Some(&b), None);
                         }
+                        Ok(_) => {}
+                        // No receive yet: it waits at the head.
+                        Err(wr) => c.sends.push_back(wr.into_wr()),
                     }
+                    return;
                 }
                 WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) => {
                     let write = matches!(wr.op, WrOp::RdmaWrite(_));
@@ -416,10 +426,11 @@ impl Transport for LoopbackIa {
                             return;
                         }
                     }
+                    wr
                 }
-                _ => {}
+                _ => wr,
             }
-        }
+        };
         core.sends.push_back(wr.into_wr());
         progress_locked(&self.lb, ep, core);
     }
@@ -673,7 +684,7 @@ fn progress_both<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard
                 Step::Broken
             }
         } else {
-            execute(lb, a, &b, &mut ca, &mut cb)
+            execute(lb, a, &b, &mut ca)
         };
         match step {
             Step::Next => {}
@@ -708,13 +719,12 @@ fn execute(
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
     ca: &mut crate::ep::EpCore,
-    cb: &mut crate::ep::EpCore,
 ) -> Step {
     let head = ca.sends.front().expect("head");
     match head.op {
         WrOp::Send => {
             let wr = ca.sends.pop_front().expect("head");
-            match send(lb, a, b, ca, cb, wr) {
+            match send(lb, a, b, ca, wr) {
                 Ok(step) => step,
                 Err(wr) => {
                     ca.sends.push_front(wr);
@@ -749,18 +759,22 @@ fn send<R: Request>(
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
     ca: &mut crate::ep::EpCore,
-    cb: &mut crate::ep::EpCore,
     wr: R,
 ) -> std::result::Result<Step, R> {
+    // Under `b`'s receive queue lock throughout (so the receive's
+    // completion is published before a flush of the queue can publish a
+    // later one's).
+    let mut rq = b.rq.lock();
+    let rq = &mut *rq;
     // The usual message, into the head of `b`'s own receive queue: copied
     // straight from the queued receive, which is popped only once the copy
     // is done (anything else, and any failure: the general path below
     // decides, from the start).
     if b.srq.is_none() {
-        if let Some(rwr) = cb.recvs.front() {
-            if let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut cb.keys), wr.iov(), &rwr.iov)
+        if let Some(rwr) = rq.recvs.front() {
+            if let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
             {
-                let mut rwr = cb.recvs.pop_front().expect("head");
+                let mut rwr = rq.recvs.pop_front().expect("head");
                 received(b, ca);
                 if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
                     rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
@@ -772,8 +786,9 @@ fn send<R: Request>(
             }
         }
     }
-    let Some(mut rwr) = take_recv(b, cb) else {
-        // Under `b`'s lock: a receive posted from now on kicks us.
+    let Some(mut rwr) = take_recv(b, &mut rq.recvs) else {
+        // Under `b`'s receive queue lock: a receive posted from now on
+        // kicks us.
         b.recv_wanted.store(true, Ordering::Relaxed);
         if ca.rnr_deadline.is_none() {
             let deadline = Instant::now() + lb.rnr_timeout();
@@ -786,7 +801,7 @@ fn send<R: Request>(
     };
     received(b, ca);
     if b.srq.is_some() {
-        if let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut cb.keys), wr.iov(), &rwr.iov) {
+        if let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov) {
             if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
                 rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
             }
@@ -805,13 +820,13 @@ fn send<R: Request>(
     ) {
         Ok(s) => s,
         Err(st) => {
-            untake_recv(b, cb, rwr);
+            untake_recv(b, &mut rq.recvs, rwr);
             wr.complete(a, st, 0);
             return Ok(Step::Broken);
         }
     };
     let dst = match b.ia.mem.resolve_local_cached(
-        &mut cb.keys,
+        &mut rq.keys,
         &mut hold_dst,
         &rwr.iov,
         MemPriv::LOCAL_WRITE,
@@ -844,7 +859,7 @@ fn send<R: Request>(
         // A region was retired after its key resolved: no byte
         // moved. As for a refused key: the sender's own buffer...
         Err(r) if r.src => {
-            untake_recv(b, cb, rwr);
+            untake_recv(b, &mut rq.recvs, rwr);
             wr.complete(a, DtoStatus::LocalProtection, 0);
             Ok(Step::Broken)
         }
@@ -855,6 +870,47 @@ fn send<R: Request>(
             Ok(Step::Broken)
         }
     }
+}
+
+/// [`send`] of the usual message (the request `wr` of `a`, locked: `ca`,
+/// nothing queued ahead), with `b`'s receive queue alone locked: into the
+/// head receive of `b`'s own queue, one buffer each side, keys cached and
+/// granted, no region retired; completed on both sides. `Err(wr)` (and
+/// nothing moved, nothing published) otherwise: [`send`] with both
+/// endpoints locked then decides, from the start.
+///
+/// Only `a`'s sends take `b`'s receives, and they are serialised by `a`'s
+/// lock; the receive is popped and its completion published under the
+/// queue's lock (a flush drains the queue under it), the send's under
+/// `a`'s: completions stay in order on both queues.
+#[allow(clippy::result_large_err)]
+fn send_fast<R: Request>(
+    a: &EpInner,
+    b: &EpInner,
+    ca: &mut crate::ep::EpCore,
+    wr: R,
+) -> std::result::Result<(), R> {
+    if b.srq.is_some() {
+        return Err(wr);
+    }
+    let mut guard = b.rq.lock();
+    let rq = &mut *guard;
+    let Some(rwr) = rq.recvs.front() else {
+        return Err(wr);
+    };
+    let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov) else {
+        return Err(wr);
+    };
+    let mut rwr = rq.recvs.pop_front().expect("head");
+    received(b, ca);
+    if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
+        rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
+    }
+    // The receiver waits for its completion: it goes first.
+    b.complete_recv(rwr, DtoStatus::Success, n);
+    drop(guard);
+    wr.complete(a, DtoStatus::Success, n);
+    Ok(())
 }
 
 /// A send of `a` found a receive of `b`: `b` no longer waits for one, and
@@ -962,9 +1018,9 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
 /// The receive a send to `b` lands in: `b`'s own queue, or one of its SRQ
 /// (reserving the completion on `b`'s receive EVD now; if that EVD is full
 /// the receive stays posted and the send waits, as for no receive).
-fn take_recv(b: &EpInner, cb: &mut crate::ep::EpCore) -> Option<RecvWr> {
+fn take_recv(b: &EpInner, recvs: &mut VecDeque<RecvWr>) -> Option<RecvWr> {
     let Some(srq) = &b.srq else {
-        return cb.recvs.pop_front();
+        return recvs.pop_front();
     };
     let evd = b.recv_evd.as_ref()?;
     let wr = {
@@ -986,7 +1042,7 @@ fn take_recv(b: &EpInner, cb: &mut crate::ep::EpCore) -> Option<RecvWr> {
 }
 
 /// Puts back a receive taken by [`take_recv`] that was not used.
-fn untake_recv(b: &EpInner, cb: &mut crate::ep::EpCore, wr: RecvWr) {
+fn untake_recv(b: &EpInner, recvs: &mut VecDeque<RecvWr>, wr: RecvWr) {
     match (&b.srq, &b.recv_evd) {
         (Some(srq), Some(evd)) => {
             evd.release(wr.res);
@@ -996,7 +1052,7 @@ fn untake_recv(b: &EpInner, cb: &mut crate::ep::EpCore, wr: RecvWr) {
                 flags: wr.flags,
             });
         }
-        _ => cb.recvs.push_front(wr),
+        _ => recvs.push_front(wr),
     }
 }
 
