@@ -9,6 +9,14 @@
 //! through the EVD engine, so upcalls still run in the dispatch context,
 //! never on the poster's stack.
 //!
+//! Locking: a request executes under its endpoint's lock. The usual send
+//! (a receive waiting, keys cached, no error) needs of the peer only its
+//! receive queue, under that queue's own lock; the usual RDMA request needs
+//! nothing of the peer endpoint at all. Anything else (no receive, any
+//! failure, a memory operation, fault injection) runs with both endpoints
+//! locked in handle order, so a failure is published and both queues
+//! stopped at once.
+//!
 //! Reliable-connected semantics:
 //!
 //! * a send with no receive posted waits up to the receiver-not-ready time
@@ -349,8 +357,8 @@ impl Transport for LoopbackIa {
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
         if recv {
             // Only the peer's head send can have been waiting for this, and
-            // only if it found no receive (it says so under `ep`'s lock,
-            // which the poster took after it: no kick is lost).
+            // only if it found no receive (it says so under `ep`'s receive
+            // queue lock, which the poster took after it: no kick is lost).
             if !ep.recv_wanted.load(Ordering::Relaxed) {
                 return;
             }
