@@ -242,7 +242,7 @@ impl From<RecvWr> for Wr {
 /// completion reserved, handed to the transport under the endpoint's lock
 /// (opaque outside the crate). Its scatter/gather list is still the
 /// caller's: a request that completes at once is never copied into a
-/// [`Wr`]; one that waits is queued with [`NewWr::into_wr`].
+/// [`Wr`]; one that waits is copied into one and queued.
 pub struct NewWr<'a> {
     pub(crate) op: WrOp,
     pub(crate) iov: &'a [LmrTriplet],
