@@ -225,17 +225,6 @@ pub(crate) struct RecvWr {
 
 const _: () = assert!(std::mem::size_of::<RecvWr>() == 64);
 
-impl From<Wr> for RecvWr {
-    fn from(wr: Wr) -> RecvWr {
-        RecvWr {
-            iov: RecvIov::from_slice(&wr.iov),
-            cookie: wr.cookie,
-            flags: wr.flags,
-            res: wr.res,
-        }
-    }
-}
-
 impl From<RecvWr> for Wr {
     fn from(r: RecvWr) -> Wr {
         Wr {
@@ -249,22 +238,92 @@ impl From<RecvWr> for Wr {
     }
 }
 
-impl Wr {
-    /// True for a receive (the receive queue's), false for a request.
-    pub(crate) fn is_recv(&self) -> bool {
-        matches!(self.op, WrOp::Recv)
+/// A request (not a receive) being posted, every check passed and its
+/// completion reserved, handed to the transport under the endpoint's lock
+/// (opaque outside the crate). Its scatter/gather list is still the
+/// caller's: a request that completes at once is never copied into a
+/// [`Wr`]; one that waits is copied into one and queued.
+pub struct NewWr<'a> {
+    pub(crate) op: WrOp,
+    pub(crate) iov: &'a [LmrTriplet],
+    pub(crate) cookie: u64,
+    pub(crate) flags: CompletionFlags,
+    pub(crate) res: Reservation,
+    /// Fault injection: do not start before this instant.
+    pub(crate) not_before: Option<Instant>,
+}
+
+impl NewWr<'_> {
+    /// The request as queued.
+    pub(crate) fn into_wr(self) -> Wr {
+        Wr {
+            op: self.op,
+            iov: crate::mem::Iov::from_slice(self.iov),
+            cookie: self.cookie,
+            flags: self.flags,
+            res: self.res,
+            not_before: self.not_before,
+        }
+    }
+}
+
+/// A send or RDMA request as a transport executes it: queued ([`Wr`]) or
+/// being posted ([`NewWr`]).
+pub(crate) trait Request {
+    /// Its scatter/gather list.
+    fn iov(&self) -> &[LmrTriplet];
+    /// Its completion flags.
+    fn flags(&self) -> CompletionFlags;
+    /// Completes it on `ep` with `status` and `len` bytes transferred.
+    fn complete(self, ep: &EpInner, status: DtoStatus, len: u64);
+}
+
+impl Request for Wr {
+    #[inline]
+    fn iov(&self) -> &[LmrTriplet] {
+        &self.iov
+    }
+    #[inline]
+    fn flags(&self) -> CompletionFlags {
+        self.flags
+    }
+    #[inline]
+    fn complete(self, ep: &EpInner, status: DtoStatus, len: u64) {
+        ep.complete(self, status, len);
+    }
+}
+
+impl Request for NewWr<'_> {
+    #[inline]
+    fn iov(&self) -> &[LmrTriplet] {
+        self.iov
+    }
+    #[inline]
+    fn flags(&self) -> CompletionFlags {
+        self.flags
+    }
+    #[inline]
+    fn complete(self, ep: &EpInner, status: DtoStatus, len: u64) {
+        ep.complete_parts(
+            false,
+            self.op.dto_op(),
+            self.cookie,
+            self.flags,
+            self.res,
+            status,
+            len,
+        );
     }
 }
 
 /// Mutable endpoint state, under the endpoint's lock (opaque outside the
 /// crate). Providers lock two endpoints in handle order.
 ///
-/// In declaration order: what a peer's send reads or writes here (the
-/// state and the receive queue) comes first, on the lock's cache line.
+/// In declaration order: what a peer's progress reads here (the state)
+/// comes first, on the lock's cache line.
 #[repr(C)]
 pub struct EpCore {
     pub(crate) state: EpState,
-    pub(crate) recvs: VecDeque<RecvWr>,
     /// Fault injection: the next executed request fails with this status.
     pub(crate) fail_next: Option<DtoStatus>,
     pub(crate) sends: VecDeque<Wr>,
@@ -273,8 +332,8 @@ pub struct EpCore {
     /// Loopback: the connected peer's registration table and protection
     /// zone (what an RDMA request needs of it), set and cleared with `peer`.
     pub(crate) peer_mem: Option<(Arc<IaInner>, crate::event::PzHandle)>,
-    /// Resolved keys of this endpoint's IA (its own buffers; its receive
-    /// buffers as the peer's progress resolves them, under this lock).
+    /// Resolved keys of this endpoint's IA for its own requests (its
+    /// receive buffers' keys are cached in its [`RecvQueue`]).
     pub(crate) keys: crate::mem::KeyCache,
     /// Resolved keys of the peer's IA (RDMA targets); cleared with `peer_mem`.
     pub(crate) peer_keys: crate::mem::KeyCache,
@@ -287,6 +346,19 @@ pub struct EpCore {
     pub(crate) pending_cr: Option<Arc<crate::sp::CrInner>>,
     /// Private data received from the peer (accept on the active side).
     pub(crate) peer_private: Option<Box<[u8]>>,
+}
+
+/// The receive queue of an endpoint, under its own lock (taken after the
+/// endpoint's, never the other way round; locks of two endpoints are taken
+/// before any receive queue's): a peer's send takes a receive from here
+/// without the endpoint's lock, so with the usual traffic each endpoint's
+/// lock stays with its own thread and only this one moves between them.
+pub(crate) struct RecvQueue {
+    /// Posted receives, in order.
+    pub(crate) recvs: VecDeque<RecvWr>,
+    /// Resolved keys of this endpoint's IA for its receive buffers (as the
+    /// peer's sends resolve them).
+    pub(crate) keys: crate::mem::KeyCache,
 }
 
 /// An endpoint. Cloning gives another handle to the same endpoint.
@@ -310,8 +382,11 @@ pub struct EpInner {
     /// transfer; the read-mostly fields above (and the `Arc`'s counts,
     /// which a peer's progress touches) stay out of its cache lines.
     pub(crate) core: CachePadded<Mutex<EpCore>>,
+    /// The receive queue (posted under the endpoint's lock, taken by the
+    /// peer's sends under this one alone).
+    pub(crate) rq: CachePadded<Mutex<RecvQueue>>,
     /// Loopback: the peer's head send found no receive here. Set and
-    /// cleared under this endpoint's lock by the peer's progress; a
+    /// cleared under the receive queue's lock by the peer's progress; a
     /// receive posted while it is clear needs no kick of the peer.
     pub(crate) recv_wanted: AtomicBool,
     freed: AtomicBool,
@@ -416,12 +491,15 @@ impl Ep {
                 peer_keys: Default::default(),
                 remote: None,
                 sends: VecDeque::new(),
-                recvs: VecDeque::new(),
                 rnr_deadline: None,
                 fail_next: None,
                 delay: None,
                 pending_cr: None,
                 peer_private: None,
+            })),
+            rq: CachePadded::new(Mutex::new(RecvQueue {
+                recvs: VecDeque::new(),
+                keys: Default::default(),
             })),
             recv_wanted: AtomicBool::new(false),
             freed: AtomicBool::new(false),
@@ -454,7 +532,7 @@ impl Ep {
             state: c.state,
             attr: self.inner.attr,
             remote: c.remote,
-            outstanding: (c.sends.len(), c.recvs.len()),
+            outstanding: (c.sends.len(), self.inner.rq.lock().recvs.len()),
             peer_private_data: c.peer_private.clone(),
         })
     }
@@ -560,9 +638,11 @@ impl Ep {
                     c.remote = None;
                     c.rnr_deadline = None;
                     c.peer_private = None;
+                    let mut rq = inner.rq.lock();
+                    rq.keys.clear();
                     c.sends
                         .drain(..)
-                        .chain(c.recvs.drain(..).map(Wr::from))
+                        .chain(rq.recvs.drain(..).map(Wr::from))
                         .collect()
                 };
                 drop(g);
@@ -607,7 +687,7 @@ impl Ep {
     /// Posts a receive (`dat_ep_post_recv`). Allowed before the connection
     /// is established.
     pub fn post_recv(&self, iov: &[LmrTriplet], cookie: u64, flags: CompletionFlags) -> Result<()> {
-        self.inner.post(WrOp::Recv, iov, cookie, flags)
+        self.inner.post_recv(iov, cookie, flags)
     }
 
     /// Posts a send (`dat_ep_post_send`).
@@ -885,10 +965,99 @@ impl EpInner {
         self.post_with(op, iov, cookie, flags, |_| Ok(()))
     }
 
-    /// `post`, running `prepare` on the request under the endpoint's lock
-    /// once every check passed and the completion's slot is reserved: its
-    /// side effects happen only if the request is queued (if it fails, the
-    /// reservation is returned and nothing is queued).
+    /// The first checks of a post: the endpoint is live, the flags known.
+    #[inline]
+    fn check_post(&self, flags: CompletionFlags) -> Result<()> {
+        self.check_live()?;
+        if flags.0 & !0x3F != 0 {
+            return Err(Error::param(4, "unknown completion flag bits"));
+        }
+        Ok(())
+    }
+
+    /// The list checks of a post: within `max_iov` entries, its total
+    /// within `limit`; returns that total.
+    #[inline]
+    fn check_list(iov: &[LmrTriplet], max_iov: usize, limit: u64) -> Result<u64> {
+        if iov.len() > max_iov {
+            return Err(Error::param(
+                2,
+                "more scatter/gather entries than the endpoint allows",
+            ));
+        }
+        let len: u64 = match iov {
+            [t] => t.segment_length,
+            _ => iov.iter().map(|t| t.segment_length).sum(),
+        };
+        if len > limit {
+            return Err(Error::Length("transfer larger than the endpoint's maximum"));
+        }
+        Ok(len)
+    }
+
+    /// Posts a receive: checked, its completion reserved and queued under
+    /// the endpoint's lock (built in place, as queued), then the transport
+    /// is kicked (a peer's send may wait for it).
+    fn post_recv(
+        self: &Arc<Self>,
+        iov: &[LmrTriplet],
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<()> {
+        self.check_post(flags)?;
+        let evd = match (&self.recv_evd, &self.srq) {
+            (Some(evd), None) => evd,
+            (_, Some(_)) => {
+                return Err(Error::state(
+                    Subtype::InvalidStateEpEvdRecv,
+                    "the endpoint takes its receives from a shared receive queue",
+                ));
+            }
+            (None, None) => {
+                return Err(Error::state(
+                    Subtype::InvalidStateEpEvdRecv,
+                    "the endpoint has no EVD for this queue",
+                ));
+            }
+        };
+        Self::check_list(iov, self.attr.max_recv_iov, self.attr.max_message_size)?;
+        {
+            let c = self.core.lock();
+            if matches!(c.state, EpState::Disconnected | EpState::DisconnectPending) {
+                return Err(Error::state(
+                    c.state.subtype(),
+                    "the endpoint cannot take this work request now",
+                ));
+            }
+            // Queued under both locks: a state change (under the first)
+            // and the flush that follows it (under both) see it or refuse it.
+            let mut rq = self.rq.lock();
+            if rq.recvs.len() >= self.attr.max_recv_dtos {
+                return Err(Error::InsufficientResources {
+                    resource: Subtype::ResourceTep,
+                    what: "the endpoint's queue is full",
+                });
+            }
+            let res = evd.reserve()?;
+            rq.recvs.push_back(RecvWr {
+                iov: match iov {
+                    [t] => RecvIov::from_buf([*t]),
+                    _ => RecvIov::from_slice(iov),
+                },
+                cookie,
+                flags,
+                res,
+            });
+        }
+        self.ia.transport.kick(self, true);
+        Ok(())
+    }
+
+    /// `post` of a request, running `prepare` on the request under the
+    /// endpoint's lock once every check passed and the completion's slot is
+    /// reserved: its side effects happen only if the request is queued (if
+    /// it fails, the reservation is returned and nothing is queued).
+    /// (Receives go through [`EpInner::post_recv`].)
     fn post_with(
         self: &Arc<Self>,
         mut op: WrOp,
@@ -897,98 +1066,54 @@ impl EpInner {
         flags: CompletionFlags,
         prepare: impl FnOnce(&mut WrOp) -> Result<()>,
     ) -> Result<()> {
-        self.check_live()?;
-        if flags.0 & !0x3F != 0 {
-            return Err(Error::param(4, "unknown completion flag bits"));
+        if matches!(op, WrOp::Recv) {
+            return self.post_recv(iov, cookie, flags);
         }
-        let is_recv = matches!(op, WrOp::Recv);
-        if is_recv && self.srq.is_some() {
-            return Err(Error::state(
-                Subtype::InvalidStateEpEvdRecv,
-                "the endpoint takes its receives from a shared receive queue",
-            ));
-        }
-        let (evd, max_iov, max_dtos) = if is_recv {
-            (
-                &self.recv_evd,
-                self.attr.max_recv_iov,
-                self.attr.max_recv_dtos,
-            )
-        } else {
-            (
-                &self.request_evd,
-                self.attr.max_request_iov,
-                self.attr.max_request_dtos,
-            )
-        };
-        let evd = evd.as_ref().ok_or(Error::state(
-            if is_recv {
-                Subtype::InvalidStateEpEvdRecv
-            } else {
-                Subtype::InvalidStateEpEvdRequest
-            },
+        self.check_post(flags)?;
+        let evd = self.request_evd.as_ref().ok_or(Error::state(
+            Subtype::InvalidStateEpEvdRequest,
             "the endpoint has no EVD for this queue",
         ))?;
-        if iov.len() > max_iov {
-            return Err(Error::param(
-                2,
-                "more scatter/gather entries than the endpoint allows",
-            ));
-        }
-        let len: u64 = iov.iter().map(|t| t.segment_length).sum();
         let limit = match op {
             WrOp::RdmaWrite(_) | WrOp::RdmaRead(_) => self.attr.max_rdma_size,
             _ => self.attr.max_message_size,
         };
-        if len > limit {
-            return Err(Error::Length("transfer larger than the endpoint's maximum"));
-        }
+        let len = Self::check_list(iov, self.attr.max_request_iov, limit)?;
         if let WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) = &op {
             if r.segment_length < len {
                 return Err(Error::Length("remote buffer shorter than the local list"));
             }
         }
-        {
-            let c = self.core.lock();
-            let ok = if is_recv {
-                !matches!(c.state, EpState::Disconnected | EpState::DisconnectPending)
-            } else {
-                c.state == EpState::Connected
-            };
-            if !ok {
-                return Err(Error::state(
-                    c.state.subtype(),
-                    "the endpoint cannot take this work request now",
-                ));
-            }
-            let queued = if is_recv {
-                c.recvs.len()
-            } else {
-                c.sends.len()
-            };
-            if queued >= max_dtos {
-                return Err(Error::InsufficientResources {
-                    resource: Subtype::ResourceTep,
-                    what: "the endpoint's queue is full",
-                });
-            }
-            let res = evd.reserve()?;
-            if let Err(e) = prepare(&mut op) {
-                evd.release(res);
-                return Err(e);
-            }
-            let not_before = c.delay.map(|d| Instant::now() + d);
-            let wr = Wr {
-                op,
-                iov: crate::mem::Iov::from_slice(iov),
-                cookie,
-                flags,
-                res,
-                not_before,
-            };
-            // The transport queues it and goes on under the same lock.
-            self.ia.transport.submit(self, c, wr);
+        let c = self.core.lock();
+        if c.state != EpState::Connected {
+            return Err(Error::state(
+                c.state.subtype(),
+                "the endpoint cannot take this work request now",
+            ));
         }
+        if c.sends.len() >= self.attr.max_request_dtos {
+            return Err(Error::InsufficientResources {
+                resource: Subtype::ResourceTep,
+                what: "the endpoint's queue is full",
+            });
+        }
+        let res = evd.reserve()?;
+        if let Err(e) = prepare(&mut op) {
+            evd.release(res);
+            return Err(e);
+        }
+        let not_before = c.delay.map(|d| Instant::now() + d);
+        let wr = NewWr {
+            op,
+            iov,
+            cookie,
+            flags,
+            res,
+            not_before,
+        };
+        // The transport executes or queues it and goes on under the same
+        // lock.
+        self.ia.transport.submit(self, c, wr);
         Ok(())
     }
 
@@ -1005,7 +1130,8 @@ impl EpInner {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn complete_parts(
+    #[inline]
+    pub(crate) fn complete_parts(
         &self,
         is_recv: bool,
         op: DtoOp,
@@ -1132,9 +1258,10 @@ impl EpInner {
             let mut g = self.core.lock();
             let c = &mut *g;
             c.rnr_deadline = None;
+            let mut rq = self.rq.lock();
             c.sends
                 .drain(..)
-                .chain(c.recvs.drain(..).map(Wr::from))
+                .chain(rq.recvs.drain(..).map(Wr::from))
                 .collect()
         };
         for wr in wrs {
@@ -1161,6 +1288,7 @@ impl EpInner {
                     c.peer_mem = None;
                     c.keys.clear();
                     c.peer_keys.clear();
+                    side.rq.lock().keys.clear();
                 }
                 was
             };

@@ -318,11 +318,13 @@ impl Region {
     }
 
     /// Locks the region for reading; `None` if it is retired.
+    #[inline]
     pub fn try_read(&self) -> Option<RegionRead<'_>> {
         self.read_guard(true)
     }
 
     /// Locks the region for writing; `None` if it is retired.
+    #[inline]
     pub fn try_write(&self) -> Option<RegionWrite<'_>> {
         self.write_guard(true)
     }
@@ -341,6 +343,7 @@ impl Region {
 
     /// The read lock (waited for if `wait`, else only tried), then the
     /// retirement check under it.
+    #[inline]
     fn read_guard(&self, wait: bool) -> Option<RegionRead<'_>> {
         match &self.backing {
             Backing::Owned(l) => {
@@ -367,6 +370,7 @@ impl Region {
 
     /// The write lock (waited for if `wait`, else only tried), then the
     /// retirement check under it.
+    #[inline]
     fn write_guard(&self, wait: bool) -> Option<RegionWrite<'_>> {
         match &self.backing {
             Backing::Owned(l) => {
@@ -746,40 +750,40 @@ impl MemTable {
         })
     }
 
-    /// Puts `ctx` in `cache` (as of the current generation) if it names a
-    /// live entry with memory; false if it does not.
-    fn cache_key(&self, cache: &mut KeyCache, ctx: u32) -> bool {
-        if cache
-            .find(ctx, self.generation.load(Ordering::Acquire))
-            .is_some()
-        {
-            return true;
+    /// The index in `cache` of `ctx`: a hit as of the current generation,
+    /// or else the entry as the table says now, put in the cache (as of the
+    /// generation read under the table's lock); `None` if `ctx` names no
+    /// live entry with memory.
+    #[inline]
+    fn cached_index(&self, cache: &mut KeyCache, ctx: u32) -> Option<usize> {
+        match cache.position(ctx, self.generation.load(Ordering::Acquire)) {
+            Some(i) => Some(i),
+            None => self.cache_miss(cache, ctx),
         }
+    }
+
+    /// [`MemTable::cached_index`] of a key not cached at the current
+    /// generation: read from the table.
+    #[cold]
+    #[inline(never)]
+    fn cache_miss(&self, cache: &mut KeyCache, ctx: u32) -> Option<usize> {
         let slots = self.slots.read();
         // Stable under the read lock: writers move it under the write lock.
         let generation = self.generation.load(Ordering::Acquire);
         let (i, k) = Self::slot_of(ctx);
-        let Some(e) = slots
+        let e = slots
             .get(i)
             .and_then(|s| s.entry.as_ref())
-            .filter(|e| e.key == k)
-        else {
-            return false;
-        };
-        let Some(region) = &e.region else {
-            return false;
-        };
-        cache.insert(CachedKey {
-            ctx,
-            generation,
-            rmr: e.kind == EntryKind::Rmr,
-            pz: e.pz,
-            privs: e.privs,
-            start: e.start,
-            len: e.len,
-            region: region.clone(),
-        });
-        true
+            .filter(|e| e.key == k)?;
+        let region = e.region.as_ref()?;
+        Some(cache.insert(CachedKey::new(ctx, generation, e, region)))
+    }
+
+    /// Puts `ctx` in `cache` (as of the current generation, unless the
+    /// table changes meanwhile) if it names a live entry with memory; false
+    /// if it does not.
+    fn cache_key(&self, cache: &mut KeyCache, ctx: u32) -> bool {
+        self.cached_index(cache, ctx).is_some()
     }
 
     /// [`MemTable::resolve`] through `cache`: no table lock and no
@@ -795,25 +799,25 @@ impl MemTable {
         right: MemPriv,
         pz: PzHandle,
     ) -> std::result::Result<SpanRef<'c>, AccessError> {
-        if self.cache_key(cache, ctx) {
-            let generation = self.generation.load(Ordering::Acquire);
-            if let Some(c) = cache.find(ctx, generation) {
-                let offset = c.check(addr, len, right, pz, false)?;
-                return Ok(SpanRef {
-                    region: &c.region,
-                    offset,
-                    len: len as usize,
-                });
-            }
+        if let Some(i) = self.cached_index(cache, ctx) {
+            let cache: &'c KeyCache = cache;
+            let c = cache.get(i);
+            let offset = c.check(addr, len, right, pz, false)?;
+            return Ok(SpanRef {
+                region: &c.region,
+                offset,
+                len: len as usize,
+            });
         }
         let span = hold.insert(self.resolve(ctx, addr, len, right, pz)?);
         Ok(span.as_ref())
     }
 
-    /// One key through `cache` only: the span, or `None` if the key is not
-    /// live, or the table changed meanwhile, or the access is refused (the
-    /// caller then asks the table for the authoritative answer).
+    /// One key through `cache` (a miss reads the table, as of one moment):
+    /// the span, or `None` if the key is not live or the access is refused
+    /// (the caller then asks the table for the authoritative answer).
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub(crate) fn resolve_one_cached<'c>(
         &self,
         cache: &'c mut KeyCache,
@@ -824,12 +828,10 @@ impl MemTable {
         pz: PzHandle,
         local: bool,
     ) -> Option<SpanRef<'c>> {
-        if !self.cache_key(cache, ctx) {
-            return None;
-        }
+        let i = self.cached_index(cache, ctx)?;
         let cache: &'c KeyCache = cache;
-        let c = cache.find(ctx, self.generation.load(Ordering::Acquire))?;
-        let offset = c.check(addr, len, right, pz, local).ok()?;
+        let c = cache.get(i);
+        let offset = c.offset(addr, len, right, pz, local)?;
         Some(SpanRef {
             region: &c.region,
             offset,
@@ -850,13 +852,10 @@ impl MemTable {
     ) -> std::result::Result<SpanRefs<'c>, DtoStatus> {
         // The usual list: one entry.
         if let [t] = iov {
-            if t.segment_length > 0 && self.cache_key(cache, t.lmr_context) {
-                let g = self.generation.load(Ordering::Acquire);
-                if cache.find(t.lmr_context, g).is_some() {
+            if t.segment_length > 0 {
+                if let Some(i) = self.cached_index(cache, t.lmr_context) {
                     let cache: &'c KeyCache = cache;
-                    let Some(c) = cache.find(t.lmr_context, g) else {
-                        unreachable!("just found");
-                    };
+                    let c = cache.get(i);
                     let offset = c
                         .check(t.virtual_address, t.segment_length, right, pz, true)
                         .map_err(|_| DtoStatus::LocalProtection)?;
@@ -937,6 +936,7 @@ impl MemTable {
 /// `pz` (`local`: a local buffer, which a window key cannot name) against
 /// an entry (window or not, its zone, rights and range) mapping `region`;
 /// returns the offset into the region.
+#[inline(always)]
 fn check_access(
     region: &Region,
     rmr: bool,
@@ -998,9 +998,54 @@ struct CachedKey {
     start: u64,
     len: u64,
     region: Arc<Region>,
+    /// The addresses an access may span: the entry's range within the
+    /// region's (what [`check_access`] checks, precomputed).
+    lo: u64,
+    hi: u64,
 }
 
 impl CachedKey {
+    fn new(ctx: u32, generation: u64, e: &Entry, region: &Arc<Region>) -> CachedKey {
+        let base = region.address();
+        CachedKey {
+            ctx,
+            generation,
+            rmr: e.kind == EntryKind::Rmr,
+            pz: e.pz,
+            privs: e.privs,
+            start: e.start,
+            len: e.len,
+            region: region.clone(),
+            lo: e.start.max(base),
+            hi: e
+                .start
+                .saturating_add(e.len)
+                .min(base.saturating_add(region.len() as u64)),
+        }
+    }
+
+    /// [`CachedKey::check`] when only success matters: the offset into
+    /// the region, or `None` if the access is refused (for any reason).
+    #[inline(always)]
+    fn offset(
+        &self,
+        addr: u64,
+        len: u64,
+        right: MemPriv,
+        pz: PzHandle,
+        local: bool,
+    ) -> Option<usize> {
+        let end = addr.checked_add(len)?;
+        let ok = !(local && self.rmr)
+            && self.pz == pz
+            && self.privs.contains(right)
+            && addr >= self.lo
+            && end <= self.hi
+            && !self.region.is_retired();
+        ok.then(|| (addr - self.region.address()) as usize)
+    }
+
+    #[inline]
     fn check(
         &self,
         addr: u64,
@@ -1023,20 +1068,44 @@ impl CachedKey {
 impl KeyCache {
     /// `ctx` cached at `generation`.
     fn find(&self, ctx: u32, generation: u64) -> Option<&CachedKey> {
-        self.keys
-            .iter()
-            .flatten()
-            .find(|k| k.ctx == ctx && k.generation == generation)
+        self.position(ctx, generation).map(|i| self.get(i))
     }
 
-    /// Adds `k`, dropping stale entries first.
-    fn insert(&mut self, k: CachedKey) {
+    /// The index of `ctx` cached at `generation`.
+    #[inline]
+    fn position(&self, ctx: u32, generation: u64) -> Option<usize> {
+        let hit = |k: &Option<CachedKey>| {
+            k.as_ref()
+                .is_some_and(|k| k.ctx == ctx && k.generation == generation)
+        };
+        // Usually where `insert` prefers to put it.
+        let i = Self::home(ctx);
+        if hit(&self.keys[i]) {
+            return Some(i);
+        }
+        self.keys.iter().position(|k| {
+            k.as_ref()
+                .is_some_and(|k| k.ctx == ctx && k.generation == generation)
+        })
+    }
+
+    /// The entry at `i` (an index [`KeyCache::position`] or
+    /// [`KeyCache::insert`] returned, with no change since).
+    #[inline]
+    fn get(&self, i: usize) -> &CachedKey {
+        self.keys[i].as_ref().expect("a cached key's index")
+    }
+
+    /// Adds `k`, dropping stale entries first; returns its index.
+    fn insert(&mut self, k: CachedKey) -> usize {
         for e in &mut self.keys {
             if e.as_ref().is_some_and(|e| e.generation != k.generation) {
                 *e = None;
             }
         }
+        let home = Self::home(k.ctx);
         let i = match self.keys.iter().position(Option::is_none) {
+            _ if self.keys[home].is_none() => home,
             Some(i) => i,
             None => {
                 self.next = (self.next + 1) % CACHED_KEYS;
@@ -1044,6 +1113,14 @@ impl KeyCache {
             }
         };
         self.keys[i] = Some(k);
+        i
+    }
+
+    /// The entry `ctx` is looked up in first (and put in if free): by its
+    /// slot index.
+    #[inline(always)]
+    fn home(ctx: u32) -> usize {
+        (ctx >> 8) as usize % CACHED_KEYS
     }
 
     /// Forgets everything.
@@ -1111,33 +1188,62 @@ pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> std::result::Result<usiz
     copy_refs(&src, &dst)
 }
 
+/// [`copy_refs`] of one span each side (the usual RDMA and single-buffer
+/// send): two regions locked in id order, one copy; one region: the general
+/// path.
+#[inline]
+pub(crate) fn copy_one(s: SpanRef<'_>, d: SpanRef<'_>) -> std::result::Result<usize, Retired> {
+    let n = s.len.min(d.len);
+    if s.region.id == d.region.id {
+        return copy_general(&[s], &[d], n);
+    }
+    let copy = |from: &[u8], to: &mut [u8]| {
+        to[d.offset..d.offset + n].copy_from_slice(&from[s.offset..s.offset + n]);
+    };
+    let (src_gone, dst_gone) = (
+        Retired {
+            src: true,
+            dst: false,
+        },
+        Retired {
+            src: false,
+            dst: true,
+        },
+    );
+    if s.region.id < d.region.id {
+        let r = s.region.try_read().ok_or(src_gone)?;
+        let mut w = d.region.try_write().ok_or(dst_gone)?;
+        copy(&r, &mut w);
+    } else {
+        let mut w = d.region.try_write().ok_or(dst_gone)?;
+        let r = s.region.try_read().ok_or(src_gone)?;
+        copy(&r, &mut w);
+    }
+    Ok(n)
+}
+
 /// [`copy_spans`] of borrowing spans.
 pub(crate) fn copy_refs(
     src: &[SpanRef<'_>],
     dst: &[SpanRef<'_>],
 ) -> std::result::Result<usize, Retired> {
-    let n = total(src).min(total(dst));
-    // Fast path: one span each side, two regions (the usual RDMA and
-    // single-buffer send): lock in id order, one copy.
     if let ([s], [d]) = (src, dst) {
         if s.region.id != d.region.id {
-            let retired = |src: bool, dst: bool| Retired { src, dst };
-            let copy = |from: &[u8], to: &mut [u8]| {
-                to[d.offset..d.offset + n].copy_from_slice(&from[s.offset..s.offset + n]);
-            };
-            return if s.region.id < d.region.id {
-                let r = s.region.try_read().ok_or(retired(true, false))?;
-                let mut w = d.region.try_write().ok_or(retired(false, true))?;
-                copy(&r, &mut w);
-                Ok(n)
-            } else {
-                let mut w = d.region.try_write().ok_or(retired(false, true))?;
-                let r = s.region.try_read().ok_or(retired(true, false))?;
-                copy(&r, &mut w);
-                Ok(n)
-            };
+            return copy_one(*s, *d);
         }
     }
+    let n = total(src).min(total(dst));
+    copy_general(src, dst, n)
+}
+
+/// [`copy_refs`] of `n` bytes in the general case (several spans, or one
+/// region on both sides).
+#[inline(never)]
+fn copy_general(
+    src: &[SpanRef<'_>],
+    dst: &[SpanRef<'_>],
+    n: usize,
+) -> std::result::Result<usize, Retired> {
     // Distinct regions, each with the sides it is used on.
     struct Use<'a> {
         id: u64,
@@ -1387,6 +1493,65 @@ mod tests {
             .is_some()
         );
         assert_eq!(cache.keys.iter().flatten().count(), 1);
+    }
+
+    #[test]
+    fn cached_fast_check_agrees_with_the_full_check() {
+        // The precomputed bounds of a cached key accept exactly what
+        // `check_access` accepts, for LMRs and windows, over and around
+        // the entry's range and the region's.
+        let r = Region::from_vec(vec![0; 64]);
+        let base = r.address();
+        let mut entries = Vec::new();
+        for (kind, start, len) in [
+            (EntryKind::Lmr, base, 64),
+            (EntryKind::Lmr, base + 8, 16),
+            (EntryKind::Rmr, base + 4, 40),
+            // A range reaching past the region's end: the region bounds too.
+            (EntryKind::Fmr, base + 48, 64),
+        ] {
+            let mut e = entry(&r, MemPriv::LOCAL_READ | MemPriv::REMOTE_WRITE);
+            e.kind = kind;
+            e.start = start;
+            e.len = len;
+            entries.push(e);
+        }
+        let rights = [
+            MemPriv::LOCAL_READ,
+            MemPriv::LOCAL_WRITE,
+            MemPriv::REMOTE_WRITE,
+        ];
+        let mut checked = 0;
+        for e in &entries {
+            let c = CachedKey::new(7, 1, e, &r);
+            for addr in (0..=80u64).map(|d| base.wrapping_add(d).wrapping_sub(12)) {
+                for len in [0u64, 1, 8, 16, 40, 64, u64::MAX] {
+                    for right in rights {
+                        for pz in [PzHandle(1), PzHandle(2)] {
+                            for local in [false, true] {
+                                assert_eq!(
+                                    c.offset(addr, len, right, pz, local),
+                                    c.check(addr, len, right, pz, local).ok(),
+                                    "{:?} {:#x}+{} at {:#x}+{len} {right:?} {pz:?} local={local}",
+                                    e.kind,
+                                    e.start,
+                                    e.len,
+                                    addr
+                                );
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000);
+        r.retire();
+        let c = CachedKey::new(7, 1, &entries[0], &r);
+        assert_eq!(
+            c.offset(base, 8, MemPriv::LOCAL_READ, PzHandle(1), true),
+            None
+        );
     }
 
     #[test]

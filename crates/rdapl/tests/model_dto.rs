@@ -830,3 +830,148 @@ fn concurrent_posters_keep_completion_order() {
         }
     }
 }
+
+/// Message `i` of side `k` (8 bytes).
+fn message(k: u8, i: usize) -> [u8; 8] {
+    let n = (i as u32).to_be_bytes();
+    [k, n[0], n[1], n[2], n[3], 0x5A, !k, 0xA5]
+}
+
+/// Sends in both directions race with the peer posting its next receives
+/// (a send takes the head receive under the receive queue's lock while the
+/// owner appends to it): every message lands in the receive posted for it,
+/// and every completion arrives once, successful, in post order. Each send
+/// waits until the receive it needs is posted (no dependence on the RNR
+/// time).
+#[test]
+fn sends_race_receives_both_ways() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const N: usize = 4000;
+    let attr = EpAttr {
+        max_recv_dtos: N,
+        max_request_dtos: N,
+        ..Default::default()
+    };
+    let p = pair_with("127.0.23.31", "127.0.23.32", 3100, Some(attr), 2 * N, 2 * N);
+    let posted: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let nodes = [&p.c, &p.s];
+    let dst: Vec<Lmr> = nodes.iter().map(|n| n.lmr(vec![0; 8 * N])).collect();
+    let threads: Vec<_> = (0..2usize)
+        .map(|k| {
+            let ep = nodes[k].ep.clone();
+            let src = nodes[k].lmr((0..N).flat_map(|i| message(k as u8, i)).collect());
+            let dst = dst[k].clone();
+            let posted = posted.clone();
+            std::thread::spawn(move || {
+                let end = Instant::now() + Duration::from_secs(60);
+                for i in 0..N {
+                    let t = [dst.triplet((8 * i) as u64, 8).unwrap()];
+                    ep.post_recv(&t, i as u64, D).unwrap();
+                    posted[k].store(i + 1, Ordering::Release);
+                    while posted[1 - k].load(Ordering::Acquire) <= i {
+                        assert!(Instant::now() < end, "side {k}: the peer stalled at {i}");
+                        std::hint::spin_loop();
+                        if i % 64 == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                    let t = [src.triplet((8 * i) as u64, 8).unwrap()];
+                    ep.post_send(&t, i as u64, D).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in threads {
+        h.join().unwrap();
+    }
+    for (k, n) in nodes.iter().enumerate() {
+        for i in 0..N as u64 {
+            let d = next_dto(&n.rcv);
+            assert_eq!(
+                (d.cookie, d.status, d.operation, d.transferred_length),
+                (i, DtoStatus::Success, DtoOp::Receive, 8),
+                "side {k}"
+            );
+            let d = next_dto(&n.req);
+            assert_eq!(
+                (d.cookie, d.status, d.operation),
+                (i, DtoStatus::Success, DtoOp::Send),
+                "side {k}"
+            );
+        }
+        empty(&n.rcv);
+        empty(&n.req);
+        let want: Vec<u8> = (0..N).flat_map(|i| message(1 - k as u8, i)).collect();
+        assert_eq!(dst[k].to_vec().unwrap(), want, "side {k}: received data");
+    }
+}
+
+/// A disconnect while sends stream into posted receives: each side's
+/// completions are a run of successes then a run of `Flushed`, in post
+/// order, each work request exactly once; the receiver's successes are
+/// exactly the sender's, with their data.
+#[test]
+fn disconnect_racing_sends_flushes_the_rest_in_order() {
+    const N: usize = 12_000;
+    let attr = EpAttr {
+        max_recv_dtos: N,
+        max_request_dtos: N,
+        ..Default::default()
+    };
+    let p = pair_with("127.0.23.33", "127.0.23.34", 3300, Some(attr), 2 * N, 2 * N);
+    let rb = p.s.lmr(vec![0; 8 * N]);
+    for i in 0..N {
+        p.s.recv(&rb, (8 * i) as u64, 8, i as u64);
+    }
+    let src = p.c.lmr((0..N).flat_map(|i| message(0, i)).collect());
+    let ep = p.c.ep.clone();
+    let sender = std::thread::spawn(move || {
+        let mut sent = 0;
+        for i in 0..N {
+            let t = [src.triplet((8 * i) as u64, 8).unwrap()];
+            if ep.post_send(&t, i as u64, D).is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        sent
+    });
+    std::thread::sleep(Duration::from_micros(300));
+    p.s.ep.disconnect(false).unwrap();
+    let sent = sender.join().unwrap();
+    // The client's requests: successes, then flushed ones.
+    let mut ok_sent = 0;
+    for i in 0..sent as u64 {
+        let d = next_dto(&p.c.req);
+        assert_eq!(d.cookie, i);
+        match d.status {
+            DtoStatus::Success if ok_sent == i => ok_sent += 1,
+            DtoStatus::Flushed => {}
+            s => panic!("send {i}: {s:?} after {ok_sent} successes"),
+        }
+    }
+    empty(&p.c.req);
+    // The server's receives: as many successes, then flushed ones.
+    let mut ok_recv = 0;
+    for i in 0..N as u64 {
+        let d = next_dto(&p.s.rcv);
+        assert_eq!(d.cookie, i);
+        match d.status {
+            DtoStatus::Success if ok_recv == i => ok_recv += 1,
+            DtoStatus::Flushed => {}
+            s => panic!("receive {i}: {s:?} after {ok_recv} successes"),
+        }
+    }
+    empty(&p.s.rcv);
+    assert_eq!(ok_sent, ok_recv, "sends and receives that succeeded");
+    let data = rb.to_vec().unwrap();
+    for (i, m) in data.chunks(8).enumerate() {
+        if (i as u64) < ok_recv {
+            assert_eq!(m, message(0, i), "receive {i}");
+        } else {
+            assert_eq!(m, [0; 8], "receive {i} was flushed: no byte moved");
+        }
+    }
+    p.expect_end(ConnectionEventKind::Disconnected);
+}

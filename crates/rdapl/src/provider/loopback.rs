@@ -9,6 +9,14 @@
 //! through the EVD engine, so upcalls still run in the dispatch context,
 //! never on the poster's stack.
 //!
+//! Locking: a request executes under its endpoint's lock. The usual send
+//! (a receive waiting, keys cached, no error) needs of the peer only its
+//! receive queue, under that queue's own lock; the usual RDMA request needs
+//! nothing of the peer endpoint at all. Anything else (no receive, any
+//! failure, a memory operation, fault injection) runs with both endpoints
+//! locked in handle order, so a failure is published and both queues
+//! stopped at once.
+//!
 //! Reliable-connected semantics:
 //!
 //! * a send with no receive posted waits up to the receiver-not-ready time
@@ -27,7 +35,9 @@
 //! Fault injection (used by the tests): `Ep::inject_failure`,
 //! `Ep::inject_delay`, `Ep::inject_break`.
 
-use crate::ep::{CompletionFlags, EpCore, EpInner, EpState, RecvIov, RecvWr, Wr, WrOp};
+use crate::ep::{
+    CompletionFlags, EpCore, EpInner, EpState, NewWr, RecvIov, RecvWr, Request, Wr, WrOp,
+};
 use crate::error::{Error, Result, Subtype};
 use crate::evd::{MAX_QLEN, UpcallPolicy};
 use crate::event::{ConnectionEventKind, DtoStatus};
@@ -36,7 +46,7 @@ use crate::mem::{self, KeyCache, MemPriv, Span, SpanRefs, Spans};
 use crate::provider::{Provider, Transport};
 use crate::sp::{CrInner, CrState, SpInner};
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -347,8 +357,8 @@ impl Transport for LoopbackIa {
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
         if recv {
             // Only the peer's head send can have been waiting for this, and
-            // only if it found no receive (it says so under `ep`'s lock,
-            // which the poster took after it: no kick is lost).
+            // only if it found no receive (it says so under `ep`'s receive
+            // queue lock, which the poster took after it: no kick is lost).
             if !ep.recv_wanted.load(Ordering::Relaxed) {
                 return;
             }
@@ -361,66 +371,75 @@ impl Transport for LoopbackIa {
         }
     }
 
-    fn submit(&self, ep: &Arc<EpInner>, mut core: MutexGuard<'_, EpCore>, wr: Wr) {
-        if wr.is_recv() {
-            core.recvs.push_back(wr.into());
-            drop(core);
-            self.kick(ep, true);
-            return;
-        }
-        // Nothing ahead of it: an RDMA request that can run now completes
-        // without going through the queue.
+    fn submit(&self, ep: &Arc<EpInner>, mut core: MutexGuard<'_, EpCore>, wr: NewWr<'_>) {
+        // Nothing ahead of it: a send or RDMA request that can run now
+        // completes without going through the queue (and is never copied
+        // into a queued `Wr`).
         let c = &mut *core;
-        if c.sends.is_empty()
-            && c.state == EpState::Connected
-            && wr.not_before.is_none()
-            && c.fail_next.is_none()
-        {
-            let rdma = match wr.op {
-                WrOp::RdmaWrite(r) => Some((r, true)),
-                WrOp::RdmaRead(r) => Some((r, false)),
-                _ => None,
-            };
-            if let (Some((r, write)), Some((ia, pz))) = (rdma, &c.peer_mem) {
-                if let Some(len) = rdma_try(
-                    ep,
-                    &wr.iov,
-                    (&mut c.keys, &mut c.peer_keys),
-                    ia,
-                    *pz,
-                    r,
-                    write,
-                ) {
-                    ep.complete(wr, DtoStatus::Success, len);
-                    return;
-                }
-            } else if matches!(wr.op, WrOp::Send) {
-                // A send needs the peer locked too: at once if the handle
-                // order allows it (or the lock is free), else it queues.
-                if let Some(b) = c.peer.as_ref().and_then(Weak::upgrade) {
+        let wr = 'now: {
+            if !(c.sends.is_empty()
+                && c.state == EpState::Connected
+                && wr.not_before.is_none()
+                && c.fail_next.is_none())
+            {
+                break 'now wr;
+            }
+            match wr.op {
+                WrOp::Send => {
+                    let Some(b) = c.peer.as_ref().and_then(Weak::upgrade) else {
+                        break 'now wr;
+                    };
+                    // The usual message needs only the peer's receive
+                    // queue; anything else (no receive, a failure) needs
+                    // the peer locked too: at once if the handle order
+                    // allows it (or the lock is free), else it queues.
+                    let wr = match send_fast(ep, &b, c, wr) {
+                        Ok(()) => return,
+                        Err(wr) => wr,
+                    };
                     let cb = if ep.id < b.id {
                         Some(b.core.lock())
                     } else {
                         b.core.try_lock()
                     };
-                    if let Some(mut cb) = cb {
-                        match send(&self.lb, ep, &b, c, &mut cb, wr) {
-                            Ok(Step::Broken) => {
-                                stop_both(c, &mut cb);
-                                drop(cb);
-                                drop(core);
-                                ep.break_connection(Some(&b), None);
-                            }
-                            Ok(_) => {}
-                            // No receive yet: it waits at the head.
-                            Err(wr) => c.sends.push_back(wr),
+                    let Some(mut cb) = cb else {
+                        break 'now wr;
+                    };
+                    match send(&self.lb, ep, &b, c, wr) {
+                        Ok(Step::Broken) => {
+                            stop_both(c, &mut cb);
+                            drop(cb);
+                            drop(core);
+                            ep.break_connection(Some(&b), None);
                         }
-                        return;
+                        Ok(_) => {}
+                        // No receive yet: it waits at the head.
+                        Err(wr) => c.sends.push_back(wr.into_wr()),
                     }
+                    return;
                 }
+                WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) => {
+                    let write = matches!(wr.op, WrOp::RdmaWrite(_));
+                    if let Some((ia, pz)) = &c.peer_mem {
+                        if let Some(len) = rdma_try(
+                            ep,
+                            wr.iov,
+                            (&mut c.keys, &mut c.peer_keys),
+                            ia,
+                            *pz,
+                            r,
+                            write,
+                        ) {
+                            wr.complete(ep, DtoStatus::Success, len);
+                            return;
+                        }
+                    }
+                    wr
+                }
+                _ => wr,
             }
-        }
-        core.sends.push_back(wr);
+        };
+        core.sends.push_back(wr.into_wr());
         progress_locked(&self.lb, ep, core);
     }
 
@@ -569,11 +588,10 @@ fn rdma_try(
                 peer_pz,
                 false,
             )?;
-            let (local, remote) = (std::slice::from_ref(&local), std::slice::from_ref(&remote));
             let copied = if write {
-                mem::copy_refs(local, remote)
+                mem::copy_one(local, remote)
             } else {
-                mem::copy_refs(remote, local)
+                mem::copy_one(remote, local)
             };
             return copied.ok().map(|_| t.segment_length);
         }
@@ -674,7 +692,7 @@ fn progress_both<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard
                 Step::Broken
             }
         } else {
-            execute(lb, a, &b, &mut ca, &mut cb)
+            execute(lb, a, &b, &mut ca)
         };
         match step {
             Step::Next => {}
@@ -709,13 +727,12 @@ fn execute(
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
     ca: &mut crate::ep::EpCore,
-    cb: &mut crate::ep::EpCore,
 ) -> Step {
     let head = ca.sends.front().expect("head");
     match head.op {
         WrOp::Send => {
             let wr = ca.sends.pop_front().expect("head");
-            match send(lb, a, b, ca, cb, wr) {
+            match send(lb, a, b, ca, wr) {
                 Ok(step) => step,
                 Err(wr) => {
                     ca.sends.push_front(wr);
@@ -745,16 +762,41 @@ fn execute(
 /// (the receiver-not-ready clock runs; the caller puts it back at the head).
 // The request comes back by value on purpose: boxing it would allocate.
 #[allow(clippy::result_large_err)]
-fn send(
+fn send<R: Request>(
     lb: &Arc<Loopback>,
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
     ca: &mut crate::ep::EpCore,
-    cb: &mut crate::ep::EpCore,
-    wr: Wr,
-) -> std::result::Result<Step, Wr> {
-    let Some(mut rwr) = take_recv(b, cb) else {
-        // Under `b`'s lock: a receive posted from now on kicks us.
+    wr: R,
+) -> std::result::Result<Step, R> {
+    // Under `b`'s receive queue lock throughout (so the receive's
+    // completion is published before a flush of the queue can publish a
+    // later one's).
+    let mut rq = b.rq.lock();
+    let rq = &mut *rq;
+    // The usual message, into the head of `b`'s own receive queue: copied
+    // straight from the queued receive, which is popped only once the copy
+    // is done (anything else, and any failure: the general path below
+    // decides, from the start).
+    if b.srq.is_none() {
+        if let Some(rwr) = rq.recvs.front() {
+            if let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
+            {
+                let mut rwr = rq.recvs.pop_front().expect("head");
+                received(b, ca);
+                if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
+                    rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
+                }
+                // The receiver waits for its completion: it goes first.
+                b.complete_recv(rwr, DtoStatus::Success, n);
+                wr.complete(a, DtoStatus::Success, n);
+                return Ok(Step::Next);
+            }
+        }
+    }
+    let Some(mut rwr) = take_recv(b, &mut rq.recvs) else {
+        // Under `b`'s receive queue lock: a receive posted from now on
+        // kicks us.
         b.recv_wanted.store(true, Ordering::Relaxed);
         if ca.rnr_deadline.is_none() {
             let deadline = Instant::now() + lb.rnr_timeout();
@@ -765,65 +807,34 @@ fn send(
         }
         return Err(wr);
     };
-    if b.recv_wanted.load(Ordering::Relaxed) {
-        b.recv_wanted.store(false, Ordering::Relaxed);
-    }
-    if ca.rnr_deadline.is_some() {
-        ca.rnr_deadline = None;
-    }
-    // The usual message: one buffer each side, both keys cached and
-    // granted, no region retired (anything else: the general path below
-    // decides, from the start).
-    if let ([s], [d]) = (&wr.iov[..], &rwr.iov[..]) {
-        if s.segment_length > 0 && d.segment_length >= s.segment_length {
-            if let Some(src) = a.ia.mem.resolve_one_cached(
-                &mut ca.keys,
-                s.lmr_context,
-                s.virtual_address,
-                s.segment_length,
-                MemPriv::LOCAL_READ,
-                a.pz.inner.id,
-                true,
-            ) {
-                if let Some(dst) = b.ia.mem.resolve_one_cached(
-                    &mut cb.keys,
-                    d.lmr_context,
-                    d.virtual_address,
-                    d.segment_length,
-                    MemPriv::LOCAL_WRITE,
-                    b.pz.inner.id,
-                    true,
-                ) {
-                    if let Ok(n) = mem::copy_refs(&[src], &[dst]) {
-                        if wr.flags.contains(CompletionFlags::SOLICITED_WAIT) {
-                            rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
-                        }
-                        // The receiver waits for its completion: it goes first.
-                        b.complete_recv(rwr, DtoStatus::Success, n as u64);
-                        a.complete(wr, DtoStatus::Success, n as u64);
-                        return Ok(Step::Next);
-                    }
-                }
+    received(b, ca);
+    if b.srq.is_some() {
+        if let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov) {
+            if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
+                rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
             }
+            b.complete_recv(rwr, DtoStatus::Success, n);
+            wr.complete(a, DtoStatus::Success, n);
+            return Ok(Step::Next);
         }
     }
     let (mut hold_src, mut hold_dst) = (Spans::new(), Spans::new());
     let src = match a.ia.mem.resolve_local_cached(
         &mut ca.keys,
         &mut hold_src,
-        &wr.iov,
+        wr.iov(),
         MemPriv::LOCAL_READ,
         a.pz.inner.id,
     ) {
         Ok(s) => s,
         Err(st) => {
-            untake_recv(b, cb, rwr);
-            a.complete(wr, st, 0);
+            untake_recv(b, &mut rq.recvs, rwr);
+            wr.complete(a, st, 0);
             return Ok(Step::Broken);
         }
     };
     let dst = match b.ia.mem.resolve_local_cached(
-        &mut cb.keys,
+        &mut rq.keys,
         &mut hold_dst,
         &rwr.iov,
         MemPriv::LOCAL_WRITE,
@@ -831,17 +842,17 @@ fn send(
     ) {
         Ok(d) => d,
         Err(st) => {
-            a.complete(wr, DtoStatus::RemoteResponder, 0);
+            wr.complete(a, DtoStatus::RemoteResponder, 0);
             b.complete_recv(rwr, st, 0);
             return Ok(Step::Broken);
         }
     };
-    if wr.flags.contains(CompletionFlags::SOLICITED_WAIT) {
+    if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
         rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
     }
     let len = mem::total(&src);
     if len > mem::total(&dst) {
-        a.complete(wr, DtoStatus::RemoteResponder, 0);
+        wr.complete(a, DtoStatus::RemoteResponder, 0);
         b.complete_recv(rwr, DtoStatus::LocalLength, 0);
         return Ok(Step::Broken);
     }
@@ -850,23 +861,114 @@ fn send(
     match copied {
         Ok(_) => {
             b.complete_recv(rwr, DtoStatus::Success, len as u64);
-            a.complete(wr, DtoStatus::Success, len as u64);
+            wr.complete(a, DtoStatus::Success, len as u64);
             Ok(Step::Next)
         }
         // A region was retired after its key resolved: no byte
         // moved. As for a refused key: the sender's own buffer...
         Err(r) if r.src => {
-            untake_recv(b, cb, rwr);
-            a.complete(wr, DtoStatus::LocalProtection, 0);
+            untake_recv(b, &mut rq.recvs, rwr);
+            wr.complete(a, DtoStatus::LocalProtection, 0);
             Ok(Step::Broken)
         }
         // ...or the receiver's.
         Err(_) => {
-            a.complete(wr, DtoStatus::RemoteResponder, 0);
+            wr.complete(a, DtoStatus::RemoteResponder, 0);
             b.complete_recv(rwr, DtoStatus::LocalProtection, 0);
             Ok(Step::Broken)
         }
     }
+}
+
+/// [`send`] of the usual message (the request `wr` of `a`, locked: `ca`,
+/// nothing queued ahead), with `b`'s receive queue alone locked: into the
+/// head receive of `b`'s own queue, one buffer each side, keys cached and
+/// granted, no region retired; completed on both sides. `Err(wr)` (and
+/// nothing moved, nothing published) otherwise: [`send`] with both
+/// endpoints locked then decides, from the start.
+///
+/// Only `a`'s sends take `b`'s receives, and they are serialised by `a`'s
+/// lock; the receive is popped and its completion published under the
+/// queue's lock (a flush drains the queue under it), the send's under
+/// `a`'s: completions stay in order on both queues.
+#[allow(clippy::result_large_err)]
+fn send_fast<R: Request>(
+    a: &EpInner,
+    b: &EpInner,
+    ca: &mut crate::ep::EpCore,
+    wr: R,
+) -> std::result::Result<(), R> {
+    if b.srq.is_some() {
+        return Err(wr);
+    }
+    let mut guard = b.rq.lock();
+    let rq = &mut *guard;
+    let Some(rwr) = rq.recvs.front() else {
+        return Err(wr);
+    };
+    let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov) else {
+        return Err(wr);
+    };
+    let mut rwr = rq.recvs.pop_front().expect("head");
+    received(b, ca);
+    if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
+        rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
+    }
+    // The receiver waits for its completion: it goes first.
+    b.complete_recv(rwr, DtoStatus::Success, n);
+    drop(guard);
+    wr.complete(a, DtoStatus::Success, n);
+    Ok(())
+}
+
+/// A send of `a` found a receive of `b`: `b` no longer waits for one, and
+/// the receiver-not-ready clock of `a` stops.
+#[inline]
+fn received(b: &EpInner, ca: &mut EpCore) {
+    if b.recv_wanted.load(Ordering::Relaxed) {
+        b.recv_wanted.store(false, Ordering::Relaxed);
+    }
+    if ca.rnr_deadline.is_some() {
+        ca.rnr_deadline = None;
+    }
+}
+
+/// The usual message: one buffer each side (`src` of `a`, `dst` of `b`),
+/// both keys cached (or read from the tables now) and granted, no region
+/// retired: the bytes copied; `None` (and no byte moved) otherwise.
+#[inline(always)]
+fn copy_one_cached(
+    a: &EpInner,
+    b: &EpInner,
+    (ka, kb): (&mut KeyCache, &mut KeyCache),
+    src: &[crate::mem::LmrTriplet],
+    dst: &[crate::mem::LmrTriplet],
+) -> Option<u64> {
+    let ([s], [d]) = (src, dst) else {
+        return None;
+    };
+    if s.segment_length == 0 || d.segment_length < s.segment_length {
+        return None;
+    }
+    let src = a.ia.mem.resolve_one_cached(
+        ka,
+        s.lmr_context,
+        s.virtual_address,
+        s.segment_length,
+        MemPriv::LOCAL_READ,
+        a.pz.inner.id,
+        true,
+    )?;
+    let dst = b.ia.mem.resolve_one_cached(
+        kb,
+        d.lmr_context,
+        d.virtual_address,
+        d.segment_length,
+        MemPriv::LOCAL_WRITE,
+        b.pz.inner.id,
+        true,
+    )?;
+    mem::copy_one(src, dst).ok().map(|n| n as u64)
 }
 
 /// An RDMA write (`write`) or read of `a`'s request `wr` against `r` on the
@@ -924,9 +1026,9 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
 /// The receive a send to `b` lands in: `b`'s own queue, or one of its SRQ
 /// (reserving the completion on `b`'s receive EVD now; if that EVD is full
 /// the receive stays posted and the send waits, as for no receive).
-fn take_recv(b: &EpInner, cb: &mut crate::ep::EpCore) -> Option<RecvWr> {
+fn take_recv(b: &EpInner, recvs: &mut VecDeque<RecvWr>) -> Option<RecvWr> {
     let Some(srq) = &b.srq else {
-        return cb.recvs.pop_front();
+        return recvs.pop_front();
     };
     let evd = b.recv_evd.as_ref()?;
     let wr = {
@@ -948,7 +1050,7 @@ fn take_recv(b: &EpInner, cb: &mut crate::ep::EpCore) -> Option<RecvWr> {
 }
 
 /// Puts back a receive taken by [`take_recv`] that was not used.
-fn untake_recv(b: &EpInner, cb: &mut crate::ep::EpCore, wr: RecvWr) {
+fn untake_recv(b: &EpInner, recvs: &mut VecDeque<RecvWr>, wr: RecvWr) {
     match (&b.srq, &b.recv_evd) {
         (Some(srq), Some(evd)) => {
             evd.release(wr.res);
@@ -958,7 +1060,7 @@ fn untake_recv(b: &EpInner, cb: &mut crate::ep::EpCore, wr: RecvWr) {
                 flags: wr.flags,
             });
         }
-        _ => cb.recvs.push_front(wr),
+        _ => recvs.push_front(wr),
     }
 }
 

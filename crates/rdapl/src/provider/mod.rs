@@ -17,7 +17,7 @@
 
 pub mod loopback;
 
-use crate::ep::{EpCore, EpInner, Wr};
+use crate::ep::{EpCore, EpInner, NewWr};
 use crate::error::Result;
 use crate::ia::{IaAttr, ProviderAttr};
 use crate::sp::{CrInner, SpInner};
@@ -67,20 +67,18 @@ pub trait Transport: Send + Sync + 'static {
     /// progress it) or its receive queue (`recv == true`: a peer request
     /// waiting for a receive may go on).
     fn kick(&self, ep: &Arc<EpInner>, recv: bool);
-    /// A work request was posted on `ep`, still locked (`core`), with every
-    /// check passed and its completion reserved: queue it (on the receive
-    /// queue or the request queue) and go on as [`Transport::kick`] would,
-    /// under that lock or after releasing it. The default queues, unlocks
-    /// and kicks.
-    fn submit(&self, ep: &Arc<EpInner>, mut core: MutexGuard<'_, EpCore>, wr: Wr) {
-        let recv = wr.is_recv();
-        if recv {
-            core.recvs.push_back(wr.into());
-        } else {
-            core.sends.push_back(wr);
-        }
+    /// A request (a send, an RDMA transfer or a memory operation; never a
+    /// receive: those are queued on the receive queue by the object model,
+    /// which then calls [`Transport::kick`]) was posted on `ep`, still
+    /// locked (`core`), with every check passed and its completion
+    /// reserved: execute it at once, or queue it on the request queue
+    /// ([`NewWr::into_wr`](crate::ep::NewWr)) and go on as
+    /// [`Transport::kick`] would, under that lock or after releasing it.
+    /// The default queues, unlocks and kicks.
+    fn submit(&self, ep: &Arc<EpInner>, mut core: MutexGuard<'_, EpCore>, wr: NewWr<'_>) {
+        core.sends.push_back(wr.into_wr());
         drop(core);
-        self.kick(ep, recv);
+        self.kick(ep, false);
     }
     /// Receives were posted to `srq`: progress senders waiting on its endpoints.
     fn srq_posted(&self, srq: &crate::srq::SrqInner);
