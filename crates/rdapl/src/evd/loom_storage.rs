@@ -39,6 +39,8 @@ impl Storage {
     }
 
     /// See the ring's `push_then`: the fence stands for the `SeqCst` claim.
+    pub(crate) fn prefetch_push(&self) {}
+
     pub(crate) fn push_then<R>(&self, e: Event, then: impl FnOnce() -> R) -> R {
         self.push(e);
         crate::sync::fence(Ordering::SeqCst);

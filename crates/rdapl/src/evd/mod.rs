@@ -55,6 +55,7 @@ mod loom_storage;
 // Under loom the ring is checked by its own models only (see `loom_storage`).
 #[cfg_attr(loom, allow(dead_code))]
 mod ring;
+pub(crate) use ring::prefetch_write;
 pub(crate) mod state;
 
 pub use state::{MAX_QLEN, ReEnable};
@@ -1205,6 +1206,13 @@ impl Evd {
     pub fn complete(&self, res: Reservation, event: Event) {
         debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
         publish(&self.inner, event);
+    }
+
+    /// Hints that a completion is coming soon: the lines a publish
+    /// writes are fetched now (see `ring::prefetch_write`).
+    #[inline]
+    pub(crate) fn prefetch_complete(&self) {
+        self.inner.storage.prefetch_push();
     }
 
     /// Completes a reservation without notification: the event is queued
