@@ -55,6 +55,7 @@ mod loom_storage;
 // Under loom the ring is checked by its own models only (see `loom_storage`).
 #[cfg_attr(loom, allow(dead_code))]
 mod ring;
+#[cfg_attr(loom, allow(unused_imports))]
 pub(crate) use ring::prefetch_write;
 pub(crate) mod state;
 
