@@ -324,6 +324,11 @@ impl Request for NewWr<'_> {
 #[repr(C)]
 pub struct EpCore {
     pub(crate) state: EpState,
+    /// The connection this endpoint's requests belong to (a number unique
+    /// in the process, set on both sides when it is established; stale once
+    /// it ends): a send lands only in a receive queue of the same
+    /// connection ([`RecvQueue::conn`]).
+    pub(crate) conn: u64,
     /// Fault injection: the next executed request fails with this status.
     pub(crate) fail_next: Option<DtoStatus>,
     pub(crate) sends: VecDeque<Wr>,
@@ -354,6 +359,13 @@ pub struct EpCore {
 /// without the endpoint's lock, so with the usual traffic each endpoint's
 /// lock stays with its own thread and only this one moves between them.
 pub(crate) struct RecvQueue {
+    /// The connection the posted receives belong to: set with
+    /// [`EpCore::conn`] when it is established, cleared (0, no connection)
+    /// when it breaks and on reset, under this lock. A peer's send checks it
+    /// under this lock against its own `EpCore::conn` before it takes a
+    /// receive: a send of a connection that ended on this side (the peer
+    /// not yet told) never lands in a receive posted for the next one.
+    pub(crate) conn: u64,
     /// Posted receives, in order.
     pub(crate) recvs: VecDeque<RecvWr>,
     /// Resolved keys of this endpoint's IA for its receive buffers (as the
@@ -423,6 +435,12 @@ fn next_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// A new connection number ([`EpCore::conn`]): unique in the process, never 0.
+pub(crate) fn next_conn() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 impl Ep {
     pub(crate) fn create(
         ia: &Ia,
@@ -485,6 +503,7 @@ impl Ep {
             feeders: Mutex::new(feeders),
             core: CachePadded::new(Mutex::new(EpCore {
                 state: EpState::Unconnected,
+                conn: 0,
                 peer: None,
                 peer_mem: None,
                 keys: Default::default(),
@@ -498,6 +517,7 @@ impl Ep {
                 peer_private: None,
             })),
             rq: CachePadded::new(Mutex::new(RecvQueue {
+                conn: 0,
                 recvs: VecDeque::new(),
                 keys: Default::default(),
             })),
@@ -639,6 +659,7 @@ impl Ep {
                     c.rnr_deadline = None;
                     c.peer_private = None;
                     let mut rq = inner.rq.lock();
+                    rq.conn = 0;
                     rq.keys.clear();
                     c.sends
                         .drain(..)
@@ -1278,7 +1299,16 @@ impl EpInner {
         kind: Option<ConnectionEventKind>,
     ) {
         let kind = kind.unwrap_or(ConnectionEventKind::Broken);
-        for side in std::iter::once(self).chain(peer.map(|p| &**p)) {
+        for (i, side) in std::iter::once(self).chain(peer.map(|p| &**p)).enumerate() {
+            // Tests: run what the hook holds between the two sides.
+            #[cfg(test)]
+            if i == 1 {
+                if let Some(f) = test_hooks::BREAK_GAP.with(|h| h.borrow_mut().take()) {
+                    f();
+                }
+            }
+            #[cfg(not(test))]
+            let _ = i;
             let was_connected = {
                 let mut c = side.core.lock();
                 let was = matches!(c.state, EpState::Connected | EpState::DisconnectPending);
@@ -1288,7 +1318,11 @@ impl EpInner {
                     c.peer_mem = None;
                     c.keys.clear();
                     c.peer_keys.clear();
-                    side.rq.lock().keys.clear();
+                    // From here on the peer's sends find no receive here:
+                    // they wait, and its own disconnect flushes them.
+                    let mut rq = side.rq.lock();
+                    rq.conn = 0;
+                    rq.keys.clear();
                 }
                 was
             };
@@ -1336,5 +1370,20 @@ impl EpInner {
             let ga = a.core.lock();
             (ga, gb)
         }
+    }
+}
+
+/// Test-only hooks that open the windows between steps other threads could
+/// run in.
+#[cfg(test)]
+pub(crate) mod test_hooks {
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// Run (once) by [`super::EpInner::break_connection`] on this
+        /// thread, after the first side is disconnected and flushed and
+        /// before the second side is touched.
+        pub(crate) static BREAK_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
     }
 }
