@@ -304,15 +304,20 @@ impl Request for NewWr<'_> {
     }
     #[inline]
     fn complete(self, ep: &EpInner, status: DtoStatus, len: u64) {
-        ep.complete_parts(
-            false,
-            self.op.dto_op(),
-            self.cookie,
-            self.flags,
-            self.res,
-            status,
-            len,
-        );
+        let NewWr {
+            op,
+            cookie,
+            flags,
+            res,
+            ..
+        } = self;
+        let dto_op = op.dto_op();
+        // Only a memory operation owns anything (checked here, inline: the
+        // usual request needs no call to drop it).
+        if let WrOp::Local(l) = op {
+            drop(l);
+        }
+        ep.complete_parts(false, dto_op, cookie, flags, res, status, len);
     }
 }
 
@@ -976,6 +981,7 @@ impl EpInner {
         }
     }
 
+    #[inline(always)]
     fn post(
         self: &Arc<Self>,
         op: WrOp,
@@ -1079,6 +1085,7 @@ impl EpInner {
     /// reserved: its side effects happen only if the request is queued (if
     /// it fails, the reservation is returned and nothing is queued).
     /// (Receives go through [`EpInner::post_recv`].)
+    #[inline]
     fn post_with(
         self: &Arc<Self>,
         mut op: WrOp,
