@@ -371,6 +371,10 @@ pub(crate) struct RecvQueue {
     /// receive: a send of a connection that ended on this side (the peer
     /// not yet told) never lands in a receive posted for the next one.
     pub(crate) conn: u64,
+    /// The endpoint's state while it refuses receives (`DisconnectPending`,
+    /// `Disconnected`), else `None`: set with the state (under both locks,
+    /// see [`EpInner::set_state`]), so `post_recv` needs only this lock.
+    pub(crate) refused: Option<EpState>,
     /// Posted receives, in order.
     pub(crate) recvs: VecDeque<RecvWr>,
     /// Resolved keys of this endpoint's IA for its receive buffers (as the
@@ -523,6 +527,7 @@ impl Ep {
             })),
             rq: CachePadded::new(Mutex::new(RecvQueue {
                 conn: 0,
+                refused: None,
                 recvs: VecDeque::new(),
                 keys: Default::default(),
             })),
@@ -623,14 +628,14 @@ impl Ep {
         let state = inner.core.lock().state;
         match state {
             EpState::Connected | EpState::DisconnectPending => {
-                inner.core.lock().state = EpState::DisconnectPending;
+                inner.set_state(&mut inner.core.lock(), EpState::DisconnectPending);
                 inner.ia.transport.disconnect(inner, graceful);
                 Ok(())
             }
             EpState::ActiveConnectionPending => {
                 let cr = {
                     let mut c = inner.core.lock();
-                    c.state = EpState::Disconnected;
+                    inner.set_state(&mut c, EpState::Disconnected);
                     c.pending_cr.take()
                 };
                 if let Some(cr) = cr {
@@ -665,6 +670,7 @@ impl Ep {
                     c.peer_private = None;
                     let mut rq = inner.rq.lock();
                     rq.conn = 0;
+                    rq.refused = None;
                     rq.keys.clear();
                     c.sends
                         .drain(..)
@@ -1049,16 +1055,18 @@ impl EpInner {
         };
         Self::check_list(iov, self.attr.max_recv_iov, self.attr.max_message_size)?;
         {
-            let c = self.core.lock();
-            if matches!(c.state, EpState::Disconnected | EpState::DisconnectPending) {
+            // Under the receive queue's lock alone: a state change that
+            // refuses receives is published here (`set_state`) before the
+            // flush that follows it drains the queue (under this lock too),
+            // so a receive is either queued before the state change (and
+            // flushed) or refused.
+            let mut rq = self.rq.lock();
+            if let Some(state) = rq.refused {
                 return Err(Error::state(
-                    c.state.subtype(),
+                    state.subtype(),
                     "the endpoint cannot take this work request now",
                 ));
             }
-            // Queued under both locks: a state change (under the first)
-            // and the flush that follows it (under both) see it or refuse it.
-            let mut rq = self.rq.lock();
             if rq.recvs.len() >= self.attr.max_recv_dtos {
                 return Err(Error::InsufficientResources {
                     resource: Subtype::ResourceTep,
@@ -1329,6 +1337,7 @@ impl EpInner {
                     // they wait, and its own disconnect flushes them.
                     let mut rq = side.rq.lock();
                     rq.conn = 0;
+                    rq.refused = Some(EpState::Disconnected);
                     rq.keys.clear();
                 }
                 was
@@ -1357,10 +1366,21 @@ impl EpInner {
             self.break_connection(peer.as_ref(), Some(ConnectionEventKind::Disconnected));
         }
         self.flush_all();
-        self.core.lock().state = EpState::Disconnected;
+        self.set_state(&mut self.core.lock(), EpState::Disconnected);
         self.feeders.lock().clear();
         self.pz.inner.users.fetch_sub(1, Ordering::SeqCst);
         ia.live.eps.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Sets the state of this endpoint (locked: `c`) to `state`, and what
+    /// `post_recv` reads of it under the receive queue's lock (taken here,
+    /// after the endpoint's). Every change into or out of a state that
+    /// refuses receives goes through here (or sets both the same way, as
+    /// `break_connection` and `reset` do).
+    pub(crate) fn set_state(&self, c: &mut EpCore, state: EpState) {
+        c.state = state;
+        let refused = matches!(state, EpState::Disconnected | EpState::DisconnectPending);
+        self.rq.lock().refused = refused.then_some(state);
     }
 
     /// Locks this endpoint and `other` in handle order.

@@ -421,7 +421,7 @@ impl Transport for LoopbackIa {
                     };
                     match send(&self.lb, ep, &b, c, wr) {
                         Ok(Step::Broken) => {
-                            stop_both(c, &mut cb);
+                            stop_both((ep, c), (&b, &mut cb));
                             drop(cb);
                             drop(core);
                             ep.break_connection(Some(&b), None);
@@ -483,7 +483,7 @@ fn fail_active(ep: &Arc<EpInner>, kind: ConnectionEventKind, private: Option<Box
         if c.state != EpState::ActiveConnectionPending {
             return;
         }
-        c.state = EpState::Disconnected;
+        ep.set_state(&mut c, EpState::Disconnected);
         c.pending_cr = None;
     }
     ep.flush_all();
@@ -712,7 +712,7 @@ fn progress_both<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard
             Step::Next => {}
             Step::Blocked => break false,
             Step::Broken => {
-                stop_both(&mut ca, &mut cb);
+                stop_both((a, &mut ca), (&b, &mut cb));
                 break true;
             }
         }
@@ -726,10 +726,10 @@ fn progress_both<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard
 
 /// After a DTO error: stops both queues at once (with both endpoints
 /// locked); `break_connection` then flushes.
-fn stop_both(ca: &mut EpCore, cb: &mut EpCore) {
-    for c in [ca, cb] {
+fn stop_both((a, ca): (&EpInner, &mut EpCore), (b, cb): (&EpInner, &mut EpCore)) {
+    for (ep, c) in [(a, ca), (b, cb)] {
         if c.state == EpState::Connected {
-            c.state = EpState::DisconnectPending;
+            ep.set_state(c, EpState::DisconnectPending);
         }
     }
 }
@@ -1106,7 +1106,7 @@ fn rnr_expired(lb: &Arc<Loopback>, a: Weak<EpInner>, deadline: Instant) {
         };
         // As in `progress`: publish and stop the queue under the lock.
         a.complete(wr, DtoStatus::ReceiverNotReady, 0);
-        c.state = EpState::DisconnectPending;
+        a.set_state(&mut c, EpState::DisconnectPending);
         c.peer.as_ref().and_then(Weak::upgrade)
     };
     a.break_connection(peer.as_ref(), None);
@@ -1224,6 +1224,51 @@ mod tests {
         assert_eq!(dto(&c.evd), (2, DtoStatus::Flushed));
         assert_eq!(conn_kind(&c.evd), ConnectionEventKind::Disconnected);
         assert_eq!(c.evd.dequeue().unwrap().map(|e| format!("{e:?}")), None);
+    }
+
+    /// `post_recv` reads the state under the receive queue's lock alone:
+    /// refused while `DisconnectPending` (both sides stopped by a DTO
+    /// error, the peer not yet disconnected) and once `Disconnected`,
+    /// with the state's subtype; accepted again after a reset.
+    #[test]
+    fn post_recv_refused_while_disconnecting() {
+        let (s, c, _psp) = connected("127.0.77.5", "127.0.77.6", 4101);
+        let buf = s.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+        let cbuf = c.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+        let recv = buf.triplet(0, 64).unwrap();
+        let refused = |r: Result<()>, want: error::Subtype| match r {
+            Err(Error::InvalidState { state, .. }) => assert_eq!(state, want),
+            r => panic!("expected InvalidState({want:?}), got {r:?}"),
+        };
+        let s_ep = s.ep.clone();
+        let c_ep = c.ep.clone();
+        BREAK_GAP.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                // `c` broke first; `s` is stopped but not yet told.
+                assert_eq!(s_ep.state(), EpState::DisconnectPending);
+                refused(
+                    s_ep.post_recv(&[recv], 1, CompletionFlags::DEFAULT),
+                    error::Subtype::InvalidStateEpDiscpending,
+                );
+                refused(
+                    c_ep.post_recv(&[recv], 2, CompletionFlags::DEFAULT),
+                    error::Subtype::InvalidStateEpDisconnected,
+                );
+            }))
+        });
+        c.ep.inject_failure(DtoStatus::LocalLength);
+        c.ep.post_send(&[cbuf.triplet(0, 8).unwrap()], 3, CompletionFlags::DEFAULT)
+            .unwrap();
+        assert!(BREAK_GAP.with(|h| h.borrow().is_none()), "the hook ran");
+        assert_eq!(s.ep.state(), EpState::Disconnected);
+        refused(
+            s.ep.post_recv(&[recv], 4, CompletionFlags::DEFAULT),
+            error::Subtype::InvalidStateEpDisconnected,
+        );
+        s.ep.reset().unwrap();
+        s.ep.post_recv(&[recv], 5, CompletionFlags::DEFAULT)
+            .unwrap();
+        assert_eq!(s.ep.query().unwrap().outstanding, (0, 1));
     }
 
     #[test]
