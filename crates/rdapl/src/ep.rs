@@ -1092,8 +1092,9 @@ impl EpInner {
     /// endpoint's lock once every check passed and the completion's slot is
     /// reserved: its side effects happen only if the request is queued (if
     /// it fails, the reservation is returned and nothing is queued).
-    /// (Receives go through [`EpInner::post_recv`].)
-    #[inline]
+    /// (Receives go through [`EpInner::post_recv`].) Inlined into each
+    /// `Ep::post_*`: the operation is a constant there, and its checks fold.
+    #[inline(always)]
     fn post_with(
         self: &Arc<Self>,
         mut op: WrOp,
