@@ -1107,10 +1107,12 @@ impl EpInner {
             return self.post_recv(iov, cookie, flags);
         }
         self.check_post(flags)?;
-        let evd = self.request_evd.as_ref().ok_or(Error::state(
-            Subtype::InvalidStateEpEvdRequest,
-            "the endpoint has no EVD for this queue",
-        ))?;
+        let evd = self.request_evd.as_ref().ok_or_else(|| {
+            Error::state(
+                Subtype::InvalidStateEpEvdRequest,
+                "the endpoint has no EVD for this queue",
+            )
+        })?;
         let limit = match op {
             WrOp::RdmaWrite(_) | WrOp::RdmaRead(_) => self.attr.max_rdma_size,
             _ => self.attr.max_message_size,

@@ -452,7 +452,7 @@ impl Lmr {
             let end = offset
                 .checked_add(buf.len())
                 .filter(|e| *e <= g.len())
-                .ok_or(Error::param(2, "range outside the LMR"))?;
+                .ok_or_else(|| Error::param(2, "range outside the LMR"))?;
             buf.copy_from_slice(&g[offset..end]);
             return Ok(());
         }
@@ -491,7 +491,7 @@ impl Lmr {
             let end = offset
                 .checked_add(data.len())
                 .filter(|e| *e <= g.len())
-                .ok_or(Error::param(2, "range outside the LMR"))?;
+                .ok_or_else(|| Error::param(2, "range outside the LMR"))?;
             g[offset..end].copy_from_slice(data);
             return Ok(());
         }
