@@ -304,15 +304,20 @@ impl Request for NewWr<'_> {
     }
     #[inline]
     fn complete(self, ep: &EpInner, status: DtoStatus, len: u64) {
-        ep.complete_parts(
-            false,
-            self.op.dto_op(),
-            self.cookie,
-            self.flags,
-            self.res,
-            status,
-            len,
-        );
+        let NewWr {
+            op,
+            cookie,
+            flags,
+            res,
+            ..
+        } = self;
+        let dto_op = op.dto_op();
+        // Only a memory operation owns anything (checked here, inline: the
+        // usual request needs no call to drop it).
+        if let WrOp::Local(l) = op {
+            drop(l);
+        }
+        ep.complete_parts(false, dto_op, cookie, flags, res, status, len);
     }
 }
 
@@ -324,6 +329,11 @@ impl Request for NewWr<'_> {
 #[repr(C)]
 pub struct EpCore {
     pub(crate) state: EpState,
+    /// The connection this endpoint's requests belong to (a number unique
+    /// in the process, set on both sides when it is established; stale once
+    /// it ends): a send lands only in a receive queue of the same
+    /// connection ([`RecvQueue::conn`]).
+    pub(crate) conn: u64,
     /// Fault injection: the next executed request fails with this status.
     pub(crate) fail_next: Option<DtoStatus>,
     pub(crate) sends: VecDeque<Wr>,
@@ -354,6 +364,17 @@ pub struct EpCore {
 /// without the endpoint's lock, so with the usual traffic each endpoint's
 /// lock stays with its own thread and only this one moves between them.
 pub(crate) struct RecvQueue {
+    /// The connection the posted receives belong to: set with
+    /// [`EpCore::conn`] when it is established, cleared (0, no connection)
+    /// when it breaks and on reset, under this lock. A peer's send checks it
+    /// under this lock against its own `EpCore::conn` before it takes a
+    /// receive: a send of a connection that ended on this side (the peer
+    /// not yet told) never lands in a receive posted for the next one.
+    pub(crate) conn: u64,
+    /// The endpoint's state while it refuses receives (`DisconnectPending`,
+    /// `Disconnected`), else `None`: set with the state (under both locks,
+    /// see [`EpInner::set_state`]), so `post_recv` needs only this lock.
+    pub(crate) refused: Option<EpState>,
     /// Posted receives, in order.
     pub(crate) recvs: VecDeque<RecvWr>,
     /// Resolved keys of this endpoint's IA for its receive buffers (as the
@@ -423,6 +444,12 @@ fn next_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// A new connection number ([`EpCore::conn`]): unique in the process, never 0.
+pub(crate) fn next_conn() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 impl Ep {
     pub(crate) fn create(
         ia: &Ia,
@@ -485,6 +512,7 @@ impl Ep {
             feeders: Mutex::new(feeders),
             core: CachePadded::new(Mutex::new(EpCore {
                 state: EpState::Unconnected,
+                conn: 0,
                 peer: None,
                 peer_mem: None,
                 keys: Default::default(),
@@ -498,6 +526,8 @@ impl Ep {
                 peer_private: None,
             })),
             rq: CachePadded::new(Mutex::new(RecvQueue {
+                conn: 0,
+                refused: None,
                 recvs: VecDeque::new(),
                 keys: Default::default(),
             })),
@@ -598,14 +628,14 @@ impl Ep {
         let state = inner.core.lock().state;
         match state {
             EpState::Connected | EpState::DisconnectPending => {
-                inner.core.lock().state = EpState::DisconnectPending;
+                inner.set_state(&mut inner.core.lock(), EpState::DisconnectPending);
                 inner.ia.transport.disconnect(inner, graceful);
                 Ok(())
             }
             EpState::ActiveConnectionPending => {
                 let cr = {
                     let mut c = inner.core.lock();
-                    c.state = EpState::Disconnected;
+                    inner.set_state(&mut c, EpState::Disconnected);
                     c.pending_cr.take()
                 };
                 if let Some(cr) = cr {
@@ -639,6 +669,8 @@ impl Ep {
                     c.rnr_deadline = None;
                     c.peer_private = None;
                     let mut rq = inner.rq.lock();
+                    rq.conn = 0;
+                    rq.refused = None;
                     rq.keys.clear();
                     c.sends
                         .drain(..)
@@ -955,6 +987,7 @@ impl EpInner {
         }
     }
 
+    #[inline(always)]
     fn post(
         self: &Arc<Self>,
         op: WrOp,
@@ -1022,16 +1055,18 @@ impl EpInner {
         };
         Self::check_list(iov, self.attr.max_recv_iov, self.attr.max_message_size)?;
         {
-            let c = self.core.lock();
-            if matches!(c.state, EpState::Disconnected | EpState::DisconnectPending) {
+            // Under the receive queue's lock alone: a state change that
+            // refuses receives is published here (`set_state`) before the
+            // flush that follows it drains the queue (under this lock too),
+            // so a receive is either queued before the state change (and
+            // flushed) or refused.
+            let mut rq = self.rq.lock();
+            if let Some(state) = rq.refused {
                 return Err(Error::state(
-                    c.state.subtype(),
+                    state.subtype(),
                     "the endpoint cannot take this work request now",
                 ));
             }
-            // Queued under both locks: a state change (under the first)
-            // and the flush that follows it (under both) see it or refuse it.
-            let mut rq = self.rq.lock();
             if rq.recvs.len() >= self.attr.max_recv_dtos {
                 return Err(Error::InsufficientResources {
                     resource: Subtype::ResourceTep,
@@ -1057,7 +1092,9 @@ impl EpInner {
     /// endpoint's lock once every check passed and the completion's slot is
     /// reserved: its side effects happen only if the request is queued (if
     /// it fails, the reservation is returned and nothing is queued).
-    /// (Receives go through [`EpInner::post_recv`].)
+    /// (Receives go through [`EpInner::post_recv`].) Inlined into each
+    /// `Ep::post_*`: the operation is a constant there, and its checks fold.
+    #[inline(always)]
     fn post_with(
         self: &Arc<Self>,
         mut op: WrOp,
@@ -1070,10 +1107,12 @@ impl EpInner {
             return self.post_recv(iov, cookie, flags);
         }
         self.check_post(flags)?;
-        let evd = self.request_evd.as_ref().ok_or(Error::state(
-            Subtype::InvalidStateEpEvdRequest,
-            "the endpoint has no EVD for this queue",
-        ))?;
+        let evd = self.request_evd.as_ref().ok_or_else(|| {
+            Error::state(
+                Subtype::InvalidStateEpEvdRequest,
+                "the endpoint has no EVD for this queue",
+            )
+        })?;
         let limit = match op {
             WrOp::RdmaWrite(_) | WrOp::RdmaRead(_) => self.attr.max_rdma_size,
             _ => self.attr.max_message_size,
@@ -1278,7 +1317,16 @@ impl EpInner {
         kind: Option<ConnectionEventKind>,
     ) {
         let kind = kind.unwrap_or(ConnectionEventKind::Broken);
-        for side in std::iter::once(self).chain(peer.map(|p| &**p)) {
+        for (i, side) in std::iter::once(self).chain(peer.map(|p| &**p)).enumerate() {
+            // Tests: run what the hook holds between the two sides.
+            #[cfg(test)]
+            if i == 1 {
+                if let Some(f) = test_hooks::BREAK_GAP.with(|h| h.borrow_mut().take()) {
+                    f();
+                }
+            }
+            #[cfg(not(test))]
+            let _ = i;
             let was_connected = {
                 let mut c = side.core.lock();
                 let was = matches!(c.state, EpState::Connected | EpState::DisconnectPending);
@@ -1288,7 +1336,12 @@ impl EpInner {
                     c.peer_mem = None;
                     c.keys.clear();
                     c.peer_keys.clear();
-                    side.rq.lock().keys.clear();
+                    // From here on the peer's sends find no receive here:
+                    // they wait, and its own disconnect flushes them.
+                    let mut rq = side.rq.lock();
+                    rq.conn = 0;
+                    rq.refused = Some(EpState::Disconnected);
+                    rq.keys.clear();
                 }
                 was
             };
@@ -1316,10 +1369,21 @@ impl EpInner {
             self.break_connection(peer.as_ref(), Some(ConnectionEventKind::Disconnected));
         }
         self.flush_all();
-        self.core.lock().state = EpState::Disconnected;
+        self.set_state(&mut self.core.lock(), EpState::Disconnected);
         self.feeders.lock().clear();
         self.pz.inner.users.fetch_sub(1, Ordering::SeqCst);
         ia.live.eps.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Sets the state of this endpoint (locked: `c`) to `state`, and what
+    /// `post_recv` reads of it under the receive queue's lock (taken here,
+    /// after the endpoint's). Every change into or out of a state that
+    /// refuses receives goes through here (or sets both the same way, as
+    /// `break_connection` and `reset` do).
+    pub(crate) fn set_state(&self, c: &mut EpCore, state: EpState) {
+        c.state = state;
+        let refused = matches!(state, EpState::Disconnected | EpState::DisconnectPending);
+        self.rq.lock().refused = refused.then_some(state);
     }
 
     /// Locks this endpoint and `other` in handle order.
@@ -1336,5 +1400,20 @@ impl EpInner {
             let ga = a.core.lock();
             (ga, gb)
         }
+    }
+}
+
+/// Test-only hooks that open the windows between steps other threads could
+/// run in.
+#[cfg(test)]
+pub(crate) mod test_hooks {
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// Run (once) by [`super::EpInner::break_connection`] on this
+        /// thread, after the first side is disconnected and flushed and
+        /// before the second side is touched.
+        pub(crate) static BREAK_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
     }
 }

@@ -1072,7 +1072,7 @@ impl KeyCache {
     }
 
     /// The index of `ctx` cached at `generation`.
-    #[inline]
+    #[inline(always)]
     fn position(&self, ctx: u32, generation: u64) -> Option<usize> {
         let hit = |k: &Option<CachedKey>| {
             k.as_ref()
@@ -1091,7 +1091,7 @@ impl KeyCache {
 
     /// The entry at `i` (an index [`KeyCache::position`] or
     /// [`KeyCache::insert`] returned, with no change since).
-    #[inline]
+    #[inline(always)]
     fn get(&self, i: usize) -> &CachedKey {
         self.keys[i].as_ref().expect("a cached key's index")
     }

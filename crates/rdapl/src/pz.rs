@@ -325,6 +325,15 @@ pub(crate) struct LmrInner {
     /// The current key and region, under one lock (so `read_at` /
     /// `write_at` take one lock for both).
     pub(crate) map: Mutex<LmrMap>,
+    /// A plain LMR's region: it never changes (only fast-registration
+    /// LMRs are re-mapped, and they have `None` here), so `read_at` and
+    /// `write_at` reach it without the map's lock.
+    fixed: Option<Arc<Region>>,
+    /// Set (under the map's lock) when the LMR is freed: `read_at` and
+    /// `write_at` through `fixed` refuse it from then on. (A copy racing
+    /// with the free either ran before it or sees this; memory safety does
+    /// not rest on it: the region's lock and retirement mark do that.)
+    freed: AtomicBool,
     privs: Mutex<MemPriv>,
     /// Largest region it may map (fast registration; its length otherwise).
     pub(crate) max_len: u64,
@@ -362,6 +371,12 @@ impl Lmr {
             inner: Arc::new(LmrInner {
                 pz: pz.clone(),
                 kind,
+                fixed: if kind == EntryKind::Fmr {
+                    None
+                } else {
+                    region.clone()
+                },
+                freed: AtomicBool::new(false),
                 map: Mutex::new(LmrMap {
                     ctx: Some(ctx),
                     region,
@@ -429,6 +444,18 @@ impl Lmr {
 
     /// Copies `buf.len()` bytes at `offset` of the region out.
     pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        // A plain LMR: its region, without the map's lock (only the
+        // region's, which keeps the retirement guarantee).
+        if let Some(r) = &self.inner.fixed {
+            self.check_not_freed()?;
+            let g = r.try_read().ok_or(RETIRED)?;
+            let end = offset
+                .checked_add(buf.len())
+                .filter(|e| *e <= g.len())
+                .ok_or_else(|| Error::param(2, "range outside the LMR"))?;
+            buf.copy_from_slice(&g[offset..end]);
+            return Ok(());
+        }
         // Usually the region is free: one lock for the key and the region,
         // no reference count. The region lock is only tried here, never
         // waited for under the LMR's lock (a caller may hold the region's
@@ -457,6 +484,17 @@ impl Lmr {
 
     /// Copies `data` into the region at `offset`.
     pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+        // As in `read_at`.
+        if let Some(r) = &self.inner.fixed {
+            self.check_not_freed()?;
+            let mut g = r.try_write().ok_or(RETIRED)?;
+            let end = offset
+                .checked_add(data.len())
+                .filter(|e| *e <= g.len())
+                .ok_or_else(|| Error::param(2, "range outside the LMR"))?;
+            g[offset..end].copy_from_slice(data);
+            return Ok(());
+        }
         // As in `read_at`: the region lock only tried under the LMR's.
         {
             let m = self.inner.map.lock();
@@ -483,6 +521,16 @@ impl Lmr {
     /// The whole region's bytes, copied out.
     pub fn to_vec(&self) -> Result<Vec<u8>> {
         Ok(self.live_region()?.try_read().ok_or(RETIRED)?.to_vec())
+    }
+
+    /// `InvalidHandle` once the LMR is freed (what [`Lmr::mapped`] says
+    /// first, without the map's lock).
+    #[inline]
+    fn check_not_freed(&self) -> Result<()> {
+        if self.inner.freed.load(Ordering::Acquire) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleLmr));
+        }
+        Ok(())
     }
 
     fn live_region(&self) -> Result<Arc<Region>> {
@@ -513,6 +561,7 @@ impl Lmr {
             ));
         }
         *ctx = None;
+        self.inner.freed.store(true, Ordering::Release);
         self.freed();
         Ok(())
     }
@@ -523,6 +572,7 @@ impl Lmr {
     fn free_forced(&self) {
         let mut m = self.inner.map.lock();
         if let Some(c) = m.ctx.take() {
+            self.inner.freed.store(true, Ordering::Release);
             self.inner.pz.inner.ia.mem.invalidate_lmr(c);
             self.freed();
         }

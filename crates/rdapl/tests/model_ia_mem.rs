@@ -985,3 +985,47 @@ fn lmr_of_another_pz_refused() {
     p.expect_end(ConnectionEventKind::Broken);
     assert_eq!(foreign.to_vec().unwrap(), vec![2; 32]);
 }
+
+/// `read_at` and `write_at` of a plain LMR (which reach its region without
+/// the LMR's lock): refused once the LMR is freed (through any handle),
+/// and refused once its region is retired.
+#[test]
+fn lmr_read_write_at_follow_free_and_retirement() {
+    let ia = common::open("127.0.21.90");
+    let pz = ia.pz_create().unwrap();
+    let lmr = pz.lmr_create_from(pattern(16, 3), MemPriv::ALL).unwrap();
+    let other = lmr.clone();
+    other.write_at(2, b"ab").unwrap();
+    let mut two = [0u8; 2];
+    lmr.read_at(2, &mut two).unwrap();
+    assert_eq!(&two, b"ab");
+    lmr.free().unwrap();
+    let handle = |r: Result<()>| {
+        assert!(
+            matches!(r, Err(Error::InvalidHandle(Subtype::InvalidHandleLmr))),
+            "{r:?}"
+        )
+    };
+    handle(other.read_at(0, &mut two));
+    handle(other.write_at(0, b"xy"));
+    handle(lmr.read_at(0, &mut two));
+
+    let region = Region::zeroed(8);
+    let lmr = pz.lmr_create(region.clone(), MemPriv::ALL).unwrap();
+    region.retire();
+    let retired = |r: Result<()>| {
+        assert!(
+            matches!(
+                r,
+                Err(Error::InvalidState {
+                    state: Subtype::InvalidStateLmrFree,
+                    ..
+                })
+            ),
+            "{r:?}"
+        )
+    };
+    retired(lmr.read_at(0, &mut two));
+    retired(lmr.write_at(0, b"xy"));
+    lmr.free().unwrap();
+}

@@ -31,6 +31,13 @@
 //!   `LocalProtection` on the receive) if it is the peer's;
 //! * any DTO error breaks the connection: everything outstanding on both
 //!   sides is flushed and both get `Broken`.
+//! * a send lands only in a receive of its own connection: a disconnect
+//!   ends the two sides one after the other, and in between the side not
+//!   yet told may still send; each connection has a number, on both
+//!   endpoints and both receive queues, and a send takes a receive only
+//!   if the queue's number (cleared under the queue's lock when that side
+//!   ends, and on reset) is its own: else it waits, and its own side's
+//!   disconnect flushes it.
 //!
 //! Fault injection (used by the tests): `Ep::inject_failure`,
 //! `Ep::inject_delay`, `Ep::inject_break`.
@@ -311,6 +318,13 @@ impl Transport for LoopbackIa {
             if ca.state != EpState::ActiveConnectionPending {
                 return Err(Error::Abort("the connecting endpoint gave up"));
             }
+            // One number for the connection, on both sides and both
+            // receive queues (locked after both endpoints).
+            let conn = crate::ep::next_conn();
+            ep.rq.lock().conn = conn;
+            active.rq.lock().conn = conn;
+            cp.conn = conn;
+            ca.conn = conn;
             cp.state = EpState::Connected;
             cp.peer = Some(Arc::downgrade(&active));
             cp.peer_mem = Some((active.ia.clone(), active.pz.inner.id));
@@ -407,7 +421,7 @@ impl Transport for LoopbackIa {
                     };
                     match send(&self.lb, ep, &b, c, wr) {
                         Ok(Step::Broken) => {
-                            stop_both(c, &mut cb);
+                            stop_both((ep, c), (&b, &mut cb));
                             drop(cb);
                             drop(core);
                             ep.break_connection(Some(&b), None);
@@ -469,7 +483,7 @@ fn fail_active(ep: &Arc<EpInner>, kind: ConnectionEventKind, private: Option<Box
         if c.state != EpState::ActiveConnectionPending {
             return;
         }
-        c.state = EpState::Disconnected;
+        ep.set_state(&mut c, EpState::Disconnected);
         c.pending_cr = None;
     }
     ep.flush_all();
@@ -698,7 +712,7 @@ fn progress_both<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard
             Step::Next => {}
             Step::Blocked => break false,
             Step::Broken => {
-                stop_both(&mut ca, &mut cb);
+                stop_both((a, &mut ca), (&b, &mut cb));
                 break true;
             }
         }
@@ -712,10 +726,10 @@ fn progress_both<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard
 
 /// After a DTO error: stops both queues at once (with both endpoints
 /// locked); `break_connection` then flushes.
-fn stop_both(ca: &mut EpCore, cb: &mut EpCore) {
-    for c in [ca, cb] {
+fn stop_both((a, ca): (&EpInner, &mut EpCore), (b, cb): (&EpInner, &mut EpCore)) {
+    for (ep, c) in [(a, ca), (b, cb)] {
         if c.state == EpState::Connected {
-            c.state = EpState::DisconnectPending;
+            ep.set_state(c, EpState::DisconnectPending);
         }
     }
 }
@@ -759,7 +773,9 @@ fn execute(
 /// Executes the send `wr` of `a` (popped from the head of its queue, or
 /// posted with nothing queued ahead) against peer `b`, both locked, and
 /// publishes its completions; `Err(wr)` if `b` has no receive for it yet
-/// (the receiver-not-ready clock runs; the caller puts it back at the head).
+/// (the receiver-not-ready clock runs; the caller puts it back at the head),
+/// or if `b`'s side of the connection ended (its receives are for the next
+/// one; `a`'s own disconnect is on its way and flushes it).
 // The request comes back by value on purpose: boxing it would allocate.
 #[allow(clippy::result_large_err)]
 fn send<R: Request>(
@@ -774,6 +790,12 @@ fn send<R: Request>(
     // later one's).
     let mut rq = b.rq.lock();
     let rq = &mut *rq;
+    // `b`'s side of the connection ended (its receives, if any, are for
+    // the next one): this send waits, and `a`'s disconnect, on its way,
+    // flushes it.
+    if rq.conn != ca.conn {
+        return Err(wr);
+    }
     // The usual message, into the head of `b`'s own receive queue: copied
     // straight from the queued receive, which is popped only once the copy
     // is done (anything else, and any failure: the general path below
@@ -908,6 +930,10 @@ fn send_fast<R: Request>(
     }
     let mut guard = b.rq.lock();
     let rq = &mut *guard;
+    // Of another connection (`b`'s ended): as in `send`.
+    if rq.conn != ca.conn {
+        return Err(wr);
+    }
     let Some(rwr) = rq.recvs.front() else {
         return Err(wr);
     };
@@ -1089,8 +1115,178 @@ fn rnr_expired(lb: &Arc<Loopback>, a: Weak<EpInner>, deadline: Instant) {
         };
         // As in `progress`: publish and stop the queue under the lock.
         a.complete(wr, DtoStatus::ReceiverNotReady, 0);
-        c.state = EpState::DisconnectPending;
+        a.set_state(&mut c, EpState::DisconnectPending);
         c.peer.as_ref().and_then(Weak::upgrade)
     };
     a.break_connection(peer.as_ref(), None);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ep::test_hooks::BREAK_GAP;
+    use crate::*;
+    use std::time::Duration;
+
+    const T: Duration = Duration::from_secs(5);
+
+    struct Side {
+        ia: Ia,
+        pz: Pz,
+        evd: Evd,
+        ep: Ep,
+    }
+
+    fn side(addr: &str) -> Side {
+        let opts = ia::IaOptions {
+            params: format!("addr={addr}"),
+            ..Default::default()
+        };
+        let ia = Ia::open_with("loopback", opts).unwrap();
+        let pz = ia.pz_create().unwrap();
+        let evd = ia
+            .evd_create(64, EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR)
+            .unwrap();
+        let ep = ia
+            .ep_create(&pz, Some(&evd), Some(&evd), Some(&evd), None)
+            .unwrap();
+        Side { ia, pz, evd, ep }
+    }
+
+    fn next(evd: &Evd) -> Event {
+        evd.wait(Some(T), 1).expect("an event within the timeout").0
+    }
+
+    fn conn_kind(evd: &Evd) -> ConnectionEventKind {
+        match next(evd) {
+            Event::Connection(c) => c.kind,
+            e => panic!("expected a connection event, got {e:?}"),
+        }
+    }
+
+    fn dto(evd: &Evd) -> (u64, DtoStatus) {
+        match next(evd) {
+            Event::Dto(d) => (d.cookie, d.status),
+            e => panic!("expected a DTO completion, got {e:?}"),
+        }
+    }
+
+    /// Server `s` and client `c`, connected.
+    fn connected(s_addr: &str, c_addr: &str, qual: u64) -> (Side, Side, Psp) {
+        let (s, c) = (side(s_addr), side(c_addr));
+        let psp = s.ia.psp_create(qual, &s.evd).unwrap();
+        c.ep.connect(s.ia.address(), qual, Some(T), b"").unwrap();
+        let cr = match next(&s.evd) {
+            Event::ConnectionRequest(a) => s.ia.cr(a.cr).unwrap(),
+            e => panic!("{e:?}"),
+        };
+        cr.accept(&s.ep, b"").unwrap();
+        assert_eq!(conn_kind(&s.evd), ConnectionEventKind::Established);
+        assert_eq!(conn_kind(&c.evd), ConnectionEventKind::Established);
+        (s, c, psp)
+    }
+
+    /// The receiver `s` disconnects; in the window before the sender `c`
+    /// is disconnected too (`c` still connected, its peer still `s`), `s`
+    /// is reset and posts a receive for its next connection, and `c` posts
+    /// a send (`queued_first`: with one already waiting for a receive, so
+    /// the general path executes it). No message of the old connection may
+    /// land in that receive: `c`'s sends are flushed by its disconnect and
+    /// the receive stays posted.
+    fn old_send_never_lands_in_next_receive(s_addr: &str, c_addr: &str, queued_first: bool) {
+        let (s, c, _psp) = connected(s_addr, c_addr, 4100);
+        let sbuf =
+            c.pz.lmr_create_from(b"old connection".to_vec(), MemPriv::LOCAL_READ)
+                .unwrap();
+        let rbuf = s.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+        let send = sbuf.triplet(0, 14).unwrap();
+        if queued_first {
+            // No receive: it waits at the head of the queue.
+            c.ep.post_send(&[send], 1, CompletionFlags::DEFAULT)
+                .unwrap();
+        }
+        let (s_ep, c_ep) = (s.ep.clone(), c.ep.clone());
+        let recv = rbuf.triplet(0, 64).unwrap();
+        BREAK_GAP.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                assert_eq!(s_ep.state(), EpState::Disconnected);
+                assert_eq!(c_ep.state(), EpState::Connected, "the window is open");
+                s_ep.reset().unwrap();
+                s_ep.post_recv(&[recv], 100, CompletionFlags::DEFAULT)
+                    .unwrap();
+                c_ep.post_send(&[send], 2, CompletionFlags::DEFAULT)
+                    .unwrap();
+            }))
+        });
+        s.ep.disconnect(false).unwrap();
+        assert!(BREAK_GAP.with(|h| h.borrow().is_none()), "the hook ran");
+        assert_eq!(conn_kind(&s.evd), ConnectionEventKind::Disconnected);
+        assert_eq!(
+            s.evd.dequeue().unwrap().map(|e| format!("{e:?}")),
+            None,
+            "the receive of the next connection took nothing"
+        );
+        assert_eq!(rbuf.to_vec().unwrap(), vec![0; 64]);
+        assert_eq!(s.ep.query().unwrap().outstanding, (0, 1));
+        if queued_first {
+            assert_eq!(dto(&c.evd), (1, DtoStatus::Flushed));
+        }
+        assert_eq!(dto(&c.evd), (2, DtoStatus::Flushed));
+        assert_eq!(conn_kind(&c.evd), ConnectionEventKind::Disconnected);
+        assert_eq!(c.evd.dequeue().unwrap().map(|e| format!("{e:?}")), None);
+    }
+
+    /// `post_recv` reads the state under the receive queue's lock alone:
+    /// refused while `DisconnectPending` (both sides stopped by a DTO
+    /// error, the peer not yet disconnected) and once `Disconnected`,
+    /// with the state's subtype; accepted again after a reset.
+    #[test]
+    fn post_recv_refused_while_disconnecting() {
+        let (s, c, _psp) = connected("127.0.77.5", "127.0.77.6", 4101);
+        let buf = s.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+        let cbuf = c.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+        let recv = buf.triplet(0, 64).unwrap();
+        let refused = |r: Result<()>, want: error::Subtype| match r {
+            Err(Error::InvalidState { state, .. }) => assert_eq!(state, want),
+            r => panic!("expected InvalidState({want:?}), got {r:?}"),
+        };
+        let s_ep = s.ep.clone();
+        let c_ep = c.ep.clone();
+        BREAK_GAP.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                // `c` broke first; `s` is stopped but not yet told.
+                assert_eq!(s_ep.state(), EpState::DisconnectPending);
+                refused(
+                    s_ep.post_recv(&[recv], 1, CompletionFlags::DEFAULT),
+                    error::Subtype::InvalidStateEpDiscpending,
+                );
+                refused(
+                    c_ep.post_recv(&[recv], 2, CompletionFlags::DEFAULT),
+                    error::Subtype::InvalidStateEpDisconnected,
+                );
+            }))
+        });
+        c.ep.inject_failure(DtoStatus::LocalLength);
+        c.ep.post_send(&[cbuf.triplet(0, 8).unwrap()], 3, CompletionFlags::DEFAULT)
+            .unwrap();
+        assert!(BREAK_GAP.with(|h| h.borrow().is_none()), "the hook ran");
+        assert_eq!(s.ep.state(), EpState::Disconnected);
+        refused(
+            s.ep.post_recv(&[recv], 4, CompletionFlags::DEFAULT),
+            error::Subtype::InvalidStateEpDisconnected,
+        );
+        s.ep.reset().unwrap();
+        s.ep.post_recv(&[recv], 5, CompletionFlags::DEFAULT)
+            .unwrap();
+        assert_eq!(s.ep.query().unwrap().outstanding, (0, 1));
+    }
+
+    #[test]
+    fn send_fast_never_lands_in_the_next_connections_receive() {
+        old_send_never_lands_in_next_receive("127.0.77.1", "127.0.77.2", false);
+    }
+
+    #[test]
+    fn queued_send_never_lands_in_the_next_connections_receive() {
+        old_send_never_lands_in_next_receive("127.0.77.3", "127.0.77.4", true);
+    }
 }
