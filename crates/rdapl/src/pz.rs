@@ -448,6 +448,9 @@ impl Lmr {
         // region's, which keeps the retirement guarantee).
         if let Some(r) = &self.inner.fixed {
             self.check_not_freed()?;
+            // The bytes were usually just written by a peer's thread: ask
+            // for their line before the region lock's (a hint cannot fault).
+            crate::evd::prefetch_read(r.address().wrapping_add(offset as u64) as usize as *const u8);
             let g = r.try_read().ok_or(RETIRED)?;
             let end = offset
                 .checked_add(buf.len())

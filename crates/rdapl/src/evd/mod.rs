@@ -56,7 +56,7 @@ mod loom_storage;
 #[cfg_attr(loom, allow(dead_code))]
 mod ring;
 #[cfg_attr(loom, allow(unused_imports))]
-pub(crate) use ring::prefetch_write;
+pub(crate) use ring::{prefetch_read, prefetch_write};
 pub(crate) mod state;
 
 pub use state::{MAX_QLEN, ReEnable};

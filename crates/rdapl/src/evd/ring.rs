@@ -71,6 +71,25 @@ pub(crate) fn prefetch_write(addr: *const u8) {
     let _ = addr;
 }
 
+/// Asks the CPU to fetch, for reading, the cache line at `addr`: a hint
+/// only (see [`prefetch_write`]).
+#[inline(always)]
+pub(crate) fn prefetch_read(addr: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: PREFETCHT0 is a hint: it cannot fault (any address is
+    // allowed, mapped or not) and changes no register or memory contents
+    // the program can observe.
+    unsafe {
+        std::arch::asm!(
+            "prefetcht0 [{a}]",
+            a = in(reg) addr,
+            options(nostack, preserves_flags, readonly)
+        );
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = addr;
+}
+
 /// Set in a ring's tail once it is closed.
 const CLOSED: u64 = 1 << 63;
 
