@@ -625,18 +625,23 @@ impl Ep {
     pub fn disconnect(&self, graceful: bool) -> Result<()> {
         let inner = &self.inner;
         inner.check_live()?;
-        let state = inner.core.lock().state;
-        match state {
+        // The state is checked and changed under one hold of the lock: a
+        // connection that breaks or is established meanwhile is not
+        // overwritten.
+        let mut c = inner.core.lock();
+        match c.state {
             EpState::Connected | EpState::DisconnectPending => {
-                inner.set_state(&mut inner.core.lock(), EpState::DisconnectPending);
+                inner.set_state(&mut c, EpState::DisconnectPending);
+                drop(c);
                 inner.ia.transport.disconnect(inner, graceful);
                 Ok(())
             }
             EpState::ActiveConnectionPending => {
                 let cr = {
-                    let mut c = inner.core.lock();
                     inner.set_state(&mut c, EpState::Disconnected);
-                    c.pending_cr.take()
+                    let cr = c.pending_cr.take();
+                    drop(c);
+                    cr
                 };
                 if let Some(cr) = cr {
                     cr.cancel();
