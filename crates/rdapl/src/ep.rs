@@ -28,7 +28,7 @@ use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -356,6 +356,10 @@ pub struct EpCore {
     pub(crate) pending_cr: Option<Arc<crate::sp::CrInner>>,
     /// Private data received from the peer (accept on the active side).
     pub(crate) peer_private: Option<Box<[u8]>>,
+    /// Addresses the next send to the peer will probably touch (its head
+    /// receive, the lock of its receive region), recorded by the last
+    /// send: prefetch hints only, never dereferenced (0: none).
+    pub(crate) peer_hints: [usize; 2],
 }
 
 /// The receive queue of an endpoint, under its own lock (taken after the
@@ -406,6 +410,10 @@ pub struct EpInner {
     /// The receive queue (posted under the endpoint's lock, taken by the
     /// peer's sends under this one alone).
     pub(crate) rq: CachePadded<Mutex<RecvQueue>>,
+    /// Where this endpoint's next receive will probably be queued: a
+    /// prefetch hint for `post_recv`, never dereferenced (0: none). On a
+    /// line of its own: only the poster writes it.
+    recv_hint: CachePadded<AtomicUsize>,
     /// Loopback: the peer's head send found no receive here. Set and
     /// cleared under the receive queue's lock by the peer's progress; a
     /// receive posted while it is clear needs no kick of the peer.
@@ -524,6 +532,7 @@ impl Ep {
                 delay: None,
                 pending_cr: None,
                 peer_private: None,
+                peer_hints: [0; 2],
             })),
             rq: CachePadded::new(Mutex::new(RecvQueue {
                 conn: 0,
@@ -531,6 +540,7 @@ impl Ep {
                 recvs: VecDeque::new(),
                 keys: Default::default(),
             })),
+            recv_hint: CachePadded::new(AtomicUsize::new(0)),
             recv_wanted: AtomicBool::new(false),
             freed: AtomicBool::new(false),
         });
@@ -1059,6 +1069,9 @@ impl EpInner {
             }
         };
         Self::check_list(iov, self.attr.max_recv_iov, self.attr.max_message_size)?;
+        // The slot the receive will go to was last read by the peer's
+        // sender: ask for it together with the lock's line.
+        crate::evd::prefetch_write(self.recv_hint.load(Ordering::Relaxed) as *const u8);
         {
             // Under the receive queue's lock alone: a state change that
             // refuses receives is published here (`set_state`) before the
@@ -1088,6 +1101,11 @@ impl EpInner {
                 flags,
                 res,
             });
+            // The next receive probably goes just after this one.
+            if let Some(last) = rq.recvs.back() {
+                let next = (last as *const RecvWr as usize) + std::mem::size_of::<RecvWr>();
+                self.recv_hint.store(next, Ordering::Relaxed);
+            }
         }
         self.ia.transport.kick(self, true);
         Ok(())

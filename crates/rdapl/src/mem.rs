@@ -397,6 +397,16 @@ impl Region {
         }
     }
 
+    /// The address of the region's lock word (a prefetch hint for a
+    /// writer on another core; never dereferenced through this value).
+    #[inline]
+    pub(crate) fn lock_addr(&self) -> usize {
+        match &self.backing {
+            Backing::Owned(l) => l as *const _ as usize,
+            Backing::Raw { lock, .. } => lock as *const _ as usize,
+        }
+    }
+
     /// The raw memory of a region made by [`Region::from_raw`].
     pub(crate) fn raw_parts(&self) -> Option<(*mut u8, usize)> {
         match &self.backing {

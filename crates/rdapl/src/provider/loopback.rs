@@ -802,7 +802,8 @@ fn send<R: Request>(
     // decides, from the start).
     if b.srq.is_none() {
         if let Some(rwr) = rq.recvs.front() {
-            if let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
+            if let Some((n, _)) =
+                copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
             {
                 let mut rwr = rq.recvs.pop_front().expect("head");
                 received(b, ca);
@@ -831,7 +832,9 @@ fn send<R: Request>(
     };
     received(b, ca);
     if b.srq.is_some() {
-        if let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov) {
+        if let Some((n, _)) =
+            copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
+        {
             if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
                 rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
             }
@@ -928,6 +931,9 @@ fn send_fast<R: Request>(
     if let Some(e) = &b.recv_evd {
         e.prefetch_complete();
     }
+    for h in ca.peer_hints {
+        crate::evd::prefetch_write(h as *const u8);
+    }
     let mut guard = b.rq.lock();
     let rq = &mut *guard;
     // Of another connection (`b`'s ended): as in `send`.
@@ -941,10 +947,17 @@ fn send_fast<R: Request>(
         // The receive buffer, by its address (a hint cannot fault).
         crate::evd::prefetch_write(d.virtual_address as usize as *const u8);
     }
-    let Some(n) = copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov) else {
+    let Some((n, dst_lock)) =
+        copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
+    else {
         return Err(wr);
     };
     let mut rwr = rq.recvs.pop_front().expect("head");
+    // Where the next send to `b` will probably go: hints for its prefetch.
+    ca.peer_hints = [
+        rq.recvs.front().map_or(0, |r| r as *const RecvWr as usize),
+        dst_lock,
+    ];
     received(b, ca);
     if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
         rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
@@ -970,7 +983,8 @@ fn received(b: &EpInner, ca: &mut EpCore) {
 
 /// The usual message: one buffer each side (`src` of `a`, `dst` of `b`),
 /// both keys cached (or read from the tables now) and granted, no region
-/// retired: the bytes copied; `None` (and no byte moved) otherwise.
+/// retired: the bytes copied and the address of `dst`'s region lock (a
+/// prefetch hint); `None` (and no byte moved) otherwise.
 #[inline(always)]
 fn copy_one_cached(
     a: &EpInner,
@@ -978,7 +992,7 @@ fn copy_one_cached(
     (ka, kb): (&mut KeyCache, &mut KeyCache),
     src: &[crate::mem::LmrTriplet],
     dst: &[crate::mem::LmrTriplet],
-) -> Option<u64> {
+) -> Option<(u64, usize)> {
     let ([s], [d]) = (src, dst) else {
         return None;
     };
@@ -1003,7 +1017,8 @@ fn copy_one_cached(
         b.pz.inner.id,
         true,
     )?;
-    mem::copy_one(src, dst).ok().map(|n| n as u64)
+    let dst_lock = dst.region.lock_addr();
+    mem::copy_one(src, dst).ok().map(|n| (n as u64, dst_lock))
 }
 
 /// An RDMA write (`write`) or read of `a`'s request `wr` against `r` on the
