@@ -49,46 +49,48 @@ use crate::sync::{self, AtomicPtr, AtomicU64, Mutex, Ordering, UnsafeCell};
 use crossbeam_utils::CachePadded;
 use std::mem::MaybeUninit;
 
-/// Asks the CPU to fetch, for writing, the cache line at `addr`: a hint
-/// only. A thread about to touch several lines that another core holds
-/// (the peer's receive queue, its EVD's tail, the receive buffer) can ask
-/// for all of them at once, so their transfers overlap instead of running
-/// one after the other behind each locked instruction.
-#[inline(always)]
-pub(crate) fn prefetch_write(addr: *const u8) {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
-    // SAFETY: PREFETCHW is a hint: it cannot fault (any address is
-    // allowed, mapped or not), changes no register or memory contents the
-    // program can observe, and CPUs without it execute it as a no-op.
-    unsafe {
-        std::arch::asm!(
-            "prefetchw [{a}]",
-            a = in(reg) addr,
-            options(nostack, preserves_flags, readonly)
-        );
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    let _ = addr;
+/// Defines a prefetch hint: a function that asks the CPU for the cache
+/// line at `addr` with the given x86-64 instruction (a no-op elsewhere and
+/// under loom).
+macro_rules! prefetch_hint {
+    ($(#[$doc:meta])* $name:ident, $insn:literal) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub(crate) fn $name(addr: *const u8) {
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            // SAFETY: a prefetch is a hint: it cannot fault (any address
+            // is allowed, mapped or not), changes no register or memory
+            // contents the program can observe, and CPUs without the
+            // instruction execute it as a no-op.
+            unsafe {
+                std::arch::asm!(
+                    concat!($insn, " [{a}]"),
+                    a = in(reg) addr,
+                    options(nostack, preserves_flags, readonly)
+                );
+            }
+            #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+            let _ = addr;
+        }
+    };
 }
 
-/// Asks the CPU to fetch, for reading, the cache line at `addr`: a hint
-/// only (see [`prefetch_write`]).
-#[inline(always)]
-pub(crate) fn prefetch_read(addr: *const u8) {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
-    // SAFETY: PREFETCHT0 is a hint: it cannot fault (any address is
-    // allowed, mapped or not) and changes no register or memory contents
-    // the program can observe.
-    unsafe {
-        std::arch::asm!(
-            "prefetcht0 [{a}]",
-            a = in(reg) addr,
-            options(nostack, preserves_flags, readonly)
-        );
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    let _ = addr;
-}
+prefetch_hint!(
+    /// Asks the CPU to fetch, for writing, the cache line at `addr`: a hint
+    /// only. A thread about to touch several lines that another core holds
+    /// (the peer's receive queue, its EVD's tail, the receive buffer) can
+    /// ask for all of them at once, so their transfers overlap instead of
+    /// running one after the other behind each locked instruction.
+    prefetch_write,
+    "prefetchw"
+);
+
+prefetch_hint!(
+    /// Asks the CPU to fetch, for reading, the cache line at `addr`: a hint
+    /// only (see [`prefetch_write`]).
+    prefetch_read,
+    "prefetcht0"
+);
 
 /// Set in a ring's tail once it is closed.
 const CLOSED: u64 = 1 << 63;
