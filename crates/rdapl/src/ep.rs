@@ -1069,6 +1069,10 @@ impl EpInner {
             }
         };
         Self::check_list(iov, self.attr.max_recv_iov, self.attr.max_message_size)?;
+        #[cfg(test)]
+        if let Some(f) = test_hooks::POST_RECV_GAP.with(|h| h.borrow_mut().take()) {
+            f();
+        }
         // The slot the receive will go to was last read by the peer's
         // sender: ask for it together with the lock's line.
         crate::evd::prefetch_write(self.recv_hint.load(Ordering::Relaxed) as *const u8);
@@ -1391,8 +1395,16 @@ impl EpInner {
         if matches!(state, EpState::Connected | EpState::DisconnectPending) {
             self.break_connection(peer.as_ref(), Some(ConnectionEventKind::Disconnected));
         }
-        self.flush_all();
+        // Refuse first, then flush (as `break_connection` does): a receive
+        // whose post passed the liveness check before `freed` was set is
+        // then either queued before the flush (and flushed) or refused,
+        // never queued behind the flush with its completion lost.
         self.set_state(&mut self.core.lock(), EpState::Disconnected);
+        #[cfg(test)]
+        if let Some(f) = test_hooks::ABORT_GAP.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+        self.flush_all();
         self.feeders.lock().clear();
         self.pz.inner.users.fetch_sub(1, Ordering::SeqCst);
         ia.live.eps.fetch_sub(1, Ordering::Relaxed);
@@ -1437,6 +1449,15 @@ pub(crate) mod test_hooks {
         /// thread, after the first side is disconnected and flushed and
         /// before the second side is touched.
         pub(crate) static BREAK_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+        /// Run (once) by [`super::EpInner::abort`] on this thread, between
+        /// its two steps that refuse new receives and flush the queued ones.
+        pub(crate) static ABORT_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+        /// Run (once) by `post_recv` on this thread, after the request's
+        /// checks (liveness included) and before the receive queue is
+        /// locked.
+        pub(crate) static POST_RECV_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
             const { RefCell::new(None) };
     }
 }

@@ -1138,7 +1138,7 @@ fn rnr_expired(lb: &Arc<Loopback>, a: Weak<EpInner>, deadline: Instant) {
 
 #[cfg(test)]
 mod tests {
-    use crate::ep::test_hooks::BREAK_GAP;
+    use crate::ep::test_hooks::{ABORT_GAP, BREAK_GAP, POST_RECV_GAP};
     use crate::*;
     use std::time::Duration;
 
@@ -1293,6 +1293,54 @@ mod tests {
         s.ep.post_recv(&[recv], 5, CompletionFlags::DEFAULT)
             .unwrap();
         assert_eq!(s.ep.query().unwrap().outstanding, (0, 1));
+    }
+
+    /// A receive whose post passed its checks just before its endpoint was
+    /// freed, and that reaches the receive queue while the free is under
+    /// way (between refusing receives and flushing them), is refused: it is
+    /// never queued behind the flush, where its completion (and its EVD
+    /// reservation) would be lost.
+    #[test]
+    fn post_recv_racing_free_is_refused_not_lost() {
+        let s = side("127.0.77.5");
+        let rbuf = s.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+        let recv = rbuf.triplet(0, 64).unwrap();
+        let (passed_tx, passed_rx) = std::sync::mpsc::channel::<()>();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let ep = s.ep.clone();
+        let poster = std::thread::spawn(move || {
+            POST_RECV_GAP.with(|h| {
+                *h.borrow_mut() = Some(Box::new(move || {
+                    passed_tx.send(()).unwrap();
+                    go_rx.recv_timeout(T).unwrap();
+                }))
+            });
+            ep.post_recv(&[recv], 7, CompletionFlags::DEFAULT)
+        });
+        // The post passed its checks (the endpoint was live) and waits.
+        passed_rx.recv_timeout(T).unwrap();
+        let result = std::sync::Arc::new(parking_lot::Mutex::new(None));
+        let out = result.clone();
+        ABORT_GAP.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                go_tx.send(()).unwrap();
+                *out.lock() = Some(poster.join().unwrap());
+            }))
+        });
+        s.ep.free().unwrap();
+        assert!(ABORT_GAP.with(|h| h.borrow().is_none()), "the hook ran");
+        let posted = result.lock().take().expect("the post finished in the gap");
+        assert!(
+            matches!(posted, Err(Error::InvalidState { .. })),
+            "a receive reaching a freed endpoint's queue must be refused, got {posted:?}"
+        );
+        // Nothing was queued, so nothing is left over: the EVD is empty and
+        // its whole capacity can be reserved again.
+        assert!(s.evd.dequeue().unwrap().is_none());
+        let all: Vec<_> = (0..64).map(|_| s.evd.reserve().unwrap()).collect();
+        for r in all {
+            s.evd.release(r);
+        }
     }
 
     #[test]
