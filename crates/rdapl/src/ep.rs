@@ -1338,45 +1338,64 @@ impl EpInner {
     /// Ends the connection on both sides: states to `Disconnected`, every
     /// outstanding request flushed, and `kind` (default `Broken`) raised on
     /// both connection EVDs. Idempotent per side.
+    ///
+    /// Both sides leave the connection under both endpoints' locks, before
+    /// either is flushed or told: nothing of either side (a send, an RDMA
+    /// copy into the other's memory, a receive landing) can run while one
+    /// side is out of the connection and the other still in it. A request
+    /// already executing holds its endpoint's lock, so it finishes first
+    /// (as a transfer in flight does on a wire). The peer leaves only if it
+    /// is still in this same connection (its connection number), never a
+    /// later one.
     pub(crate) fn break_connection(
         &self,
         peer: Option<&Arc<EpInner>>,
         kind: Option<ConnectionEventKind>,
     ) {
         let kind = kind.unwrap_or(ConnectionEventKind::Broken);
-        for (i, side) in std::iter::once(self).chain(peer.map(|p| &**p)).enumerate() {
-            // Tests: run what the hook holds between the two sides.
-            #[cfg(test)]
-            if i == 1 {
-                if let Some(f) = test_hooks::BREAK_GAP.with(|h| h.borrow_mut().take()) {
-                    f();
-                }
+        let peer = peer.filter(|p| !std::ptr::eq(&***p, self));
+        let (mine, theirs) = match peer {
+            Some(p) => {
+                let (mut ca, mut cb) = EpInner::lock_pair(self, p);
+                let same = cb.conn == ca.conn;
+                let mine = self.leave_locked(&mut ca);
+                let theirs = same && p.leave_locked(&mut cb);
+                (mine, theirs)
             }
-            #[cfg(not(test))]
-            let _ = i;
-            let was_connected = {
-                let mut c = side.core.lock();
-                let was = matches!(c.state, EpState::Connected | EpState::DisconnectPending);
-                if was {
-                    c.state = EpState::Disconnected;
-                    c.peer = None;
-                    c.peer_mem = None;
-                    c.keys.clear();
-                    c.peer_keys.clear();
-                    // From here on the peer's sends find no receive here:
-                    // they wait, and its own disconnect flushes them.
-                    let mut rq = side.rq.lock();
-                    rq.conn = 0;
-                    rq.refused = Some(EpState::Disconnected);
-                    rq.keys.clear();
-                }
-                was
-            };
-            if was_connected {
-                side.flush_all();
-                side.connection_event(kind, None);
-            }
+            None => (self.leave_locked(&mut self.core.lock()), false),
+        };
+        if mine {
+            self.flush_all();
+            self.connection_event(kind, None);
         }
+        // Tests: run what the hook holds between telling the two sides.
+        #[cfg(test)]
+        if let Some(f) = test_hooks::BREAK_GAP.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+        if let (Some(p), true) = (peer, theirs) {
+            p.flush_all();
+            p.connection_event(kind, None);
+        }
+    }
+
+    /// This side leaves its connection (locked: `c`), if it is in one:
+    /// `Disconnected`, no peer, no keys, and its receive queue closed to
+    /// the connection's sends and refusing receives. True if it was in one.
+    fn leave_locked(&self, c: &mut EpCore) -> bool {
+        let was = matches!(c.state, EpState::Connected | EpState::DisconnectPending);
+        if was {
+            c.state = EpState::Disconnected;
+            c.peer = None;
+            c.peer_mem = None;
+            c.keys.clear();
+            c.peer_keys.clear();
+            let mut rq = self.rq.lock();
+            rq.conn = 0;
+            rq.refused = Some(EpState::Disconnected);
+            rq.keys.clear();
+        }
+        was
     }
 
     /// Tears the endpoint down (free, or abrupt IA close).
@@ -1446,8 +1465,8 @@ pub(crate) mod test_hooks {
 
     thread_local! {
         /// Run (once) by [`super::EpInner::break_connection`] on this
-        /// thread, after the first side is disconnected and flushed and
-        /// before the second side is touched.
+        /// thread, once both sides left the connection and the first one
+        /// was flushed and told, before the second one is.
         pub(crate) static BREAK_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
             const { RefCell::new(None) };
         /// Run (once) by [`super::EpInner::abort`] on this thread, between

@@ -1221,15 +1221,25 @@ mod tests {
         }
         let (s_ep, c_ep) = (s.ep.clone(), c.ep.clone());
         let recv = rbuf.triplet(0, 64).unwrap();
+        let late_send = std::rc::Rc::new(std::cell::Cell::new(None));
+        let late = late_send.clone();
         BREAK_GAP.with(|h| {
             *h.borrow_mut() = Some(Box::new(move || {
+                // `s` is told; `c` left the connection with it, not yet told.
                 assert_eq!(s_ep.state(), EpState::Disconnected);
-                assert_eq!(c_ep.state(), EpState::Connected, "the window is open");
+                assert_eq!(
+                    c_ep.state(),
+                    EpState::Disconnected,
+                    "both sides left together"
+                );
                 s_ep.reset().unwrap();
                 s_ep.post_recv(&[recv], 100, CompletionFlags::DEFAULT)
                     .unwrap();
-                c_ep.post_send(&[send], 2, CompletionFlags::DEFAULT)
-                    .unwrap();
+                // Refused (the endpoint is out of the connection) or, if
+                // taken, flushed: never delivered.
+                late.set(Some(
+                    c_ep.post_send(&[send], 2, CompletionFlags::DEFAULT).is_ok(),
+                ));
             }))
         });
         s.ep.disconnect(false).unwrap();
@@ -1245,15 +1255,17 @@ mod tests {
         if queued_first {
             assert_eq!(dto(&c.evd), (1, DtoStatus::Flushed));
         }
-        assert_eq!(dto(&c.evd), (2, DtoStatus::Flushed));
+        if late_send.get().expect("the hook posted") {
+            assert_eq!(dto(&c.evd), (2, DtoStatus::Flushed));
+        }
         assert_eq!(conn_kind(&c.evd), ConnectionEventKind::Disconnected);
         assert_eq!(c.evd.dequeue().unwrap().map(|e| format!("{e:?}")), None);
     }
 
     /// `post_recv` reads the state under the receive queue's lock alone:
-    /// refused while `DisconnectPending` (both sides stopped by a DTO
-    /// error, the peer not yet disconnected) and once `Disconnected`,
-    /// with the state's subtype; accepted again after a reset.
+    /// after a DTO error stopped both sides, refused on the side not yet
+    /// told (it left the connection with the other) and once it is, with
+    /// the state's subtype; accepted again after a reset.
     #[test]
     fn post_recv_refused_while_disconnecting() {
         let (s, c, _psp) = connected("127.0.77.5", "127.0.77.6", 4101);
@@ -1268,11 +1280,12 @@ mod tests {
         let c_ep = c.ep.clone();
         BREAK_GAP.with(|h| {
             *h.borrow_mut() = Some(Box::new(move || {
-                // `c` broke first; `s` is stopped but not yet told.
-                assert_eq!(s_ep.state(), EpState::DisconnectPending);
+                // `c` is told; `s` left the connection with it, not yet
+                // told.
+                assert_eq!(s_ep.state(), EpState::Disconnected);
                 refused(
                     s_ep.post_recv(&[recv], 1, CompletionFlags::DEFAULT),
-                    error::Subtype::InvalidStateEpDiscpending,
+                    error::Subtype::InvalidStateEpDisconnected,
                 );
                 refused(
                     c_ep.post_recv(&[recv], 2, CompletionFlags::DEFAULT),
@@ -1295,6 +1308,60 @@ mod tests {
         assert_eq!(s.ep.query().unwrap().outstanding, (0, 1));
     }
 
+    /// Once one side of a connection has been told it is disconnected (its
+    /// requests flushed, its connection event raised), the other side can
+    /// no longer reach its memory: an RDMA write posted then does not land,
+    /// an RDMA read does not read. (Both sides leave the connection
+    /// together, before either is told.)
+    #[test]
+    fn no_rdma_reaches_a_side_told_it_is_disconnected() {
+        let (s, c, _psp) = connected("127.0.77.8", "127.0.77.9", 4102);
+        let target = s.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+        let remote = target.rmr_triplet(0, 64).unwrap();
+        let src = c.pz.lmr_create_from(vec![0xAB; 64], MemPriv::ALL).unwrap();
+        let local = src.triplet(0, 64).unwrap();
+        // The connection works: a write lands, and is undone.
+        c.ep.post_rdma_write(&[local], remote, 1, CompletionFlags::DEFAULT)
+            .unwrap();
+        assert_eq!(dto(&c.evd), (1, DtoStatus::Success));
+        assert_eq!(target.to_vec().unwrap(), vec![0xAB; 64]);
+        target.write_at(0, &[0; 64]).unwrap();
+        let c_ep = c.ep.clone();
+        let s_evd = s.evd.clone();
+        let posted = std::rc::Rc::new(std::cell::Cell::new((None, None)));
+        let out = posted.clone();
+        BREAK_GAP.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                // `s` has been told.
+                assert!(matches!(
+                    s_evd.dequeue().unwrap(),
+                    Some(Event::Connection(e)) if e.kind == ConnectionEventKind::Disconnected
+                ));
+                let w = c_ep
+                    .post_rdma_write(&[local], remote, 2, CompletionFlags::DEFAULT)
+                    .is_ok();
+                let r = c_ep
+                    .post_rdma_read(&[local], remote, 3, CompletionFlags::DEFAULT)
+                    .is_ok();
+                out.set((Some(w), Some(r)));
+            }))
+        });
+        s.ep.disconnect(false).unwrap();
+        assert!(BREAK_GAP.with(|h| h.borrow().is_none()), "the hook ran");
+        assert_eq!(target.to_vec().unwrap(), vec![0; 64], "no write landed");
+        assert_eq!(src.to_vec().unwrap(), vec![0xAB; 64], "no read landed");
+        // Taken requests (if any) are flushed, never executed.
+        let (w, r) = posted.get();
+        if w.expect("the hook posted") {
+            assert_eq!(dto(&c.evd), (2, DtoStatus::Flushed));
+        }
+        if r.expect("the hook posted") {
+            assert_eq!(dto(&c.evd), (3, DtoStatus::Flushed));
+        }
+        assert_eq!(conn_kind(&c.evd), ConnectionEventKind::Disconnected);
+        assert_eq!(c.evd.dequeue().unwrap().map(|e| format!("{e:?}")), None);
+    }
+
     /// A receive whose post passed its checks just before its endpoint was
     /// freed, and that reaches the receive queue while the free is under
     /// way (between refusing receives and flushing them), is refused: it is
@@ -1302,7 +1369,7 @@ mod tests {
     /// reservation) would be lost.
     #[test]
     fn post_recv_racing_free_is_refused_not_lost() {
-        let s = side("127.0.77.5");
+        let s = side("127.0.77.7");
         let rbuf = s.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
         let recv = rbuf.triplet(0, 64).unwrap();
         let (passed_tx, passed_rx) = std::sync::mpsc::channel::<()>();
