@@ -438,6 +438,29 @@ impl Results {
                     ]
                 }),
             );
+            let split: Vec<_> = throughput_split(&self.throughput).collect();
+            if !split.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "The main row's ratio by how fast crossbeam ran in the same trial (the \
+                     machine's phases: where crossbeam is fast, cross-core transfers are cheap \
+                     and the queues' own instructions and locked operations decide; where it \
+                     is slow, the transfers do). Trials split at crossbeam's median rate.\n"
+                );
+                table(
+                    &mut s,
+                    &[
+                        "config",
+                        "crossbeam median",
+                        "ratio, trials with crossbeam at or above it",
+                        "ratio, trials with crossbeam below it",
+                    ],
+                    split.into_iter().map(|(cfg, peer, fast, slow)| {
+                        let cell = |x: &Summary| format!("{} (n={})", ratio_cell(x), x.reps.len());
+                        vec![cfg, rate(peer), cell(&fast), cell(&slow)]
+                    }),
+                );
+            }
         }
 
         if !self.latency.is_empty() {
@@ -759,5 +782,69 @@ pub fn ns(v: f64) -> String {
         format!("{:.1} µs", v / 1e3)
     } else {
         format!("{v:.0} ns")
+    }
+}
+
+/// For each configuration: its name, crossbeam's median rate, and the main
+/// row's per-trial ratios in the trials where crossbeam ran at or above
+/// that median and in those where it ran below (the two rows' `reps` are
+/// in the same trial order).
+fn throughput_split(
+    rows: &[throughput::Row],
+) -> impl Iterator<Item = (String, f64, Summary, Summary)> + '_ {
+    rows.iter()
+        .filter(|r| r.queue == throughput::Queue::EvdReserveComplete)
+        .filter_map(|main| {
+            let peer = rows.iter().find(|r| {
+                r.queue == throughput::Queue::Crossbeam
+                    && r.producers == main.producers
+                    && r.consumption == main.consumption
+            })?;
+            let m = peer.events_per_s.median;
+            let pairs = peer.events_per_s.reps.iter().zip(&main.ratio_vs_peer.reps);
+            let (fast, slow): (Vec<_>, Vec<_>) = pairs.partition(|(rate, _)| **rate >= m);
+            let ratios =
+                |v: Vec<(&f64, &f64)>| Summary::of(&v.iter().map(|p| *p.1).collect::<Vec<_>>());
+            Some((
+                format!("{}p {}", main.producers, main.consumption.name()),
+                m,
+                ratios(fast),
+                ratios(slow),
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::throughput::{Consumption, Queue, Row};
+
+    fn row(queue: Queue, rates: &[f64], ratios: &[f64]) -> Row {
+        Row {
+            id: String::new(),
+            producers: 1,
+            consumption: Consumption::Batched,
+            queue,
+            peer: Queue::Crossbeam,
+            events_per_s: Summary::of(rates),
+            ratio_vs_peer: Summary::of(ratios),
+        }
+    }
+
+    #[test]
+    fn throughput_split_pairs_each_trial_with_crossbeams_rate_in_it() {
+        // Trials 1 and 3 ran with crossbeam fast (at or above its median of
+        // 20), trials 2 and 4 with it slow.
+        let rows = [
+            row(Queue::EvdReserveComplete, &[1.0; 4], &[0.8, 2.0, 0.9, 3.0]),
+            row(Queue::Crossbeam, &[30.0, 10.0, 25.0, 15.0], &[1.0; 4]),
+        ];
+        let split: Vec<_> = throughput_split(&rows).collect();
+        assert_eq!(split.len(), 1);
+        let (cfg, peer, fast, slow) = &split[0];
+        assert_eq!(cfg, "1p batched");
+        assert_eq!(*peer, 20.0);
+        assert_eq!(fast.reps, vec![0.8, 0.9]);
+        assert_eq!(slow.reps, vec![2.0, 3.0]);
     }
 }
