@@ -721,6 +721,7 @@ impl Evd {
 
     /// Moves up to `max` events (oldest first) to the end of `out`, with
     /// one atomic claim. Returns how many were moved (0 when empty).
+    #[inline]
     pub fn dequeue_batch(&self, out: &mut Vec<Event>, max: usize) -> Result<usize> {
         let inner = &self.inner;
         inner.check_consumer()?;
@@ -875,6 +876,7 @@ impl Evd {
 
     /// Posts a software event (`dat_evd_post_se`). `QueueFull` if the EVD is
     /// full (nothing is queued).
+    #[inline]
     pub fn post_se(&self, value: u64) -> Result<()> {
         self.inner.check_live()?;
         if !self.inner.flags.accepts(EventStream::Software) {
@@ -1189,6 +1191,7 @@ impl Evd {
     /// Reserves the slot for one DTO completion, at post time. Fails with
     /// `InsufficientResources(ResourceTevd)` if the EVD could not take the
     /// completion, so the work request is refused before anything happens.
+    #[inline]
     pub fn reserve(&self) -> Result<Reservation> {
         // A freed EVD has queue length 0, so this fails for it too.
         if self.inner.take_slots(1) {
@@ -1204,6 +1207,7 @@ impl Evd {
 
     /// Completes a reservation with its event. Never fails, never drops.
     /// (A completion for a freed EVD is unreachable and dropped with it.)
+    #[inline]
     pub fn complete(&self, res: Reservation, event: Event) {
         debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
         publish(&self.inner, event);
