@@ -160,8 +160,13 @@ impl Ring {
         self.mask + 1
     }
 
+    #[inline(always)]
     fn slot(&self, pos: u64) -> &Slot {
-        &self.slots[(pos & self.mask) as usize]
+        let i = (pos & self.mask) as usize;
+        debug_assert!(i < self.slots.len());
+        // SAFETY: `slots` has `mask + 1` entries (`Ring::new`, never
+        // resized), so `pos & mask` is always an index into it.
+        unsafe { self.slots.get_unchecked(i) }
     }
 
     /// Pushes `ev`, or gives it back if the ring is closed.
@@ -378,12 +383,14 @@ impl Storage {
         }
     }
 
+    #[inline(always)]
     fn prod_ring(&self) -> &Ring {
         // SAFETY: the pointer is to a ring owned by `self.rings`, which only
         // grows while `self` lives.
         unsafe { &*self.prod.load(Ordering::Acquire) }
     }
 
+    #[inline(always)]
     fn cons_ring(&self) -> &Ring {
         // SAFETY: as in `prod_ring`.
         unsafe { &*self.cons.load(Ordering::Acquire) }
