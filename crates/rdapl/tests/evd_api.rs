@@ -18,7 +18,7 @@ use rdapl::{
     Error, Evd, EvdFlags, Event, EventStream, ReEnable, RmrBindCompletion, Upcall, UpcallPolicy,
 };
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, ThreadId};
@@ -486,6 +486,158 @@ fn waiter_racing_producer_never_misses_a_wakeup() {
 
 fn dto(cookie: u64) -> Event {
     dto_event(1, cookie, DtoOp::Receive, 0)
+}
+
+/// A producer retrying on a full EVD learns of new room from the slots
+/// consumers free (one by one), from the consumers' head (a batch taken at
+/// once), and from released reservations (which free no slot), and across
+/// a resize that grows the ring: in every case it gets exactly the room
+/// freed, no more, no less.
+#[test]
+fn full_evd_gives_exactly_the_room_freed() {
+    const Q: usize = 16;
+    let evd = Evd::create(Q, EvdFlags::DTO).unwrap();
+    // Reserves and completes until refused; checks each reservation
+    // against the queue length before completing it (an excess one would
+    // find no free slot).
+    let fill = |evd: &Evd, from: u64| -> u64 {
+        let mut n = 0;
+        while let Ok(r) = evd.reserve() {
+            let q = evd.query().unwrap();
+            assert!(
+                q.occupied <= q.qlen,
+                "{} held, queue length {}",
+                q.occupied,
+                q.qlen
+            );
+            evd.complete(r, dto(from + n));
+            n += 1;
+        }
+        n
+    };
+    assert_eq!(fill(&evd, 0), Q as u64);
+    // One by one (the producer finds each freed slot).
+    for k in 0..40u64 {
+        assert_eq!(evd.dequeue().unwrap(), Some(dto(k)));
+        assert_eq!(fill(&evd, Q as u64 + k), 1, "one dequeue, one slot");
+    }
+    let mut next = 40;
+    // Two, then three at once (fewer than the slots a producer looks at).
+    for take in [2usize, 3] {
+        for _ in 0..take {
+            assert_eq!(evd.dequeue().unwrap(), Some(dto(next)));
+            next += 1;
+        }
+        assert_eq!(fill(&evd, 1000 + next), take as u64);
+    }
+    // A whole batch (more than the slots a producer looks at).
+    let mut v = Vec::new();
+    assert_eq!(evd.dequeue_batch(&mut v, Q).unwrap(), Q);
+    assert_eq!(fill(&evd, 2000), Q as u64);
+    // Released reservations free no slot: the head and the release count
+    // tell them.
+    evd.dequeue_batch(&mut v, Q).unwrap();
+    let held: Vec<_> = (0..Q).map(|_| evd.reserve().unwrap()).collect();
+    assert!(evd.reserve().is_err());
+    let mut held = held.into_iter();
+    for _ in 0..3 {
+        evd.release(held.next().unwrap());
+    }
+    let again: Vec<_> = (0..3).map(|_| evd.reserve().unwrap()).collect();
+    assert!(evd.reserve().is_err(), "three released, three taken");
+    for r in held.chain(again) {
+        evd.release(r);
+    }
+    // Full, then grown: the new room is there at once, and exactly it.
+    assert_eq!(fill(&evd, 3000), Q as u64);
+    evd.resize(2 * Q).unwrap();
+    assert_eq!(fill(&evd, 4000), Q as u64);
+    evd.dequeue_batch(&mut v, 2 * Q).unwrap();
+    assert_eq!(fill(&evd, 5000), 2 * Q as u64);
+}
+
+/// Producers racing a consumer on a small EVD that is full most of the
+/// time never hold more than the queue length: reservations accepted
+/// minus events taken stays within it (plus the one event the consumer
+/// took and has not counted yet), and nothing is lost.
+#[test]
+fn full_evd_never_overcommits_under_contention() {
+    const Q: i64 = 8;
+    let evd = Evd::create(Q as usize, EvdFlags::DTO).unwrap();
+    let inflight = Arc::new(AtomicI64::new(0));
+    let worst = Arc::new(AtomicI64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producers: Vec<_> = (0..2u64)
+        .map(|p| {
+            let (evd, inflight, worst, stop) =
+                (evd.clone(), inflight.clone(), worst.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut made = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(r) = evd.reserve() {
+                        let now = inflight.fetch_add(1, Ordering::SeqCst) + 1;
+                        worst.fetch_max(now, Ordering::SeqCst);
+                        evd.complete(r, dto(p << 32 | made));
+                        made += 1;
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+                made
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let mut taken = 0u64;
+    let mut last = [None::<u64>; 2];
+    while Instant::now() < deadline {
+        if let Some(Event::Dto(d)) = evd.dequeue().unwrap() {
+            inflight.fetch_sub(1, Ordering::SeqCst);
+            let (p, k) = ((d.cookie >> 32) as usize, d.cookie & 0xFFFF_FFFF);
+            assert!(
+                last[p].is_none_or(|l| k == l + 1),
+                "producer {p}: {k} after {:?}",
+                last[p]
+            );
+            last[p] = Some(k);
+            taken += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    // Drain until every producer is done (bounded: one holding an excess
+    // reservation would wait for a slot).
+    let end = Instant::now() + Duration::from_secs(5);
+    while !producers.iter().all(|h| h.is_finished()) && Instant::now() < end {
+        if let Some(Event::Dto(d)) = evd.dequeue().unwrap() {
+            inflight.fetch_sub(1, Ordering::SeqCst);
+            let (p, k) = ((d.cookie >> 32) as usize, d.cookie & 0xFFFF_FFFF);
+            assert!(
+                last[p].is_none_or(|l| k == l + 1),
+                "producer {p}: {k} after {:?}",
+                last[p]
+            );
+            last[p] = Some(k);
+            taken += 1;
+        }
+    }
+    let worst = worst.load(Ordering::SeqCst);
+    assert!(
+        worst <= Q + 1,
+        "{worst} reservations held at once, queue length {Q}"
+    );
+    assert!(
+        producers.iter().all(|h| h.is_finished()),
+        "a producer is stuck"
+    );
+    let made: u64 = producers.into_iter().map(|h| h.join().unwrap()).sum();
+    let mut rest = Vec::new();
+    while evd.dequeue_batch(&mut rest, Q as usize).unwrap() > 0 {}
+    assert_eq!(
+        taken + rest.len() as u64,
+        made,
+        "every completion is taken once"
+    );
+    assert!(taken > 0);
 }
 
 #[test]

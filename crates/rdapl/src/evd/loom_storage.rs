@@ -75,6 +75,11 @@ impl Storage {
         self.consumed.load(Ordering::Acquire)
     }
 
+    /// The ring's slot-based lower bound: the stand-in has none.
+    pub(crate) fn consumed_from_slots(&self, _known: u64, _want: u64) -> Option<u64> {
+        None
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len.load(Ordering::Acquire)
     }

@@ -258,6 +258,11 @@ pub(crate) struct EvdInner {
 struct Producers {
     reserved: AtomicU64,
     freed_seen: AtomicU64,
+    /// The consumers' part of `freed_seen` (events taken), so that a
+    /// producer that finds the EVD full can first learn of new takes from
+    /// the slots ([`Storage::consumed_from_slots`]) instead of the
+    /// consumers' head.
+    consumed_seen: AtomicU64,
 }
 
 /// Checks a `wait` makes one pause apart before it blocks (a few
@@ -265,6 +270,10 @@ struct Producers {
 const WAIT_SPINS: u32 = 256;
 /// Checks after a `yield_now` each, after the spins.
 const WAIT_YIELDS: u32 = 4;
+
+/// Slots a producer that finds the EVD full looks at before it reads the
+/// consumers' head (see `EvdInner::freed_again`).
+const SLOT_LOOK: u64 = 8;
 
 const TAKEN_BITS: u32 = 44;
 const TAKEN_MASK: u64 = (1 << TAKEN_BITS) - 1;
@@ -354,6 +363,7 @@ impl EvdBuilder {
             prod: CachePadded::new(Producers {
                 reserved: AtomicU64::new((self.qlen as u64) << TAKEN_BITS),
                 freed_seen: AtomicU64::new(0),
+                consumed_seen: AtomicU64::new(0),
             }),
             released: CachePadded::new(AtomicU64::new(0)),
             storage: Storage::new(self.qlen),
@@ -450,6 +460,26 @@ impl EvdInner {
             & TAKEN_MASK
     }
 
+    /// [`EvdInner::freed`] for a producer that found the EVD full with its
+    /// cached count: new takes are first looked for in the slots (a
+    /// consumer frees each one it took), and the consumers' head, the line
+    /// they write with every claim, is read only if that finds none, or
+    /// finds a whole run of [`SLOT_LOOK`] (a consumer taking batches: the
+    /// head then tells all of it at once). A producer retrying on a full
+    /// EVD that consumers drain one by one thus stays off the line that
+    /// paces them. A refusal always comes after the head was read: never
+    /// from the slots' lower bound alone.
+    #[cold]
+    fn freed_again(&self) -> u64 {
+        let known = self.prod.consumed_seen.load(Ordering::Relaxed);
+        let consumed = match self.storage.consumed_from_slots(known, SLOT_LOOK) {
+            Some(c) if c != known && c - known < SLOT_LOOK => c,
+            _ => self.storage.consumed(),
+        };
+        self.prod.consumed_seen.store(consumed, Ordering::Relaxed);
+        consumed.wrapping_add(self.released.load(Ordering::Acquire)) & TAKEN_MASK
+    }
+
     /// Takes `n` slots of capacity, or fails if fewer are free.
     #[inline]
     fn take_slots(&self, n: u64) -> bool {
@@ -467,8 +497,8 @@ impl EvdInner {
                 continue;
             }
             if occupied + n > qlen {
-                // Looks full with the cached count: read the consumers' line.
-                let freed = self.freed();
+                // Looks full with the cached count: look again.
+                let freed = self.freed_again();
                 if freed == seen {
                     return false;
                 }

@@ -566,6 +566,30 @@ impl Storage {
         r.base.load(Ordering::Acquire) + r.head.load(Ordering::Acquire)
     }
 
+    /// A lower bound of [`Storage::consumed`] read from the slots rather
+    /// than from the consumers' head (the line they write with every
+    /// claim), as a bounded queue's producer checks its next slot before
+    /// the head: from `known` (a value `consumed` gave earlier), each
+    /// following position whose slot has been freed for its next lap was
+    /// taken. Looks at most `want` slots; `None` while the rings change or
+    /// if `known` is from an older ring (ask `consumed` then).
+    pub(crate) fn consumed_from_slots(&self, known: u64, want: u64) -> Option<u64> {
+        let r = self.cons_ring();
+        if !r.next.load(Ordering::Acquire).is_null() {
+            return None;
+        }
+        let base = r.base.load(Ordering::Acquire);
+        let start = known.checked_sub(base)?;
+        let mut h = start;
+        // A slot's stamp reaches `pos + cap` once the consumer of `pos`
+        // (whose claim advanced the head past it) has freed it, and only
+        // grows after that.
+        while h - start < want && r.slot(h).stamp.load(Ordering::Acquire) >= h + r.cap() {
+            h += 1;
+        }
+        Some(base + h)
+    }
+
     /// Events queued (including pushes in progress).
     pub(crate) fn len(&self) -> usize {
         let mut r = self.cons_ring();
