@@ -253,8 +253,9 @@ pub(crate) struct EvdInner {
 /// no extra atomic operation to return capacity. Occupancy (queued plus
 /// reserved) is `taken - freed` modulo 2^44, never above the queue length.
 /// `freed_seen` is a copy of `freed` that may lag: it only ever
-/// underestimates the free room, so producers read the consumers' line only
-/// when the EVD looks full.
+/// underestimates the free room, so producers look again only when the EVD
+/// looks full, and then first at the slots consumers freed, the consumers'
+/// head last (`EvdInner::freed_again`).
 struct Producers {
     reserved: AtomicU64,
     freed_seen: AtomicU64,
