@@ -452,6 +452,24 @@ fn next_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// A post refused because the endpoint is in `state`.
+#[cold]
+fn refused_in(state: EpState) -> Error {
+    Error::state(
+        state.subtype(),
+        "the endpoint cannot take this work request now",
+    )
+}
+
+/// A post refused because the endpoint's queue (send or receive) is full.
+#[cold]
+fn queue_full() -> Error {
+    Error::InsufficientResources {
+        resource: Subtype::ResourceTep,
+        what: "the endpoint's queue is full",
+    }
+}
+
 /// A new connection number ([`EpCore::conn`]): unique in the process, never 0.
 pub(crate) fn next_conn() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -1084,16 +1102,10 @@ impl EpInner {
             // flushed) or refused.
             let mut rq = self.rq.lock();
             if let Some(state) = rq.refused {
-                return Err(Error::state(
-                    state.subtype(),
-                    "the endpoint cannot take this work request now",
-                ));
+                return Err(refused_in(state));
             }
             if rq.recvs.len() >= self.attr.max_recv_dtos {
-                return Err(Error::InsufficientResources {
-                    resource: Subtype::ResourceTep,
-                    what: "the endpoint's queue is full",
-                });
+                return Err(queue_full());
             }
             let res = evd.reserve()?;
             rq.recvs.push_back(RecvWr {
@@ -1152,16 +1164,10 @@ impl EpInner {
         }
         let c = self.core.lock();
         if c.state != EpState::Connected {
-            return Err(Error::state(
-                c.state.subtype(),
-                "the endpoint cannot take this work request now",
-            ));
+            return Err(refused_in(c.state));
         }
         if c.sends.len() >= self.attr.max_request_dtos {
-            return Err(Error::InsufficientResources {
-                resource: Subtype::ResourceTep,
-                what: "the endpoint's queue is full",
-            });
+            return Err(queue_full());
         }
         let res = evd.reserve()?;
         if let Err(e) = prepare(&mut op) {
