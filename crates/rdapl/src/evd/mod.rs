@@ -712,9 +712,11 @@ pub(crate) fn run(evd: &Arc<EvdInner>) {
 impl Evd {
     /// Starts building an EVD of queue length `qlen` for the given streams.
     ///
-    /// Memory: the EVD allocates its ring at creation, one 64-byte slot per
-    /// event rounded up to a power of two (as a hardware completion queue
-    /// does), e.g. 4 MiB for `qlen` 65536.
+    /// Memory: the EVD allocates its ring at creation, one slot per event
+    /// rounded up to a power of two (as a hardware completion queue does).
+    /// A slot is 128 bytes on x86-64, aarch64 and powerpc64 (64 elsewhere),
+    /// so that producers and consumers never share a pair of cache lines:
+    /// e.g. 8 MiB for `qlen` 65536.
     pub fn builder(qlen: usize, flags: EvdFlags) -> EvdBuilder {
         EvdBuilder {
             qlen,

@@ -95,9 +95,32 @@ prefetch_hint!(
 /// Set in a ring's tail once it is closed.
 const CLOSED: u64 = 1 << 63;
 
-/// One slot, on a cache line of its own: a producer writing the next slot
-/// never takes the line a consumer is reading.
-#[repr(align(64))]
+/// One slot, on a cache line of its own, and on x86-64 (as on the other
+/// targets where crossbeam's `CachePadded` takes 128 bytes) on a 128-byte
+/// pair of lines of its own: those CPUs fetch lines in aligned pairs (the
+/// adjacent-line prefetcher), so with 64-byte slots a producer writing the
+/// slot of position `p - 1` (a full EVD: the slot the consumer just freed)
+/// or `p + 1` (an empty one) pulled away the line of `p` that the consumer
+/// was reading. A ring of `cap` slots thus takes `cap * 128` bytes. Paired
+/// runs in one process, 64- against 128-byte slots (2 cores, AMD Zen 3):
+/// unbatched dequeue 11–18 → 28 M events/s, the 128-byte ring faster in 22
+/// and 23 of 30 pairs; batched no worse.
+#[cfg_attr(
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "powerpc64"
+    ),
+    repr(align(128))
+)]
+#[cfg_attr(
+    not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "powerpc64"
+    )),
+    repr(align(64))
+)]
 struct Slot {
     stamp: AtomicU64,
     val: UnsafeCell<MaybeUninit<Event>>,
@@ -647,6 +670,24 @@ fn ring_ptr(r: &Ring) -> *mut Ring {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn slots_do_not_share_a_prefetch_pair() {
+        // Two positions never share an aligned 128-byte pair of lines (see
+        // `Slot`): the slot array starts on such a pair and every slot
+        // fills whole pairs.
+        assert_eq!(std::mem::align_of::<Slot>(), 128);
+        assert_eq!(std::mem::size_of::<Slot>() % 128, 0);
+        let r = Ring::new(8);
+        for p in 0..8 {
+            assert_eq!(r.slot(p) as *const Slot as usize % 128, 0);
+        }
+        assert_eq!(
+            r.slot(1) as *const Slot as usize - r.slot(0) as *const Slot as usize,
+            std::mem::size_of::<Slot>()
+        );
+    }
 
     fn ev(i: u64) -> Event {
         Event::Software(i)
