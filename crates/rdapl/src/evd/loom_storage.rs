@@ -38,9 +38,6 @@ impl Storage {
         self.len.fetch_add(1, Ordering::Release);
     }
 
-    /// The ring's prefetch hint: nothing to model.
-    pub(crate) fn prefetch_push(&self) {}
-
     /// See the ring's `push_then`: the fence stands for the `SeqCst` claim.
     pub(crate) fn push_then<R>(&self, e: Event, then: impl FnOnce() -> R) -> R {
         self.push(e);
