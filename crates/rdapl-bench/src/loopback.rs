@@ -28,6 +28,13 @@
 //! p99 per repetition; the ratio rdapl/crossbeam is taken within the
 //! repetition (lower is better). Target: within 2× of crossbeam.
 //!
+//! **The same ping-pong on one thread** (`rdapl-poll`, `crossbeam-poll`):
+//! both ends driven in turn by the calling thread, so nothing crosses cores
+//! and nobody waits. Its half round trip is the software path alone
+//! (instructions and locked operations); divided by crossbeam's two-thread
+//! half round trip of the same repetition it is about the lowest ratio the
+//! two-thread target can reach. Context only, no target.
+//!
 //! **RDMA write and read bandwidth** at every size of `sizes` (4 KiB,
 //! 64 KiB, 1 MiB, 16 MiB). The client posts RDMA writes of its registered
 //! region (`size` bytes) into the server's registered region (and, as the
@@ -276,6 +283,25 @@ pub struct HalfRttRow {
     pub failed_reps: usize,
 }
 
+/// One row of the software path alone: the 64-byte ping-pong with both
+/// ends driven by one thread, in turn (nothing crosses cores or waits), so
+/// its time is the instructions and locked operations of the path. Context
+/// for the half-round-trip target: no target of its own.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SerialRow {
+    /// `loopback/half-rtt-serial/<method>`.
+    pub id: String,
+    /// The method (`rdapl-poll` or `crossbeam-poll`).
+    pub method: Method,
+    /// Median half round trip with both ends on one thread, ns.
+    pub half_rtt_median_ns: Summary,
+    /// Round trips recorded per repetition.
+    pub samples: Vec<usize>,
+    /// Repetitions that failed (setup error, a wrong value, a failed
+    /// completion).
+    pub failed_reps: usize,
+}
+
 /// One bandwidth row of the report.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BandwidthRow {
@@ -309,7 +335,13 @@ pub struct Output {
     pub bandwidth: Vec<BandwidthRow>,
     /// Every half round trip of every repetition (ns), sorted, per method.
     pub pooled_half_rtt: Vec<(Method, Vec<u64>)>,
+    /// The software path alone, per method of [`SERIAL_METHODS`].
+    pub serial: Vec<SerialRow>,
 }
+
+/// The methods measured with both ends on one thread: the busy-polling
+/// ones (a blocking one would only be run non-blocking).
+pub const SERIAL_METHODS: [Method; 2] = [Method::RdaplPoll, Method::CrossbeamPoll];
 
 // ---------------------------------------------------------------------------
 // A connected endpoint pair.
@@ -635,8 +667,8 @@ fn pingpong<P: Peer>(mut me: P, echo: P, p: &Params) -> Run {
     run
 }
 
-/// Both ends of the ping-pong driven by this one thread, in turn (for the
-/// profiling example, not the report): each round trip does exactly the
+/// Both ends of the ping-pong driven by this one thread, in turn (the
+/// report's software-path rows and the profiling example): each round trip does exactly the
 /// work of the two-thread ping-pong (send, consume the completions, read
 /// the value, repost, echo back) but nothing ever crosses cores or waits,
 /// so its time is the software path alone.
@@ -1165,16 +1197,59 @@ fn bandwidth_rows(p: &Params, reps: usize, progress: &mut impl FnMut(&str)) -> V
     rows
 }
 
-/// Runs the half round trips, then the bandwidth at every size, for `reps`
-/// repetitions each.
+/// The software-path rows: each repetition runs every method of
+/// [`SERIAL_METHODS`] with both ends on this thread, in a rotating order.
+fn serial_rows(p: &Params, reps: usize, progress: &mut impl FnMut(&str)) -> Vec<SerialRow> {
+    let n = SERIAL_METHODS.len();
+    // Per method, one median per repetition, in repetition order.
+    let mut med = vec![Vec::with_capacity(reps); n];
+    let mut counts = vec![Vec::new(); n];
+    let mut failed = vec![0usize; n];
+    for rep in 0..reps {
+        for k in 0..n {
+            let mi = (k + rep) % n;
+            let m = SERIAL_METHODS[mi];
+            let mut r = run_half_rtt_serial(m, p);
+            r.samples.sort_unstable();
+            let median = percentile_sorted(&r.samples, 50.0) / 2.0;
+            med[mi].push(median);
+            counts[mi].push(r.samples.len());
+            failed[mi] += usize::from(r.failed);
+            progress(&format!(
+                "rep {}/{reps} half-rtt one thread {:<15} median {:>8.0} ns  ({} round trips{})",
+                rep + 1,
+                m.name(),
+                median,
+                r.samples.len(),
+                if r.failed { ", FAILED" } else { "" },
+            ));
+        }
+    }
+    SERIAL_METHODS
+        .iter()
+        .enumerate()
+        .map(|(mi, m)| SerialRow {
+            id: format!("loopback/half-rtt-serial/{}", m.name()),
+            method: *m,
+            half_rtt_median_ns: Summary::of(&med[mi]),
+            samples: counts[mi].clone(),
+            failed_reps: failed[mi],
+        })
+        .collect()
+}
+
+/// Runs the half round trips (on two threads, then on one), then the
+/// bandwidth at every size, for `reps` repetitions each.
 pub fn run(p: &Params, reps: usize, mut progress: impl FnMut(&str)) -> Output {
     let reps = reps.max(1);
     let (half_rtt, pooled_half_rtt) = half_rtt_rows(p, reps, &mut progress);
+    let serial = serial_rows(p, reps, &mut progress);
     let bandwidth = bandwidth_rows(p, reps, &mut progress);
     Output {
         half_rtt,
         bandwidth,
         pooled_half_rtt,
+        serial,
     }
 }
 

@@ -97,6 +97,7 @@ fn main() -> ExitCode {
         latency: Vec::new(),
         flow: Vec::new(),
         loopback_half_rtt: Vec::new(),
+        loopback_serial: Vec::new(),
         loopback_bandwidth: Vec::new(),
         targets: Vec::new(),
         pending: Vec::new(),
@@ -150,6 +151,7 @@ fn main() -> ExitCode {
             Err(e) => plot_err("loopback", e),
         }
         results.loopback_half_rtt = out.half_rtt;
+        results.loopback_serial = out.serial;
         results.loopback_bandwidth = out.bandwidth;
     }
 

@@ -165,6 +165,10 @@ pub struct Results {
     pub flow: Vec<flow::Row>,
     /// Benchmark 4: half round trips.
     pub loopback_half_rtt: Vec<loopback::HalfRttRow>,
+    /// Benchmark 4: the half round trip's software path alone (both ends
+    /// on one thread; context, no target).
+    #[serde(default)]
+    pub loopback_serial: Vec<loopback::SerialRow>,
     /// Benchmark 4: RDMA and memcpy bandwidth.
     pub loopback_bandwidth: Vec<loopback::BandwidthRow>,
     /// Targets and checks.
@@ -291,6 +295,7 @@ impl Results {
                 .loopback_half_rtt
                 .iter()
                 .map(|r| r.failed_reps)
+                .chain(self.loopback_serial.iter().map(|r| r.failed_reps))
                 .chain(self.loopback_bandwidth.iter().map(|r| r.failed_reps))
                 .sum();
             t.push(Target::new(
@@ -567,6 +572,54 @@ impl Results {
 }
 
 impl Results {
+    /// The software-path table: each method's one-thread half round trip
+    /// beside its two-thread one, and against crossbeam's two-thread one
+    /// (per repetition: the lowest ratio the software path alone allows).
+    fn serial_markdown(&self, s: &mut String) {
+        let _ = writeln!(s, "### The software path alone\n");
+        let _ = writeln!(
+            s,
+            "The same {}-byte ping-pong with both ends driven by one thread in turn \
+             (send, consume the completions, read the value, repost, echo back): nothing \
+             crosses cores and nobody waits, so the time is the path's instructions and \
+             locked operations. No target. On two threads nearly all of this work lies \
+             between a message's arrival and the answer (only consuming one's own send \
+             completion can overlap the peer's turn), so the last column, the one-thread half \
+             round trip ÷ crossbeam's two-thread one in the same repetition, is about the \
+             lowest ratio the software path allows: where it comes near {:.1}, the 2× target \
+             depends on how slow the machine's cross-core transfers are at the time.\n",
+            loopback::MSG,
+            loopback::HALF_RTT_BOUND
+        );
+        let threaded = |m: loopback::Method| self.loopback_half_rtt.iter().find(|r| r.method == m);
+        let cb = threaded(loopback::Method::CrossbeamPoll);
+        table(
+            s,
+            &[
+                "method",
+                "one-thread median half RTT",
+                "two-thread median half RTT",
+                "one-thread ÷ crossbeam-poll two-thread",
+                "round trips/rep",
+                "failed reps",
+            ],
+            self.loopback_serial.iter().map(|r| {
+                let two = threaded(r.method).map_or(f64::NAN, |t| t.half_rtt_median_ns.median);
+                let floor = cb.map_or(Summary::of(&[]), |c| {
+                    per_rep_ratio(&r.half_rtt_median_ns, &c.half_rtt_median_ns)
+                });
+                vec![
+                    r.method.name().to_string(),
+                    ns(r.half_rtt_median_ns.median),
+                    ns(two),
+                    ratio_cell(&floor),
+                    min_or_zero(&r.samples).to_string(),
+                    r.failed_reps.to_string(),
+                ]
+            }),
+        );
+    }
+
     fn loopback_markdown(&self, s: &mut String) {
         let p = &self.meta.params.loopback;
         let m_reps = self.meta.reps;
@@ -609,6 +662,9 @@ impl Results {
                     )
                 }),
             );
+        }
+        if !self.loopback_serial.is_empty() {
+            self.serial_markdown(s);
         }
         if !self.loopback_bandwidth.is_empty() {
             let _ = writeln!(s, "### RDMA bandwidth against memcpy\n");
@@ -723,6 +779,13 @@ fn rtt_cells(
         min_or_zero(samples).to_string(),
         format!("{}/{}", capped_failed[0], capped_failed[1]),
     ]
+}
+
+/// `a ÷ b` repetition by repetition (both summaries keep their repetitions
+/// in run order), summarised.
+fn per_rep_ratio(a: &Summary, b: &Summary) -> Summary {
+    let reps = a.reps.len().min(b.reps.len());
+    Summary::of(&crate::stats::rep_ratios(&a.reps, &b.reps, reps))
 }
 
 /// The smallest count, 0 for none.
@@ -846,5 +909,25 @@ mod tests {
         assert_eq!(*peer, 20.0);
         assert_eq!(fast.reps, vec![0.8, 0.9]);
         assert_eq!(slow.reps, vec![2.0, 3.0]);
+    }
+
+    #[test]
+    fn per_rep_ratio_pairs_repetitions_in_run_order() {
+        // The one-thread path of repetition 2 is slower, and crossbeam's
+        // two-thread half round trip of that repetition faster: the floor
+        // of repetition 2 is the high one, which medians taken apart would
+        // not show.
+        let one = Summary::of(&[270.0, 300.0, 280.0]);
+        let two = Summary::of(&[135.0, 100.0, 140.0]);
+        let f = per_rep_ratio(&one, &two);
+        assert_eq!(f.reps, vec![2.0, 3.0, 2.0]);
+        assert_eq!((f.median, f.min, f.max), (2.0, 2.0, 3.0));
+        // A missing repetition (NaN, or a zero peer) stays out of the
+        // summary.
+        let g = per_rep_ratio(
+            &Summary::of(&[f64::NAN, 200.0, 50.0]),
+            &Summary::of(&[100.0, 100.0, 0.0]),
+        );
+        assert_eq!((g.median, g.min, g.max), (2.0, 2.0, 2.0));
     }
 }

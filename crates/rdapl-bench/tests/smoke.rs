@@ -131,6 +131,11 @@ fn smoke_run_writes_every_output() {
     .map(|m| format!("loopback/half-rtt/{m}"))
     .collect();
     expect_all(&v, "loopback_half_rtt", &half);
+    let serial: Vec<String> = ["rdapl-poll", "crossbeam-poll"]
+        .iter()
+        .map(|m| format!("loopback/half-rtt-serial/{m}"))
+        .collect();
+    expect_all(&v, "loopback_serial", &serial);
     let mut bw = Vec::new();
     for size in ["4KiB", "64KiB", "1MiB", "16MiB"] {
         for t in ["rdma-write", "rdma-read", "memcpy-write", "memcpy-read"] {
@@ -193,7 +198,12 @@ fn smoke_run_writes_every_output() {
             assert_eq!(m, Some(1.0));
         }
     }
-    for r in v["loopback_half_rtt"].as_array().into_iter().flatten() {
+    for r in v["loopback_half_rtt"]
+        .as_array()
+        .into_iter()
+        .chain(v["loopback_serial"].as_array())
+        .flatten()
+    {
         assert_eq!(r["failed_reps"], 0, "{}: failed", r["id"]);
         assert!(
             r["half_rtt_median_ns"]["median"]
