@@ -362,11 +362,17 @@ pub struct EpCore {
     pub(crate) peer_hints: [usize; 2],
 }
 
-/// The receive queue of an endpoint, under its own lock (taken after the
-/// endpoint's, never the other way round; locks of two endpoints are taken
-/// before any receive queue's): a peer's send takes a receive from here
-/// without the endpoint's lock, so with the usual traffic each endpoint's
-/// lock stays with its own thread and only this one moves between them.
+/// The receive queue of an endpoint, the taking end of a two-lock queue
+/// (after Michael and Scott): posters append to [`PostedRecvs`] under its
+/// lock, and whoever takes receives (the peer's sends, a flush, a reset)
+/// works here under this one, moving the posted receives over when this
+/// queue runs dry. With the usual traffic each lock thus stays with one
+/// thread: this one with the peer's sender, the posters' with the
+/// endpoint's own thread, and the receives move between them in batches.
+///
+/// Lock order: an endpoint's lock, then this one, then [`PostedRecvs`]'
+/// (locks of two endpoints are taken before any receive queue's); a poster
+/// takes the posters' lock alone.
 pub(crate) struct RecvQueue {
     /// The connection the posted receives belong to: set with
     /// [`EpCore::conn`] when it is established, cleared (0, no connection)
@@ -375,15 +381,80 @@ pub(crate) struct RecvQueue {
     /// receive: a send of a connection that ended on this side (the peer
     /// not yet told) never lands in a receive posted for the next one.
     pub(crate) conn: u64,
-    /// The endpoint's state while it refuses receives (`DisconnectPending`,
-    /// `Disconnected`), else `None`: set with the state (under both locks,
-    /// see [`EpInner::set_state`]), so `post_recv` needs only this lock.
-    pub(crate) refused: Option<EpState>,
-    /// Posted receives, in order.
+    /// The oldest posted receives, in order (all of them older than those
+    /// still in [`PostedRecvs`]).
     pub(crate) recvs: VecDeque<RecvWr>,
+    /// Receives that left the endpoint for good (taken by a send, flushed,
+    /// dropped by a reset), ever; published to posters in
+    /// [`EpInner::taken`] before this lock is released.
+    pub(crate) taken: u64,
     /// Resolved keys of this endpoint's IA for its receive buffers (as the
     /// peer's sends resolve them).
     pub(crate) keys: crate::mem::KeyCache,
+}
+
+impl RecvQueue {
+    /// The oldest posted receive (moved over from `posted` if this queue
+    /// is empty), if any. `mark_wanted`: if there is none, set
+    /// `recv_wanted` (see [`EpInner::recv_wanted`]) before the posters'
+    /// lock is released, so that a receive posted from then on kicks the
+    /// peer's progress.
+    #[inline]
+    pub(crate) fn refill(&mut self, ep: &EpInner, mark_wanted: bool) -> bool {
+        if !self.recvs.is_empty() {
+            return true;
+        }
+        let mut posted = ep.posted.lock();
+        self.recvs.append(&mut posted.recvs);
+        let any = !self.recvs.is_empty();
+        if !any && mark_wanted {
+            ep.recv_wanted.store(true, Ordering::Relaxed);
+        }
+        any
+    }
+
+    /// Takes the oldest posted receive for good (see [`RecvQueue::refill`]).
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<RecvWr> {
+        let r = self.recvs.pop_front()?;
+        self.taken += 1;
+        Some(r)
+    }
+
+    /// Puts back a receive [`RecvQueue::pop`] took, at the head.
+    pub(crate) fn unpop(&mut self, r: RecvWr) {
+        self.recvs.push_front(r);
+        self.taken -= 1;
+    }
+
+    /// Takes every posted receive, oldest first, for a flush or a reset
+    /// (the posting end locked too: `posted`; the caller publishes
+    /// [`RecvQueue::taken`]).
+    fn drain_all(&mut self, posted: &mut PostedRecvs) -> Vec<RecvWr> {
+        let mut all: Vec<RecvWr> = self.recvs.drain(..).collect();
+        all.extend(posted.recvs.drain(..));
+        self.taken += all.len() as u64;
+        all
+    }
+}
+
+/// The posting end of an endpoint's receive queue (see [`RecvQueue`]).
+pub(crate) struct PostedRecvs {
+    /// The endpoint's state while it refuses receives (`DisconnectPending`,
+    /// `Disconnected`), else `None`: set with the state under this lock
+    /// (see [`EpInner::set_state`]), which `post_recv` holds from this
+    /// check to the append, so a receive is either queued before a state
+    /// change that refuses receives (and the flush after it finds it) or
+    /// refused.
+    pub(crate) refused: Option<EpState>,
+    /// Receives posted and not yet moved to [`RecvQueue`], in order.
+    pub(crate) recvs: VecDeque<RecvWr>,
+    /// Receives ever posted.
+    total: u64,
+    /// The last value of [`EpInner::taken`] read here: outstanding receives
+    /// are at most `total - taken_seen`, and the published count is read
+    /// again only when that reaches the queue's length.
+    taken_seen: u64,
 }
 
 /// An endpoint. Cloning gives another handle to the same endpoint.
@@ -407,16 +478,26 @@ pub struct EpInner {
     /// transfer; the read-mostly fields above (and the `Arc`'s counts,
     /// which a peer's progress touches) stay out of its cache lines.
     pub(crate) core: CachePadded<Mutex<EpCore>>,
-    /// The receive queue (posted under the endpoint's lock, taken by the
-    /// peer's sends under this one alone).
+    /// The taking end of the receive queue (the peer's sends take
+    /// receives under this lock alone; see [`RecvQueue`]).
     pub(crate) rq: CachePadded<Mutex<RecvQueue>>,
+    /// The posting end of the receive queue: only the endpoint's own posts
+    /// (and state changes, flushes, resets) take this lock.
+    pub(crate) posted: CachePadded<Mutex<PostedRecvs>>,
+    /// [`RecvQueue::taken`], published for posters (on a line of its own:
+    /// the taking side writes it, posters read it only when the queue looks
+    /// full).
+    taken: CachePadded<AtomicU64>,
     /// Where this endpoint's next receive will probably be queued: a
     /// prefetch hint for `post_recv`, never dereferenced (0: none). On a
     /// line of its own: only the poster writes it.
     recv_hint: CachePadded<AtomicUsize>,
-    /// Loopback: the peer's head send found no receive here. Set and
-    /// cleared under the receive queue's lock by the peer's progress; a
-    /// receive posted while it is clear needs no kick of the peer.
+    /// Loopback: the peer's head send found no receive here. Set by the
+    /// peer's progress under both receive-queue locks (see
+    /// [`RecvQueue::refill`]; a poster that takes the posters' lock after
+    /// that reads it set), cleared under the receive queue's lock when a
+    /// send finds a receive; a receive posted while it is clear needs no
+    /// kick of the peer.
     pub(crate) recv_wanted: AtomicBool,
     freed: AtomicBool,
 }
@@ -554,10 +635,17 @@ impl Ep {
             })),
             rq: CachePadded::new(Mutex::new(RecvQueue {
                 conn: 0,
-                refused: None,
                 recvs: VecDeque::new(),
+                taken: 0,
                 keys: Default::default(),
             })),
+            posted: CachePadded::new(Mutex::new(PostedRecvs {
+                refused: None,
+                recvs: VecDeque::new(),
+                total: 0,
+                taken_seen: 0,
+            })),
+            taken: CachePadded::new(AtomicU64::new(0)),
             recv_hint: CachePadded::new(AtomicUsize::new(0)),
             recv_wanted: AtomicBool::new(false),
             freed: AtomicBool::new(false),
@@ -590,7 +678,7 @@ impl Ep {
             state: c.state,
             attr: self.inner.attr,
             remote: c.remote,
-            outstanding: (c.sends.len(), self.inner.rq.lock().recvs.len()),
+            outstanding: (c.sends.len(), self.inner.outstanding_recvs()),
             peer_private_data: c.peer_private.clone(),
         })
     }
@@ -703,11 +791,20 @@ impl Ep {
                     c.peer_private = None;
                     let mut rq = inner.rq.lock();
                     rq.conn = 0;
-                    rq.refused = None;
                     rq.keys.clear();
+                    // Flushed, then open to receives again, in one hold of
+                    // the posters' lock: a receive posted meanwhile is for
+                    // the next connection, never flushed by this reset.
+                    let recvs = {
+                        let mut p = inner.posted.lock();
+                        let recvs = rq.drain_all(&mut p);
+                        p.refused = None;
+                        recvs
+                    };
+                    inner.publish_taken(&rq);
                     c.sends
                         .drain(..)
-                        .chain(rq.recvs.drain(..).map(Wr::from))
+                        .chain(recvs.into_iter().map(Wr::from))
                         .collect()
                 };
                 drop(g);
@@ -1095,20 +1192,28 @@ impl EpInner {
         // sender: ask for it together with the lock's line.
         crate::evd::prefetch_write(self.recv_hint.load(Ordering::Relaxed) as *const u8);
         {
-            // Under the receive queue's lock alone: a state change that
-            // refuses receives is published here (`set_state`) before the
-            // flush that follows it drains the queue (under this lock too),
-            // so a receive is either queued before the state change (and
+            // Under the posters' lock alone: a state change that refuses
+            // receives is published here (`set_state`) before the flush
+            // that follows it drains the queue (under this lock too), so a
+            // receive is either queued before the state change (and
             // flushed) or refused.
-            let mut rq = self.rq.lock();
-            if let Some(state) = rq.refused {
+            let mut p = self.posted.lock();
+            if let Some(state) = p.refused {
                 return Err(refused_in(state));
             }
-            if rq.recvs.len() >= self.attr.max_recv_dtos {
-                return Err(queue_full());
+            let max = self.attr.max_recv_dtos as u64;
+            if p.total - p.taken_seen >= max {
+                // Looks full with the count read last: read it again (the
+                // published count never runs ahead of the queue, so a
+                // receive is refused only if the queue was full at a moment
+                // of this call).
+                p.taken_seen = self.taken.load(Ordering::Acquire);
+                if p.total - p.taken_seen >= max {
+                    return Err(queue_full());
+                }
             }
             let res = evd.reserve()?;
-            rq.recvs.push_back(RecvWr {
+            p.recvs.push_back(RecvWr {
                 iov: match iov {
                     [t] => RecvIov::from_buf([*t]),
                     _ => RecvIov::from_slice(iov),
@@ -1117,8 +1222,9 @@ impl EpInner {
                 flags,
                 res,
             });
+            p.total += 1;
             // The next receive probably goes just after this one.
-            if let Some(last) = rq.recvs.back() {
+            if let Some(last) = p.recvs.back() {
                 let next = (last as *const RecvWr as usize) + std::mem::size_of::<RecvWr>();
                 self.recv_hint.store(next, Ordering::Relaxed);
             }
@@ -1331,9 +1437,11 @@ impl EpInner {
             let c = &mut *g;
             c.rnr_deadline = None;
             let mut rq = self.rq.lock();
+            let recvs = rq.drain_all(&mut self.posted.lock());
+            self.publish_taken(&rq);
             c.sends
                 .drain(..)
-                .chain(rq.recvs.drain(..).map(Wr::from))
+                .chain(recvs.into_iter().map(Wr::from))
                 .collect()
         };
         for wr in wrs {
@@ -1398,8 +1506,8 @@ impl EpInner {
             c.peer_keys.clear();
             let mut rq = self.rq.lock();
             rq.conn = 0;
-            rq.refused = Some(EpState::Disconnected);
             rq.keys.clear();
+            self.posted.lock().refused = Some(EpState::Disconnected);
         }
         was
     }
@@ -1435,15 +1543,33 @@ impl EpInner {
         ia.live.eps.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Publishes the receive queue's count of receives taken for good (its
+    /// lock held: `rq`) to posters; called before that lock is released
+    /// wherever the count changed, so the published count never counts a
+    /// receive that is put back.
+    #[inline]
+    pub(crate) fn publish_taken(&self, rq: &RecvQueue) {
+        self.taken.store(rq.taken, Ordering::Release);
+    }
+
+    /// Receives posted and not yet taken by a send, flushed or reset.
+    fn outstanding_recvs(&self) -> usize {
+        // Both locks at once (in order): no receive is counted twice or
+        // missed while it moves over.
+        let rq = self.rq.lock();
+        let posted = self.posted.lock();
+        rq.recvs.len() + posted.recvs.len()
+    }
+
     /// Sets the state of this endpoint (locked: `c`) to `state`, and what
-    /// `post_recv` reads of it under the receive queue's lock (taken here,
-    /// after the endpoint's). Every change into or out of a state that
-    /// refuses receives goes through here (or sets both the same way, as
+    /// `post_recv` reads of it under the posters' lock (taken here, after
+    /// the endpoint's). Every change into or out of a state that refuses
+    /// receives goes through here (or sets both the same way, as
     /// `break_connection` and `reset` do).
     pub(crate) fn set_state(&self, c: &mut EpCore, state: EpState) {
         c.state = state;
         let refused = matches!(state, EpState::Disconnected | EpState::DisconnectPending);
-        self.rq.lock().refused = refused.then_some(state);
+        self.posted.lock().refused = refused.then_some(state);
     }
 
     /// Locks this endpoint and `other` in handle order.

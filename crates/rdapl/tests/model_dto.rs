@@ -975,3 +975,67 @@ fn disconnect_racing_sends_flushes_the_rest_in_order() {
     }
     p.expect_end(ConnectionEventKind::Disconnected);
 }
+
+/// The receive queue has two ends: posts append under the posters' lock,
+/// the peer's sends take under the queue's own and move the posted
+/// receives over when their end runs dry. The queue length, the
+/// outstanding count, the order of completions and of a flush, and a
+/// reset all hold across both ends.
+#[test]
+fn receive_queue_limit_count_and_flush_order_span_both_ends() {
+    let attr = EpAttr {
+        max_recv_dtos: 4,
+        ..Default::default()
+    };
+    let p = pair_with("127.0.23.35", "127.0.23.36", 3500, Some(attr), 64, 64);
+    let tep = |r: Result<()>| resource_err(r, Subtype::ResourceTep);
+    let rb = p.s.lmr(vec![0; 64]);
+    let sb = p.c.lmr(pattern(8, 5));
+    let outstanding = || p.s.ep.query().unwrap().outstanding.1;
+    for i in 0..4 {
+        p.s.recv(&rb, i * 8, 8, i);
+    }
+    tep(p.s.ep.post_recv(&[rb.triplet(56, 8).unwrap()], 99, D));
+    assert_eq!(outstanding(), 4);
+    // A send moves the four over and takes the oldest.
+    p.c.send(&sb, 0, 8, 10);
+    assert_eq!(next_dto(&p.c.req).cookie, 10);
+    assert_eq!(next_dto(&p.s.rcv).cookie, 0);
+    assert_eq!(outstanding(), 3);
+    // Room for exactly one more, queued at the posting end behind three.
+    p.s.recv(&rb, 32, 8, 4);
+    tep(p.s.ep.post_recv(&[rb.triplet(56, 8).unwrap()], 99, D));
+    assert_eq!(outstanding(), 4);
+    // The next sends take the older three first, then the newest.
+    for (k, want) in [(11, 1), (12, 2)] {
+        p.c.send(&sb, 0, 8, k);
+        assert_eq!(next_dto(&p.c.req).cookie, k);
+        assert_eq!(next_dto(&p.s.rcv).cookie, want);
+    }
+    // Two left (one at each end); two more fit, a third does not.
+    p.s.recv(&rb, 40, 8, 5);
+    p.s.recv(&rb, 48, 8, 6);
+    tep(p.s.ep.post_recv(&[rb.triplet(56, 8).unwrap()], 99, D));
+    assert_eq!(outstanding(), 4);
+    // A disconnect flushes them in post order, across both ends.
+    p.s.ep.disconnect(true).unwrap();
+    flushed(&p.s.rcv, &[3, 4, 5, 6]);
+    p.expect_end(ConnectionEventKind::Disconnected);
+    assert_eq!(outstanding(), 0);
+    // Refused while disconnected; after a reset the whole length is free.
+    assert!(
+        p.s.ep
+            .post_recv(&[rb.triplet(0, 8).unwrap()], 98, D)
+            .is_err()
+    );
+    p.s.ep.reset().unwrap();
+    for i in 0..4 {
+        p.s.recv(&rb, i * 8, 8, 20 + i);
+    }
+    tep(p.s.ep.post_recv(&[rb.triplet(56, 8).unwrap()], 99, D));
+    assert_eq!(outstanding(), 4);
+    // A reset of an unconnected endpoint flushes what is posted.
+    p.s.ep.reset().unwrap();
+    flushed(&p.s.rcv, &[20, 21, 22, 23]);
+    assert_eq!(outstanding(), 0);
+}

@@ -11,7 +11,10 @@
 //!
 //! Locking: a request executes under its endpoint's lock. The usual send
 //! (a receive waiting, keys cached, no error) needs of the peer only its
-//! receive queue, under that queue's own lock; the usual RDMA request needs
+//! receive queue, under that queue's own lock, which the peer's posts do
+//! not take: a receive queue is a two-lock queue (`ep::RecvQueue`), so
+//! with a steady stream of messages each of its locks stays on one core,
+//! and only the receives, in batches, cross over. The usual RDMA request needs
 //! nothing of the peer endpoint at all. Anything else (no receive, any
 //! failure, a memory operation, fault injection) runs with both endpoints
 //! locked in handle order, so a failure is published and both queues
@@ -43,7 +46,7 @@
 //! `Ep::inject_delay`, `Ep::inject_break`.
 
 use crate::ep::{
-    CompletionFlags, EpCore, EpInner, EpState, NewWr, RecvIov, RecvWr, Request, Wr, WrOp,
+    CompletionFlags, EpCore, EpInner, EpState, NewWr, RecvIov, RecvQueue, RecvWr, Request, Wr, WrOp,
 };
 use crate::error::{Error, Result, Subtype};
 use crate::evd::{MAX_QLEN, UpcallPolicy};
@@ -53,7 +56,7 @@ use crate::mem::{self, KeyCache, MemPriv, Span, SpanRefs, Spans};
 use crate::provider::{Provider, Transport};
 use crate::sp::{CrInner, CrState, SpInner};
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -371,8 +374,9 @@ impl Transport for LoopbackIa {
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
         if recv {
             // Only the peer's head send can have been waiting for this, and
-            // only if it found no receive (it says so under `ep`'s receive
-            // queue lock, which the poster took after it: no kick is lost).
+            // only if it found no receive (it says so under `ep`'s posters'
+            // lock, which the poster took after it: no kick is lost; see
+            // `RecvQueue::refill`).
             if !ep.recv_wanted.load(Ordering::Relaxed) {
                 return;
             }
@@ -789,7 +793,21 @@ fn send<R: Request>(
     // completion is published before a flush of the queue can publish a
     // later one's).
     let mut rq = b.rq.lock();
-    let rq = &mut *rq;
+    let r = send_locked(lb, a, b, ca, wr, &mut rq);
+    b.publish_taken(&rq);
+    r
+}
+
+/// [`send`], `b`'s receive queue locked (`rq`).
+#[allow(clippy::result_large_err)]
+fn send_locked<R: Request>(
+    lb: &Arc<Loopback>,
+    a: &Arc<EpInner>,
+    b: &Arc<EpInner>,
+    ca: &mut crate::ep::EpCore,
+    wr: R,
+    rq: &mut RecvQueue,
+) -> std::result::Result<Step, R> {
     // `b`'s side of the connection ended (its receives, if any, are for
     // the next one): this send waits, and `a`'s disconnect, on its way,
     // flushes it.
@@ -801,11 +819,13 @@ fn send<R: Request>(
     // is done (anything else, and any failure: the general path below
     // decides, from the start).
     if b.srq.is_none() {
+        // No receive at all: a receive posted from now on kicks us.
+        rq.refill(b, true);
         if let Some(rwr) = rq.recvs.front() {
             if let Some((n, _)) =
                 copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
             {
-                let mut rwr = rq.recvs.pop_front().expect("head");
+                let mut rwr = rq.pop().expect("head");
                 received(b, ca);
                 if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
                     rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
@@ -817,9 +837,10 @@ fn send<R: Request>(
             }
         }
     }
-    let Some(mut rwr) = take_recv(b, &mut rq.recvs) else {
-        // Under `b`'s receive queue lock: a receive posted from now on
-        // kicks us.
+    let Some(mut rwr) = take_recv(b, rq) else {
+        // A receive posted from now on kicks us: for `b`'s own queue,
+        // `refill` above already said so under the posters' lock (a shared
+        // receive queue's posts run its endpoints' peers' progress anyway).
         b.recv_wanted.store(true, Ordering::Relaxed);
         if ca.rnr_deadline.is_none() {
             let deadline = Instant::now() + lb.rnr_timeout();
@@ -853,7 +874,7 @@ fn send<R: Request>(
     ) {
         Ok(s) => s,
         Err(st) => {
-            untake_recv(b, &mut rq.recvs, rwr);
+            untake_recv(b, rq, rwr);
             wr.complete(a, st, 0);
             return Ok(Step::Broken);
         }
@@ -892,7 +913,7 @@ fn send<R: Request>(
         // A region was retired after its key resolved: no byte
         // moved. As for a refused key: the sender's own buffer...
         Err(r) if r.src => {
-            untake_recv(b, &mut rq.recvs, rwr);
+            untake_recv(b, rq, rwr);
             wr.complete(a, DtoStatus::LocalProtection, 0);
             Ok(Step::Broken)
         }
@@ -940,6 +961,10 @@ fn send_fast<R: Request>(
     if rq.conn != ca.conn {
         return Err(wr);
     }
+    // (None: `send` decides, and marks that a receive is wanted.)
+    if !rq.refill(b, false) {
+        return Err(wr);
+    }
     let Some(rwr) = rq.recvs.front() else {
         return Err(wr);
     };
@@ -952,10 +977,15 @@ fn send_fast<R: Request>(
     else {
         return Err(wr);
     };
-    let mut rwr = rq.recvs.pop_front().expect("head");
-    // Where the next send to `b` will probably go: hints for its prefetch.
+    let mut rwr = rq.pop().expect("head");
+    // Where the next send to `b` will probably go: hints for its prefetch
+    // (its head receive, or the posters' lock it will take to move the
+    // posted receives over).
     ca.peer_hints = [
-        rq.recvs.front().map_or(0, |r| r as *const RecvWr as usize),
+        rq.recvs.front().map_or_else(
+            || std::ptr::from_ref(&*b.posted) as usize,
+            |r| r as *const RecvWr as usize,
+        ),
         dst_lock,
     ];
     received(b, ca);
@@ -964,6 +994,7 @@ fn send_fast<R: Request>(
     }
     // The receiver waits for its completion: it goes first.
     b.complete_recv(rwr, DtoStatus::Success, n);
+    b.publish_taken(rq);
     drop(guard);
     wr.complete(a, DtoStatus::Success, n);
     Ok(())
@@ -1076,9 +1107,9 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
 /// The receive a send to `b` lands in: `b`'s own queue, or one of its SRQ
 /// (reserving the completion on `b`'s receive EVD now; if that EVD is full
 /// the receive stays posted and the send waits, as for no receive).
-fn take_recv(b: &EpInner, recvs: &mut VecDeque<RecvWr>) -> Option<RecvWr> {
+fn take_recv(b: &EpInner, rq: &mut RecvQueue) -> Option<RecvWr> {
     let Some(srq) = &b.srq else {
-        return recvs.pop_front();
+        return rq.pop();
     };
     let evd = b.recv_evd.as_ref()?;
     let wr = {
@@ -1100,7 +1131,7 @@ fn take_recv(b: &EpInner, recvs: &mut VecDeque<RecvWr>) -> Option<RecvWr> {
 }
 
 /// Puts back a receive taken by [`take_recv`] that was not used.
-fn untake_recv(b: &EpInner, recvs: &mut VecDeque<RecvWr>, wr: RecvWr) {
+fn untake_recv(b: &EpInner, rq: &mut RecvQueue, wr: RecvWr) {
     match (&b.srq, &b.recv_evd) {
         (Some(srq), Some(evd)) => {
             evd.release(wr.res);
@@ -1110,7 +1141,7 @@ fn untake_recv(b: &EpInner, recvs: &mut VecDeque<RecvWr>, wr: RecvWr) {
                 flags: wr.flags,
             });
         }
-        _ => recvs.push_front(wr),
+        _ => rq.unpop(wr),
     }
 }
 
@@ -1262,7 +1293,7 @@ mod tests {
         assert_eq!(c.evd.dequeue().unwrap().map(|e| format!("{e:?}")), None);
     }
 
-    /// `post_recv` reads the state under the receive queue's lock alone:
+    /// `post_recv` reads the state under the posters' lock alone:
     /// after a DTO error stopped both sides, refused on the side not yet
     /// told (it left the connection with the other) and once it is, with
     /// the state's subtype; accepted again after a reset.
