@@ -31,9 +31,12 @@
 //! **The same ping-pong on one thread** (`rdapl-poll`, `crossbeam-poll`):
 //! both ends driven in turn by the calling thread, so nothing crosses cores
 //! and nobody waits. Its half round trip is the software path alone
-//! (instructions and locked operations); divided by crossbeam's two-thread
-//! half round trip of the same repetition it is about the lowest ratio the
-//! two-thread target can reach. Context only, no target.
+//! (instructions and locked operations), set against crossbeam's two-thread
+//! half round trip of the same repetition: where that ratio is high, the
+//! two-thread target depends on how slow cross-core transfers are at the
+//! time. Not a strict floor: on two threads part of each side's work (its
+//! own send completion, its repost) overlaps the peer's turn. Context
+//! only, no target.
 //!
 //! **RDMA write and read bandwidth** at every size of `sizes` (4 KiB,
 //! 64 KiB, 1 MiB, 16 MiB). The client posts RDMA writes of its registered
