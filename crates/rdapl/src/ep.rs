@@ -481,8 +481,10 @@ pub struct EpInner {
     /// The taking end of the receive queue (the peer's sends take
     /// receives under this lock alone; see [`RecvQueue`]).
     pub(crate) rq: CachePadded<Mutex<RecvQueue>>,
-    /// The posting end of the receive queue: only the endpoint's own posts
-    /// (and state changes, flushes, resets) take this lock.
+    /// The posting end of the receive queue: the endpoint's own posts take
+    /// this lock, and besides them only state changes, flushes, resets and
+    /// a peer's send whose end of the queue ran dry (see
+    /// [`RecvQueue::refill`]).
     pub(crate) posted: CachePadded<Mutex<PostedRecvs>>,
     /// [`RecvQueue::taken`], published for posters (on a line of its own:
     /// the taking side writes it, posters read it only when the queue looks
