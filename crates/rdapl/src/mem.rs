@@ -1232,7 +1232,7 @@ pub(crate) fn copy_one(s: SpanRef<'_>, d: SpanRef<'_>) -> std::result::Result<us
     Ok(n)
 }
 
-/// [`copy_spans`] of borrowing spans.
+/// `copy_spans` (a test helper) of borrowing spans.
 pub(crate) fn copy_refs(
     src: &[SpanRef<'_>],
     dst: &[SpanRef<'_>],
