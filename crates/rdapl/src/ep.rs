@@ -394,23 +394,22 @@ pub(crate) struct RecvQueue {
 }
 
 impl RecvQueue {
-    /// The oldest posted receive (moved over from `posted` if this queue
-    /// is empty), if any. `mark_wanted`: if there is none, set
+    /// Makes sure the oldest posted receive, if any, is at the head of this
+    /// queue (moved over from `posted` if this queue is empty).
+    /// `mark_wanted`: if there is none, set
     /// `recv_wanted` (see [`EpInner::recv_wanted`]) before the posters'
     /// lock is released, so that a receive posted from then on kicks the
     /// peer's progress.
     #[inline]
-    pub(crate) fn refill(&mut self, ep: &EpInner, mark_wanted: bool) -> bool {
+    pub(crate) fn refill(&mut self, ep: &EpInner, mark_wanted: bool) {
         if !self.recvs.is_empty() {
-            return true;
+            return;
         }
         let mut posted = ep.posted.lock();
         self.recvs.append(&mut posted.recvs);
-        let any = !self.recvs.is_empty();
-        if !any && mark_wanted {
+        if self.recvs.is_empty() && mark_wanted {
             ep.recv_wanted.store(true, Ordering::Relaxed);
         }
-        any
     }
 
     /// Takes the oldest posted receive for good (see [`RecvQueue::refill`]).

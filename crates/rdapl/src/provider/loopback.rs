@@ -839,9 +839,8 @@ fn send_locked<R: Request>(
     }
     let Some(mut rwr) = take_recv(b, rq) else {
         // A receive posted from now on kicks us: for `b`'s own queue,
-        // `refill` above already said so under the posters' lock (a shared
-        // receive queue's posts run its endpoints' peers' progress anyway).
-        b.recv_wanted.store(true, Ordering::Relaxed);
+        // `refill` above said so under the posters' lock; a shared receive
+        // queue's posts run its endpoints' peers' progress anyway.
         if ca.rnr_deadline.is_none() {
             let deadline = Instant::now() + lb.rnr_timeout();
             ca.rnr_deadline = Some(deadline);
@@ -962,9 +961,7 @@ fn send_fast<R: Request>(
         return Err(wr);
     }
     // (None: `send` decides, and marks that a receive is wanted.)
-    if !rq.refill(b, false) {
-        return Err(wr);
-    }
+    rq.refill(b, false);
     let Some(rwr) = rq.recvs.front() else {
         return Err(wr);
     };
