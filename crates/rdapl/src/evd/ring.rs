@@ -206,6 +206,15 @@ impl Ring {
     #[inline(always)]
     fn write(&self, t: u64, ev: Event) {
         let slot = self.slot(t);
+        // The slot's line is usually in the consumer's cache (it freed the
+        // slot a lap ago, or is polling it): ask for it for writing before
+        // reading the stamp, so that one transfer brings it ready for the
+        // stores below, rather than a read followed by an upgrade that the
+        // producer's next locked instruction would wait for. (With the
+        // prefetch in `pop_batch`: one producer, batched consumer, 180
+        // pairs of runs in one process, faster in 119, median +4 to +6%;
+        // one-event dequeue no different, 42 of 90.)
+        prefetch_write(slot as *const Slot as *const u8);
         // Normally free at once; otherwise the consumer of `t - cap` is
         // copying its event out (see the module docs).
         let mut spins = 0u32;
@@ -277,6 +286,13 @@ impl Ring {
             let mut k = 1;
             while k < max && self.slot(h + k).stamp.load(Ordering::Acquire) == h + k + 1 {
                 k += 1;
+            }
+            // `take` frees each slot with a store: ask for the run's lines
+            // for writing now, while the head is claimed, so that those
+            // upgrades overlap instead of each waiting in the store buffer.
+            // (Not in `pop_one`: for one event it measured no better.)
+            for pos in h..h + k {
+                prefetch_write(self.slot(pos) as *const Slot as *const u8);
             }
             match self
                 .head
