@@ -375,17 +375,21 @@ pub fn run_single(queue: Queue, cfg: Config, p: &Params) -> f64 {
 }
 
 /// Runs every configuration × queue for `reps × trials_per_rep` trials and
-/// returns the report rows. Within a configuration each trial runs every
-/// queue once, back to back, starting with a different queue each trial
+/// returns the report rows. A trial of a configuration runs every queue
+/// once, back to back, starting with a different queue each trial
 /// (rotation), so a change of background load hits all queues alike; the
-/// ratio against crossbeam is taken inside each trial. `progress` is called
-/// after each trial.
+/// ratio against crossbeam is taken inside each trial. The configurations
+/// take turns trial by trial, so that each one's trials spread over the
+/// whole benchmark rather than over a quarter of it: a slow or fast phase
+/// of the machine (they last seconds to minutes) weighs on every
+/// configuration alike instead of deciding one configuration's median.
+/// `progress` is called after each trial.
 pub fn run(p: &Params, reps: usize, mut progress: impl FnMut(&str)) -> Vec<Row> {
     let trials = (reps * p.trials_per_rep).max(1);
     let nq = Queue::ALL.len();
     let mut rates = vec![vec![Vec::with_capacity(trials); nq]; Config::ALL.len()];
-    for (ci, cfg) in Config::ALL.iter().enumerate() {
-        for trial in 0..trials {
+    for trial in 0..trials {
+        for (ci, cfg) in Config::ALL.iter().enumerate() {
             let mut line = format!("{} trial {:>2}/{trials}:", cfg.name(), trial + 1);
             let mut got = vec![f64::NAN; nq];
             for k in 0..nq {
