@@ -288,9 +288,10 @@ impl Ring {
                 k += 1;
             }
             // `take` frees each slot with a store: ask for the run's lines
-            // for writing now, while the head is claimed, so that those
-            // upgrades overlap instead of each waiting in the store buffer.
-            // (Not in `pop_one`: for one event it measured no better.)
+            // for writing now, before the head CAS, so that those upgrades
+            // overlap instead of each waiting in the store buffer. (Not in
+            // `pop_one`: for one event it measured slower, faster in 24 of
+            // 60 pairs.)
             for pos in h..h + k {
                 prefetch_write(self.slot(pos) as *const Slot as *const u8);
             }
