@@ -1,7 +1,7 @@
 //! The two sizes of the suite: the full run (about two and a quarter
-//! minutes of measuring on two cores, inside the five-minute budget) and `--smoke` (every
-//! benchmark at a tiny size, a few seconds in total, to prove the harness
-//! works end to end).
+//! minutes of measuring on two cores, inside the five-minute budget) and
+//! `--smoke` (every benchmark at a tiny size, a few seconds in total, to
+//! prove the harness works end to end).
 
 use crate::{flow, latency, loopback, throughput};
 use serde::{Deserialize, Serialize};
