@@ -465,14 +465,15 @@ impl EvdInner {
     }
 
     /// [`EvdInner::freed`] for a producer that found the EVD full with its
-    /// cached count: new takes are first looked for in the slots (a
-    /// consumer frees each one it took), and the consumers' head, the line
-    /// they write with every claim, is read only if that finds none, or
-    /// finds a whole run of [`SLOT_LOOK`] (a consumer taking batches: the
-    /// head then tells all of it at once). A producer retrying on a full
-    /// EVD that consumers drain one by one thus stays off the line that
-    /// paces them. A refusal always comes after the head was read: never
-    /// from the slots' lower bound alone.
+    /// cached count: new takes are first looked for in two slots (the
+    /// next one it would write, and the last of the next [`SLOT_LOOK`]; see
+    /// [`Storage::consumed_from_slots`]), and the consumers' head, the
+    /// line they write with every claim, is read only if that finds none,
+    /// or finds the whole run taken (a consumer taking batches: the head
+    /// then tells all of it at once). A producer retrying on a full EVD
+    /// that consumers drain one by one thus stays off the line that paces
+    /// them and off the slot they are taking. A refusal always comes after
+    /// the head was read: never from the slots' lower bound alone.
     #[cold]
     fn freed_again(&self) -> u64 {
         let known = self.prod.consumed_seen.load(Ordering::Relaxed);

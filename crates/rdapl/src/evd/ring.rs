@@ -609,10 +609,23 @@ impl Storage {
     /// A lower bound of [`Storage::consumed`] read from the slots rather
     /// than from the consumers' head (the line they write with every
     /// claim), as a bounded queue's producer checks its next slot before
-    /// the head: from `known` (a value `consumed` gave earlier), each
-    /// following position whose slot has been freed for its next lap was
-    /// taken. Looks at most `want` slots; `None` while the rings change or
-    /// if `known` is from an older ring (ask `consumed` then).
+    /// the head. A slot's stamp reaches `pos + cap` once position `pos` was
+    /// taken (its consumer's claim advanced the head past it), and only
+    /// grows after that. From `known` (a value `consumed` gave earlier) it
+    /// looks at two slots only:
+    ///
+    /// * the last of the `want` positions from `known`: taken, then so was
+    ///   every position below it (claims advance the head in order), and
+    ///   `known + want` is returned;
+    /// * else the first, the one the producer's next push writes: taken,
+    ///   `known + 1`; not taken, `known`.
+    ///
+    /// Never the slots in between: when the EVD is full and a consumer
+    /// takes events one by one, the slot it is working on is there, and a
+    /// producer that read it would pull that line away from the consumer
+    /// once per event (the full-queue slowdown; a forward scan up to the
+    /// first untaken slot did exactly that). `None` while the rings change
+    /// or if `known` is from an older ring (ask `consumed` then).
     pub(crate) fn consumed_from_slots(&self, known: u64, want: u64) -> Option<u64> {
         let r = self.cons_ring();
         if !r.next.load(Ordering::Acquire).is_null() {
@@ -620,13 +633,15 @@ impl Storage {
         }
         let base = r.base.load(Ordering::Acquire);
         let start = known.checked_sub(base)?;
-        let mut h = start;
-        // A slot's stamp reaches `pos + cap` once the consumer of `pos`
-        // (whose claim advanced the head past it) has freed it, and only
-        // grows after that.
-        while h - start < want && r.slot(h).stamp.load(Ordering::Acquire) >= h + r.cap() {
-            h += 1;
-        }
+        let taken = |h: u64| r.slot(h).stamp.load(Ordering::Acquire) >= h + r.cap();
+        let far = start + want.max(1) - 1;
+        let h = if taken(far) {
+            far + 1
+        } else if taken(start) {
+            start + 1
+        } else {
+            start
+        };
         Some(base + h)
     }
 
@@ -733,6 +748,58 @@ mod tests {
             assert!(s.pop().is_none());
             assert!(s.is_empty());
         }
+    }
+
+    #[test]
+    fn consumed_from_slots_reads_two_slots_and_never_overshoots() {
+        let s = Storage::new(16);
+        for i in 0..16 {
+            s.push(ev(i));
+        }
+        let pop = |n: usize| {
+            for _ in 0..n {
+                s.pop().expect("queued");
+            }
+        };
+        // Nothing taken: the lower bound is where it was.
+        assert_eq!(s.consumed_from_slots(0, 8), Some(0));
+        // The next slot taken: one more.
+        pop(1);
+        assert_eq!(s.consumed_from_slots(0, 8), Some(1));
+        // Four taken: still one, because the slots between the next one and
+        // the last of the window (where a consumer is working) are not read.
+        pop(3);
+        assert_eq!(s.consumed(), 4);
+        assert_eq!(s.consumed_from_slots(0, 8), Some(1));
+        assert_eq!(s.consumed_from_slots(1, 8), Some(2));
+        // The last of the window taken: all of it.
+        pop(4);
+        assert_eq!(s.consumed_from_slots(0, 8), Some(8));
+        // A later window, across the wrap of positions into slots.
+        pop(4);
+        assert_eq!(s.consumed_from_slots(8, 8), Some(9));
+        pop(4);
+        assert_eq!(s.consumed_from_slots(8, 8), Some(16));
+        // The next lap: slots reused for positions 16.., none taken yet.
+        for i in 16..20 {
+            s.push(ev(i));
+        }
+        assert_eq!(s.consumed_from_slots(16, 8), Some(16));
+        pop(2);
+        assert_eq!(s.consumed_from_slots(16, 8), Some(17));
+        // Never above what the head says, whatever `known` and `want`.
+        for known in 16..=18 {
+            for want in 1..=20 {
+                let c = s.consumed_from_slots(known, want).expect("one ring");
+                assert!(
+                    c >= known && c <= s.consumed().max(known),
+                    "{known} {want} {c}"
+                );
+            }
+        }
+        // While the rings change: no answer (the head then tells).
+        s.grow(64);
+        assert_eq!(s.consumed_from_slots(18, 8), None);
     }
 
     #[test]
