@@ -477,8 +477,11 @@ impl EvdInner {
     #[cold]
     fn freed_again(&self) -> u64 {
         let known = self.prod.consumed_seen.load(Ordering::Relaxed);
+        // The slots say `known` (none taken), `known + 1` (the next one) or
+        // `known + SLOT_LOOK` (the whole run): only the middle answer is
+        // taken as it is; the others read the head.
         let consumed = match self.storage.consumed_from_slots(known, SLOT_LOOK) {
-            Some(c) if c != known && c - known < SLOT_LOOK => c,
+            Some(c) if c == known + 1 => c,
             _ => self.storage.consumed(),
         };
         self.prod.consumed_seen.store(consumed, Ordering::Relaxed);
