@@ -17,6 +17,7 @@ Needs `objdump` (binutils).
 
 import collections
 import re
+import signal
 import subprocess
 import sys
 
@@ -92,4 +93,6 @@ def main():
 
 
 if __name__ == "__main__":
+    # Quiet when piped into `head`.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     main()
