@@ -8,9 +8,10 @@
 //! perf report --no-children --sort sym
 //! ```
 //!
-//! Arguments: case (`rdapl-poll`, `rdapl-wait`, `crossbeam-poll`,
-//! `crossbeam-blocking` for the 64-byte ping-pong between two threads;
-//! `serial-rdapl`, `serial-crossbeam` for the same ping-pong with both ends
+//! Arguments: case (`rdapl-buf-poll`, `rdapl-buf-wait`, `rdapl-poll`,
+//! `rdapl-wait`, `crossbeam-poll`, `crossbeam-blocking` for the 64-byte
+//! ping-pong between two threads; `serial-rdapl-buf`, `serial-rdapl`,
+//! `serial-crossbeam` for the same ping-pong with both ends
 //! driven by one thread, i.e. the software path without cross-core
 //! traffic or waiting; `rdma-write`, `rdma-read`, `memcpy-write`,
 //! `memcpy-read` for bandwidth),
@@ -65,6 +66,7 @@ fn main() {
     };
     let serial = case.strip_prefix("serial-").map(|s| match s {
         "crossbeam" => Method::CrossbeamPoll,
+        "rdapl-buf" => Method::RdaplBufPoll,
         _ => Method::RdaplPoll,
     });
     let pingpong = Method::ALL.into_iter().find(|m| m.name() == case);

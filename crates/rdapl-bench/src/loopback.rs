@@ -72,8 +72,8 @@ use crate::latency::Run;
 use crate::stats::{Summary, percentile_sorted, ratio, rep_ratios, sorted_pools};
 use crate::util::{as_nanos, spin_poll};
 use rdapl::{
-    CloseFlags, CompletionFlags, ConnectionEventKind, DtoOp, DtoStatus, Ep, Evd, EvdFlags, Event,
-    Ia, IaOptions, Lmr, LmrTriplet, MemPriv, Psp, Pz, Region, RmrTriplet,
+    Buf, CloseFlags, CompletionFlags, ConnectionEventKind, DtoOp, DtoStatus, Ep, Evd, EvdFlags,
+    Event, Ia, IaOptions, Lmr, LmrTriplet, MemPriv, Psp, Pz, Region, RmrTriplet,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -149,9 +149,17 @@ pub fn has_target(r: &BandwidthRow) -> bool {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
-    /// Loopback send/receive, completions by busy `dequeue`.
+    /// Loopback send/receive of owned buffers (`post_send_buf`,
+    /// `post_recv_buf`), completions by busy `dequeue`.
+    RdaplBufPoll,
+    /// Loopback send/receive of owned buffers, completions by blocking
+    /// `wait`.
+    RdaplBufWait,
+    /// Loopback send/receive of LMR triplets (`write_at`, `post_send`,
+    /// `read_at`), completions by busy `dequeue`.
     RdaplPoll,
-    /// Loopback send/receive, completions by blocking `wait`.
+    /// Loopback send/receive of LMR triplets, completions by blocking
+    /// `wait`.
     RdaplWait,
     /// crossbeam-channel, busy `try_recv`.
     CrossbeamPoll,
@@ -161,7 +169,9 @@ pub enum Method {
 
 impl Method {
     /// Every method, in report order.
-    pub const ALL: [Method; 4] = [
+    pub const ALL: [Method; 6] = [
+        Method::RdaplBufPoll,
+        Method::RdaplBufWait,
         Method::RdaplPoll,
         Method::RdaplWait,
         Method::CrossbeamPoll,
@@ -171,6 +181,8 @@ impl Method {
     /// Short name used in row ids.
     pub fn name(self) -> &'static str {
         match self {
+            Method::RdaplBufPoll => "rdapl-buf-poll",
+            Method::RdaplBufWait => "rdapl-buf-wait",
             Method::RdaplPoll => "rdapl-poll",
             Method::RdaplWait => "rdapl-wait",
             Method::CrossbeamPoll => "crossbeam-poll",
@@ -181,13 +193,20 @@ impl Method {
     /// The peer this method's ratio is taken against.
     pub fn peer(self) -> Method {
         match self {
-            Method::RdaplPoll | Method::CrossbeamPoll => Method::CrossbeamPoll,
-            Method::RdaplWait | Method::CrossbeamBlocking => Method::CrossbeamBlocking,
+            Method::RdaplBufPoll | Method::RdaplPoll | Method::CrossbeamPoll => {
+                Method::CrossbeamPoll
+            }
+            Method::RdaplBufWait | Method::RdaplWait | Method::CrossbeamBlocking => {
+                Method::CrossbeamBlocking
+            }
         }
     }
 
     fn blocking(self) -> bool {
-        matches!(self, Method::RdaplWait | Method::CrossbeamBlocking)
+        matches!(
+            self,
+            Method::RdaplBufWait | Method::RdaplWait | Method::CrossbeamBlocking
+        )
     }
 }
 
@@ -344,7 +363,11 @@ pub struct Output {
 
 /// The methods measured with both ends on one thread: the busy-polling
 /// ones (a blocking one would only be run non-blocking).
-pub const SERIAL_METHODS: [Method; 2] = [Method::RdaplPoll, Method::CrossbeamPoll];
+pub const SERIAL_METHODS: [Method; 3] = [
+    Method::RdaplBufPoll,
+    Method::RdaplPoll,
+    Method::CrossbeamPoll,
+];
 
 // ---------------------------------------------------------------------------
 // A connected endpoint pair.
@@ -478,33 +501,48 @@ struct Messenger {
     evd: Evd,
     send_lmr: Lmr,
     send_iov: [LmrTriplet; 1],
+    /// Where the message starts in the send region.
+    send_off: usize,
     recv_lmr: Lmr,
     recv_iov: Vec<LmrTriplet>,
+    /// Where receive slot 0 starts in the receive region (slot `k` is
+    /// `SLOT` bytes further per `k`).
+    recv_off: usize,
     blocking: bool,
 }
+
+/// The spacing of the 64-byte messages in registered memory: a 128-byte
+/// pair of cache lines each.
+const SLOT: usize = 128;
 
 impl Messenger {
     /// Registers a send buffer and `depth` receive slots on `side`, and
     /// posts every receive.
     fn new(side: &Side, depth: usize, blocking: bool) -> rdapl::Result<Messenger> {
         let depth = depth.max(1);
-        let send_lmr = side
-            .pz
-            .lmr_create(Region::from_vec(vec![1; MSG]), MemPriv::ALL)?;
-        let recv_lmr = side
-            .pz
-            .lmr_create(Region::from_vec(vec![1; MSG * depth]), MemPriv::ALL)?;
-        let send_iov = [send_lmr.triplet(0, MSG as u64)?];
+        // Every message on a 128-byte pair of lines of its own (as owned
+        // buffers are): `n` slots and room to align the first.
+        let region = |n: usize| Region::from_vec(vec![1; (n + 1) * SLOT]);
+        let aligned = |r: &Region| (SLOT - r.address() as usize % SLOT) % SLOT;
+        let send_region = region(1);
+        let send_off = aligned(&send_region);
+        let recv_region = region(depth);
+        let recv_off = aligned(&recv_region);
+        let send_lmr = side.pz.lmr_create(send_region, MemPriv::ALL)?;
+        let recv_lmr = side.pz.lmr_create(recv_region, MemPriv::ALL)?;
+        let send_iov = [send_lmr.triplet(send_off as u64, MSG as u64)?];
         let recv_iov = (0..depth)
-            .map(|k| recv_lmr.triplet((k * MSG) as u64, MSG as u64))
+            .map(|k| recv_lmr.triplet((recv_off + k * SLOT) as u64, MSG as u64))
             .collect::<rdapl::Result<Vec<_>>>()?;
         let m = Messenger {
             ep: side.ep.clone(),
             evd: side.evd.clone(),
             send_lmr,
             send_iov,
+            send_off,
             recv_lmr,
             recv_iov,
+            recv_off,
             blocking,
         };
         for slot in 0..depth {
@@ -538,7 +576,7 @@ impl Messenger {
                 }
                 let mut head = [0u8; 8];
                 self.recv_lmr
-                    .read_at(slot * MSG, &mut head)
+                    .read_at(self.recv_off + slot * SLOT, &mut head)
                     .map_err(|_| ())?;
                 self.repost(slot).map_err(|_| ())?;
                 Ok(Some(value_of(&head)))
@@ -550,7 +588,7 @@ impl Messenger {
 
 impl Peer for Messenger {
     fn send(&mut self, v: u64) -> bool {
-        self.send_lmr.write_at(0, &payload(v)).is_ok()
+        self.send_lmr.write_at(self.send_off, &payload(v)).is_ok()
             && self
                 .ep
                 .post_send(&self.send_iov, v, CompletionFlags::DEFAULT)
@@ -574,6 +612,117 @@ impl Peer for Messenger {
             }
             let ev = self.evd.wait(Some(hard - now), 1).ok()?.0;
             match self.on_event(ev) {
+                Ok(Some(v)) => return Some(v),
+                Ok(None) => {}
+                Err(()) => return None,
+            }
+        }
+    }
+}
+
+/// How long a side waits for its send buffer to come back.
+const SEND_BUF_WAIT: Duration = Duration::from_secs(2);
+
+/// A loopback endpoint sending and receiving 64-byte messages in owned
+/// buffers: each completion hands its buffer back, a received one is read
+/// in place and reposted, the send buffer is written in place for the next
+/// message.
+struct BufMessenger {
+    ep: Ep,
+    evd: Evd,
+    /// The send buffer, while no send of it is outstanding.
+    send_buf: Option<Buf>,
+    blocking: bool,
+}
+
+impl BufMessenger {
+    /// A send buffer and `depth` posted receive buffers on `side`.
+    fn new(side: &Side, depth: usize, blocking: bool) -> Result<BufMessenger, String> {
+        for slot in 0..depth.max(1) {
+            let b = side.pz.buf_create(MSG).map_err(|e| e.to_string())?;
+            side.ep
+                .post_recv_buf(b, slot as u64, CompletionFlags::DEFAULT)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(BufMessenger {
+            ep: side.ep.clone(),
+            evd: side.evd.clone(),
+            send_buf: Some(side.pz.buf_create(MSG).map_err(|e| e.to_string())?),
+            blocking,
+        })
+    }
+
+    /// As [`Messenger::on_event`]; the send completion gives the send
+    /// buffer back (into `send_buf`). (A function of the fields it needs,
+    /// so that a poll loop borrows the EVD and these apart.)
+    fn on_event(ep: &Ep, send_buf: &mut Option<Buf>, ev: Event) -> Result<Option<u64>, ()> {
+        let Event::Dto(d) = ev else { return Err(()) };
+        if d.status != DtoStatus::Success {
+            return Err(());
+        }
+        let buf = d.buf.ok_or(())?;
+        match d.operation {
+            DtoOp::Send => {
+                *send_buf = Some(buf);
+                Ok(None)
+            }
+            DtoOp::Receive if d.transferred_length == MSG as u64 => {
+                let v = value_of(&buf);
+                ep.post_recv_buf(buf, d.cookie, CompletionFlags::DEFAULT)
+                    .map_err(|_| ())?;
+                Ok(Some(v))
+            }
+            _ => Err(()),
+        }
+    }
+}
+
+impl Peer for BufMessenger {
+    fn send(&mut self, v: u64) -> bool {
+        // The buffer comes back with the last send's completion, which can
+        // land after the reply to it: wait for it (the peer sends nothing
+        // before this message, so any other event is a failure).
+        if self.send_buf.is_none() {
+            let hard = Instant::now() + SEND_BUF_WAIT;
+            let (evd, ep, send_buf) = (&self.evd, &self.ep, &mut self.send_buf);
+            let back = spin_poll(hard, || match evd.dequeue() {
+                Ok(Some(ev)) => match BufMessenger::on_event(ep, send_buf, ev) {
+                    Ok(None) => Ok(send_buf.is_some().then_some(())),
+                    _ => Err(()),
+                },
+                Ok(None) => Ok(None),
+                Err(_) => Err(()),
+            });
+            if back.is_none() {
+                return false;
+            }
+        }
+        let Some(mut b) = self.send_buf.take() else {
+            return false;
+        };
+        b.copy_from_slice(&payload(v));
+        self.ep
+            .post_send_buf(b, MSG, v, CompletionFlags::DEFAULT)
+            .is_ok()
+    }
+
+    fn recv(&mut self, hard: Instant) -> Option<u64> {
+        let (evd, ep, send_buf) = (&self.evd, &self.ep, &mut self.send_buf);
+        if !self.blocking {
+            return spin_poll(hard, || match evd.dequeue() {
+                Ok(Some(ev)) => BufMessenger::on_event(ep, send_buf, ev),
+                Ok(None) => Ok(None),
+                Err(_) => Err(()),
+            });
+        }
+        // Bounded as `Messenger::recv`.
+        loop {
+            let now = Instant::now();
+            if now >= hard {
+                return None;
+            }
+            let ev = evd.wait(Some(hard - now), 1).ok()?.0;
+            match BufMessenger::on_event(ep, send_buf, ev) {
                 Ok(Some(v)) => return Some(v),
                 Ok(None) => {}
                 Err(()) => return None,
@@ -709,6 +858,18 @@ pub fn run_half_rtt_serial(m: Method, p: &Params) -> Run {
         ..Run::default()
     };
     match m {
+        Method::RdaplBufPoll | Method::RdaplBufWait => {
+            let Ok(pair) = Pair::connect(p.capacity) else {
+                return failed;
+            };
+            match (
+                BufMessenger::new(&pair.client, p.recv_depth, false),
+                BufMessenger::new(&pair.server, p.recv_depth, false),
+            ) {
+                (Ok(me), Ok(echo)) => serial(me, echo, p),
+                _ => failed,
+            }
+        }
         Method::RdaplPoll | Method::RdaplWait => {
             let Ok(pair) = Pair::connect(p.capacity) else {
                 return failed;
@@ -739,6 +900,30 @@ pub fn run_half_rtt_serial(m: Method, p: &Params) -> Run {
 pub fn run_half_rtt(m: Method, p: &Params) -> Run {
     let blocking = m.blocking();
     match m {
+        Method::RdaplBufPoll | Method::RdaplBufWait => {
+            let pair = match Pair::connect(p.capacity) {
+                Ok(pair) => pair,
+                Err(e) => {
+                    eprintln!("loopback {}: setup failed: {e}", m.name());
+                    return Run {
+                        failed: true,
+                        ..Run::default()
+                    };
+                }
+            };
+            let me = BufMessenger::new(&pair.client, p.recv_depth, blocking);
+            let echo = BufMessenger::new(&pair.server, p.recv_depth, blocking);
+            match (me, echo) {
+                (Ok(me), Ok(echo)) => pingpong(me, echo, p),
+                (Err(e), _) | (_, Err(e)) => {
+                    eprintln!("loopback {}: creating buffers: {e}", m.name());
+                    Run {
+                        failed: true,
+                        ..Run::default()
+                    }
+                }
+            }
+        }
         Method::RdaplPoll | Method::RdaplWait => {
             let pair = match Pair::connect(p.capacity) {
                 Ok(pair) => pair,

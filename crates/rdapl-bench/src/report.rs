@@ -242,16 +242,18 @@ impl Results {
                 1.5,
             ));
         }
+        // Judged on the owned-buffer rows, the provider's send/receive path
+        // for latency; the LMR-triplet rows are reported beside them.
         for r in &self.loopback_half_rtt {
             let form = match r.method {
-                loopback::Method::RdaplPoll => "poll",
-                loopback::Method::RdaplWait => "wait",
+                loopback::Method::RdaplBufPoll => "poll",
+                loopback::Method::RdaplBufWait => "wait",
                 _ => continue,
             };
             t.push(Target::new(
                 &format!("target/loopback/half-rtt-{form}-median"),
                 &format!(
-                    "Loopback {}-byte send/receive, completions by {}: median half round trip ÷ crossbeam {} ping-pong's (within {}×)",
+                    "Loopback {}-byte send/receive of owned buffers (`post_send_buf` / `post_recv_buf`), completions by {}: median half round trip ÷ crossbeam {} ping-pong's (within {}×)",
                     r.message_bytes,
                     if form == "poll" {
                         "busy `dequeue`"
@@ -635,16 +637,21 @@ impl Results {
                 s,
                 "Two IAs on distinct 127.x addresses, one connected endpoint pair; the measuring \
                  thread owns the client endpoint, an echo thread the server endpoint. Each side \
-                 keeps {} receives posted and reposts each one after its completion; a message is \
-                 a signalled `post_send` of a registered {}-byte buffer (value written with \
-                 `write_at`, read back with `read_at`); each side also consumes its own send \
-                 completion. Peer: a `crossbeam_channel::bounded` ping-pong of a `[u8; {}]` \
-                 (busy `try_recv` for `rdapl-poll`, blocking `recv_timeout` for `rdapl-wait`). \
+                 keeps {} receives posted and reposts each one after its completion, and every \
+                 send is signalled. `rdapl-buf-*`: owned buffers (`Pz::buf_create`), the value \
+                 written into the send buffer and read from the receive buffer in place, a send \
+                 buffer reused once its send completion handed it back (`post_send_buf`, \
+                 `post_recv_buf`); the targets are judged on these rows. `rdapl-poll`, \
+                 `rdapl-wait`: LMR triplets of registered regions, the value written with \
+                 `write_at` and read back with `read_at` (each access takes the region's lock), \
+                 then `post_send` / `post_recv`; each side consumes its own send completion. \
+                 Every message sits on a 128-byte pair of cache lines of its own. Peer: a \
+                 `crossbeam_channel::bounded` ping-pong of a `[u8; {}]` (busy `try_recv` for the \
+                 `-poll` rows, blocking `recv_timeout` for the `-wait` rows). \
                  {} round trips recorded after {} warm-up, at most {} ms per run; half round trip \
                  = round trip ÷ 2. Ratio = median (p99) ÷ the peer's in the same repetition \
                  (lower is better).\n",
                 p.recv_depth,
-                loopback::MSG,
                 loopback::MSG,
                 p.iters,
                 p.warmup_iters,

@@ -157,6 +157,7 @@ pub fn dto_event(cookie: u64) -> Event {
         transferred_length: 64,
         operation: DtoOp::Send,
         rmr_context: 0,
+        buf: None,
     })
 }
 

@@ -122,6 +122,8 @@ fn smoke_run_writes_every_output() {
     }
     expect_all(&v, "flow", &fl);
     let half: Vec<String> = [
+        "rdapl-buf-poll",
+        "rdapl-buf-wait",
         "rdapl-poll",
         "rdapl-wait",
         "crossbeam-poll",
@@ -131,7 +133,7 @@ fn smoke_run_writes_every_output() {
     .map(|m| format!("loopback/half-rtt/{m}"))
     .collect();
     expect_all(&v, "loopback_half_rtt", &half);
-    let serial: Vec<String> = ["rdapl-poll", "crossbeam-poll"]
+    let serial: Vec<String> = ["rdapl-buf-poll", "rdapl-poll", "crossbeam-poll"]
         .iter()
         .map(|m| format!("loopback/half-rtt-serial/{m}"))
         .collect();
@@ -177,6 +179,24 @@ fn smoke_run_writes_every_output() {
             .any(|t| t == "target/loopback/rdma-write-4KiB"),
         "4 KiB has no bandwidth target"
     );
+    // The half round trip targets judge the owned-buffer rows.
+    for (t, row) in [
+        (
+            "target/loopback/half-rtt-poll-median",
+            "loopback/half-rtt/rdapl-buf-poll",
+        ),
+        (
+            "target/loopback/half-rtt-wait-median",
+            "loopback/half-rtt/rdapl-buf-wait",
+        ),
+    ] {
+        let target = v["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|x| x["id"] == t);
+        assert_eq!(target.map(|x| &x["row"]), Some(&Value::from(row)), "{t}");
+    }
 
     // Every throughput ratio against crossbeam is a number, and crossbeam's
     // own ratio is exactly 1.

@@ -1405,6 +1405,7 @@ mod tests {
             transferred_length: 64,
             operation: DtoOp::Send,
             rmr_context: 0,
+            buf: None,
         };
         assert_eq!(check_dto(&good, DtoOp::Send, ep, 3, 64), None);
         let wrong = [

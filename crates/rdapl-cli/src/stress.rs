@@ -270,6 +270,7 @@ pub fn dto_event(producer: usize, seq: u64) -> Event {
         transferred_length: seq & 0xFFFF,
         operation: DtoOp::Send,
         rmr_context: 0,
+        buf: None,
     })
 }
 

@@ -15,6 +15,7 @@
 //! * Every work request completes exactly once: with its status, flushed, or
 //!   (for suppressed/unsignalled successes) silently released.
 
+use crate::buf::{Buf, BufRefused};
 use crate::error::{Error, Result, Subtype};
 use crate::evd::{Evd, Feeder, Reservation};
 use crate::event::{
@@ -208,6 +209,12 @@ pub struct Wr {
     pub(crate) res: Reservation,
     /// Fault injection: do not start before this instant.
     pub(crate) not_before: Option<Instant>,
+    /// An owned buffer (`post_send_buf`, or a receive's): the request's
+    /// data instead of `iov` (its first `buf_len` bytes), handed back with
+    /// the completion.
+    pub(crate) buf: Option<Buf>,
+    /// The bytes of `buf` a send carries.
+    pub(crate) buf_len: usize,
 }
 
 /// The scatter/gather list of a queued receive (one entry inline).
@@ -221,12 +228,16 @@ pub(crate) struct RecvWr {
     pub(crate) cookie: u64,
     pub(crate) flags: CompletionFlags,
     pub(crate) res: Reservation,
+    /// An owned buffer (`post_recv_buf`) to receive into instead of `iov`
+    /// (then empty), handed back with the completion.
+    pub(crate) buf: Option<Buf>,
 }
 
 const _: () = assert!(std::mem::size_of::<RecvWr>() == 64);
 
 impl From<RecvWr> for Wr {
     fn from(r: RecvWr) -> Wr {
+        let buf_len = r.buf.as_ref().map_or(0, |b| b.len());
         Wr {
             op: WrOp::Recv,
             iov: crate::mem::Iov::from_slice(&r.iov),
@@ -234,6 +245,8 @@ impl From<RecvWr> for Wr {
             flags: r.flags,
             res: r.res,
             not_before: None,
+            buf: r.buf,
+            buf_len,
         }
     }
 }
@@ -251,6 +264,10 @@ pub struct NewWr<'a> {
     pub(crate) res: Reservation,
     /// Fault injection: do not start before this instant.
     pub(crate) not_before: Option<Instant>,
+    /// An owned buffer to send from instead of `iov` (see [`Wr::buf`]).
+    pub(crate) buf: Option<Buf>,
+    /// The bytes of `buf` the send carries.
+    pub(crate) buf_len: usize,
 }
 
 impl NewWr<'_> {
@@ -263,6 +280,8 @@ impl NewWr<'_> {
             flags: self.flags,
             res: self.res,
             not_before: self.not_before,
+            buf: self.buf,
+            buf_len: self.buf_len,
         }
     }
 }
@@ -270,8 +289,10 @@ impl NewWr<'_> {
 /// A send or RDMA request as a transport executes it: queued ([`Wr`]) or
 /// being posted ([`NewWr`]).
 pub(crate) trait Request {
-    /// Its scatter/gather list.
+    /// Its scatter/gather list (empty for an owned buffer's request).
     fn iov(&self) -> &[LmrTriplet];
+    /// The bytes it sends from its owned buffer, if it has one.
+    fn src_buf(&self) -> Option<&[u8]>;
     /// Its completion flags.
     fn flags(&self) -> CompletionFlags;
     /// Completes it on `ep` with `status` and `len` bytes transferred.
@@ -282,6 +303,10 @@ impl Request for Wr {
     #[inline]
     fn iov(&self) -> &[LmrTriplet] {
         &self.iov
+    }
+    #[inline]
+    fn src_buf(&self) -> Option<&[u8]> {
+        self.buf.as_ref().map(|b| &b[..self.buf_len])
     }
     #[inline]
     fn flags(&self) -> CompletionFlags {
@@ -299,6 +324,10 @@ impl Request for NewWr<'_> {
         self.iov
     }
     #[inline]
+    fn src_buf(&self) -> Option<&[u8]> {
+        self.buf.as_ref().map(|b| &b[..self.buf_len])
+    }
+    #[inline]
     fn flags(&self) -> CompletionFlags {
         self.flags
     }
@@ -309,6 +338,7 @@ impl Request for NewWr<'_> {
             cookie,
             flags,
             res,
+            buf,
             ..
         } = self;
         let dto_op = op.dto_op();
@@ -317,7 +347,7 @@ impl Request for NewWr<'_> {
         if let WrOp::Local(l) = op {
             drop(l);
         }
-        ep.complete_parts(false, dto_op, cookie, flags, res, status, len);
+        ep.complete_parts(false, dto_op, cookie, flags, res, status, len, buf);
     }
 }
 
@@ -360,6 +390,9 @@ pub struct EpCore {
     /// receive, the lock of its receive region), recorded by the last
     /// send: prefetch hints only, never dereferenced (0: none).
     pub(crate) peer_hints: [usize; 2],
+    /// Like `peer_hints`, a line the next send will only read: the header
+    /// of the head receive's owned buffer (0: none).
+    pub(crate) peer_read_hint: usize,
 }
 
 /// The receive queue of an endpoint, the taking end of a two-lock queue
@@ -633,6 +666,7 @@ impl Ep {
                 pending_cr: None,
                 peer_private: None,
                 peer_hints: [0; 2],
+                peer_read_hint: 0,
             })),
             rq: CachePadded::new(Mutex::new(RecvQueue {
                 conn: 0,
@@ -850,7 +884,58 @@ impl Ep {
     /// Posts a receive (`dat_ep_post_recv`). Allowed before the connection
     /// is established.
     pub fn post_recv(&self, iov: &[LmrTriplet], cookie: u64, flags: CompletionFlags) -> Result<()> {
-        self.inner.post_recv(iov, cookie, flags)
+        self.inner.post_recv(iov, &mut None, cookie, flags)
+    }
+
+    /// Posts a receive into an owned buffer (see [`crate::buf`]): the
+    /// buffer is the request's until its completion, which hands it back
+    /// in [`DtoCompletion::buf`](crate::DtoCompletion::buf) (whatever the
+    /// status), with the message in its first `transferred_length` bytes.
+    /// Refused (the buffer back in the error) where [`Ep::post_recv`] would
+    /// be, and also for a buffer of another protection zone, with
+    /// `SUPPRESS` (the completion is the buffer's way back), or on an
+    /// endpoint that takes its receives from a shared receive queue.
+    pub fn post_recv_buf(
+        &self,
+        buf: Buf,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> std::result::Result<(), BufRefused> {
+        let mut buf = Some(buf);
+        match self.inner.post_recv(&[], &mut buf, cookie, flags) {
+            Ok(()) => Ok(()),
+            Err(error) => Err(BufRefused {
+                error,
+                buf: buf.expect("a refused post keeps its buffer"),
+            }),
+        }
+    }
+
+    /// Posts a send of the first `len` bytes of an owned buffer (see
+    /// [`crate::buf`]): the buffer is the request's until its completion,
+    /// which hands it back in [`DtoCompletion::buf`](crate::DtoCompletion::buf)
+    /// whatever the status. Refused (the buffer back in the error) where
+    /// [`Ep::post_send`] would be, and also for a buffer of another
+    /// protection zone, `len` beyond the buffer, or with `SUPPRESS` or
+    /// `UNSIGNALLED` (the completion is the buffer's way back).
+    pub fn post_send_buf(
+        &self,
+        buf: Buf,
+        len: usize,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> std::result::Result<(), BufRefused> {
+        let mut buf = Some(buf);
+        match self
+            .inner
+            .post_with(WrOp::Send, &[], (&mut buf, len), cookie, flags, |_| Ok(()))
+        {
+            Ok(()) => Ok(()),
+            Err(error) => Err(BufRefused {
+                error,
+                buf: buf.expect("a refused post keeps its buffer"),
+            }),
+        }
     }
 
     /// Posts a send (`dat_ep_post_send`).
@@ -950,7 +1035,7 @@ impl Ep {
         // Rotate the key once the request is sure to be queued (a refused
         // bind leaves the window as it was): the old context is dead from
         // here on; the new one is unbound until the work request executes.
-        inner.post_with(op, &[], cookie, flags, |op| {
+        inner.post_with(op, &[], (&mut None, 0), cookie, flags, |op| {
             // `rekey` runs its closure under the table's write lock: take the
             // old parent out there, release it after the lock is dropped.
             let mut old_parent = None;
@@ -1012,7 +1097,7 @@ impl Ep {
             new_ctx: 0,
         }));
         let mut new_ctx = 0;
-        inner.post_with(op, &[], cookie, flags, |op| {
+        inner.post_with(op, &[], (&mut None, 0), cookie, flags, |op| {
             let ctx = self.fmr_rekey(lmr, old)?;
             op.set_new_ctx(ctx);
             new_ctx = ctx;
@@ -1043,23 +1128,24 @@ impl Ep {
             new_ctx: 0,
         }));
         let mut new_ctx = 0;
-        self.inner.post_with(op, &[], cookie, flags, |op| {
-            // Reserve the next key now (it is returned), apply it when the
-            // request executes: requests queued before the invalidate (a
-            // map, a transfer) still see the current key.
-            let k = self
-                .inner
-                .ia
-                .mem
-                .next_key(old)
-                .ok_or(Error::InsufficientResources {
-                    resource: Subtype::ResourceMemoryRegion,
-                    what: "the fast-registration LMR ran out of keys",
-                })?;
-            op.set_new_ctx(k);
-            new_ctx = k;
-            Ok(())
-        })?;
+        self.inner
+            .post_with(op, &[], (&mut None, 0), cookie, flags, |op| {
+                // Reserve the next key now (it is returned), apply it when the
+                // request executes: requests queued before the invalidate (a
+                // map, a transfer) still see the current key.
+                let k = self
+                    .inner
+                    .ia
+                    .mem
+                    .next_key(old)
+                    .ok_or(Error::InsufficientResources {
+                        resource: Subtype::ResourceMemoryRegion,
+                        what: "the fast-registration LMR ran out of keys",
+                    })?;
+                op.set_new_ctx(k);
+                new_ctx = k;
+                Ok(())
+            })?;
         Ok(new_ctx)
     }
 
@@ -1126,7 +1212,34 @@ impl EpInner {
         cookie: u64,
         flags: CompletionFlags,
     ) -> Result<()> {
-        self.post_with(op, iov, cookie, flags, |_| Ok(()))
+        self.post_with(op, iov, (&mut None, 0), cookie, flags, |_| Ok(()))
+    }
+
+    /// The checks of a post of an owned buffer (`len` bytes of it, for a
+    /// send): of this endpoint's zone, not too long, and with a completion
+    /// that is always delivered (the buffer comes back only with it).
+    fn check_buf(&self, buf: &Buf, len: usize, flags: CompletionFlags, recv: bool) -> Result<()> {
+        if buf.pz() != self.pz.inner.id {
+            return Err(Error::ProtectionViolation(Subtype::NoSubtype));
+        }
+        let quiet = if recv {
+            CompletionFlags::SUPPRESS
+        } else {
+            CompletionFlags::SUPPRESS | CompletionFlags::UNSIGNALLED
+        };
+        if flags.0 & quiet.0 != 0 {
+            return Err(Error::param(
+                4,
+                "an owned buffer comes back with its completion: it cannot be suppressed",
+            ));
+        }
+        if len > buf.len() {
+            return Err(Error::param(2, "longer than the buffer"));
+        }
+        if len as u64 > self.attr.max_message_size {
+            return Err(Error::Length("transfer larger than the endpoint's maximum"));
+        }
+        Ok(())
     }
 
     /// The first checks of a post: the endpoint is live, the flags known.
@@ -1162,9 +1275,11 @@ impl EpInner {
     /// Posts a receive: checked, its completion reserved and queued under
     /// the endpoint's lock (built in place, as queued), then the transport
     /// is kicked (a peer's send may wait for it).
+    #[inline]
     fn post_recv(
         self: &Arc<Self>,
         iov: &[LmrTriplet],
+        buf: &mut Option<Buf>,
         cookie: u64,
         flags: CompletionFlags,
     ) -> Result<()> {
@@ -1185,6 +1300,9 @@ impl EpInner {
             }
         };
         Self::check_list(iov, self.attr.max_recv_iov, self.attr.max_message_size)?;
+        if let Some(b) = buf {
+            self.check_buf(b, 0, flags, true)?;
+        }
         #[cfg(test)]
         if let Some(f) = test_hooks::POST_RECV_GAP.with(|h| h.borrow_mut().take()) {
             f();
@@ -1222,6 +1340,7 @@ impl EpInner {
                 cookie,
                 flags,
                 res,
+                buf: buf.take(),
             });
             p.total += 1;
             // The next receive probably goes just after this one.
@@ -1245,14 +1364,18 @@ impl EpInner {
         self: &Arc<Self>,
         mut op: WrOp,
         iov: &[LmrTriplet],
+        (buf, buf_len): (&mut Option<Buf>, usize),
         cookie: u64,
         flags: CompletionFlags,
         prepare: impl FnOnce(&mut WrOp) -> Result<()>,
     ) -> Result<()> {
         if matches!(op, WrOp::Recv) {
-            return self.post_recv(iov, cookie, flags);
+            return self.post_recv(iov, buf, cookie, flags);
         }
         self.check_post(flags)?;
+        if let Some(b) = buf {
+            self.check_buf(b, buf_len, flags, false)?;
+        }
         let evd = self.request_evd.as_ref().ok_or_else(|| {
             Error::state(
                 Subtype::InvalidStateEpEvdRequest,
@@ -1289,6 +1412,8 @@ impl EpInner {
             flags,
             res,
             not_before,
+            buf: buf.take(),
+            buf_len,
         };
         // The transport executes or queues it and goes on under the same
         // lock.
@@ -1300,12 +1425,23 @@ impl EpInner {
     pub(crate) fn complete(&self, wr: Wr, status: DtoStatus, len: u64) {
         let is_recv = matches!(wr.op, WrOp::Recv);
         let op = wr.op.dto_op();
-        self.complete_parts(is_recv, op, wr.cookie, wr.flags, wr.res, status, len);
+        self.complete_parts(
+            is_recv, op, wr.cookie, wr.flags, wr.res, status, len, wr.buf,
+        );
     }
 
     /// Completes a queued receive with `status` and `len` bytes transferred.
     pub(crate) fn complete_recv(&self, r: RecvWr, status: DtoStatus, len: u64) {
-        self.complete_parts(true, DtoOp::Receive, r.cookie, r.flags, r.res, status, len);
+        self.complete_parts(
+            true,
+            DtoOp::Receive,
+            r.cookie,
+            r.flags,
+            r.res,
+            status,
+            len,
+            r.buf,
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1319,6 +1455,7 @@ impl EpInner {
         res: Reservation,
         status: DtoStatus,
         len: u64,
+        buf: Option<Buf>,
     ) {
         let evd = if is_recv {
             self.recv_evd.as_ref()
@@ -1332,14 +1469,16 @@ impl EpInner {
                 // Receives: SUPPRESS drops a success; UNSIGNALLED, and
                 // SOLICITED_WAIT filled by an unsolicited send, queue it
                 // without notification.
-                if f.contains(CompletionFlags::SUPPRESS) {
+                // (Never with a buffer: it would be lost. Its post refuses
+                // SUPPRESS; this only makes sure.)
+                if f.contains(CompletionFlags::SUPPRESS) && buf.is_none() {
                     evd.release(res);
                     return;
                 }
                 notify = !(f.contains(CompletionFlags::UNSIGNALLED)
                     || (f.contains(CompletionFlags::SOLICITED_WAIT)
                         && !f.contains(CompletionFlags::SOLICITED_ARRIVAL)));
-            } else if f.quiet_on_success() {
+            } else if f.quiet_on_success() && buf.is_none() {
                 evd.release(res);
                 return;
             }
@@ -1351,6 +1490,7 @@ impl EpInner {
             transferred_length: if status.is_success() { len } else { 0 },
             operation: op,
             rmr_context: 0,
+            buf,
         });
         if notify {
             evd.complete(res, ev);

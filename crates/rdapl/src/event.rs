@@ -340,6 +340,11 @@ pub struct DtoCompletion {
     pub operation: DtoOp,
     /// For receive-with-invalidate: the invalidated RMR context.
     pub rmr_context: u32,
+    /// The owned buffer of a request posted with one
+    /// ([`Ep::post_send_buf`](crate::Ep::post_send_buf),
+    /// [`Ep::post_recv_buf`](crate::Ep::post_recv_buf)), handed back
+    /// whatever the status; `None` for requests posted with LMR triplets.
+    pub buf: Option<crate::buf::Buf>,
 }
 
 /// Data of a `DAT_RMR_BIND_COMPLETION_EVENT`.

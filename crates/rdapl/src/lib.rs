@@ -72,6 +72,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod buf;
 pub mod cno;
 pub mod dispatch;
 #[cfg(not(loom))]
@@ -97,6 +98,7 @@ pub mod srq;
 pub mod stream;
 mod sync;
 
+pub use buf::{Buf, BufRefused};
 pub use cno::{Cno, CnoHandle};
 #[cfg(not(loom))]
 pub use dispatch::Dispatcher;

@@ -1359,6 +1359,91 @@ fn copy_general(
     Ok(n)
 }
 
+/// The spans' distinct regions locked, in id order, for writing (`write`)
+/// or reading, each checked live under its lock: `None` (and every lock
+/// released) if one is retired.
+fn lock_regions<'a>(
+    spans: &[SpanRef<'a>],
+    write: bool,
+) -> Option<smallvec::SmallVec<[(u64, RegionLockGuard<'a>); 4]>> {
+    let mut regions: smallvec::SmallVec<[&'a Region; 4]> = smallvec::SmallVec::new();
+    for s in spans {
+        if !regions.iter().any(|r| r.id == s.region.id) {
+            regions.push(s.region);
+        }
+    }
+    regions.sort_by_key(|r| r.id);
+    regions
+        .iter()
+        .map(|r| {
+            let g = if write {
+                r.try_write().map(RegionLockGuard::W)
+            } else {
+                r.try_read().map(RegionLockGuard::R)
+            };
+            g.map(|g| (r.id, g))
+        })
+        .collect()
+}
+
+/// A read or write guard of a region.
+enum RegionLockGuard<'a> {
+    R(RegionRead<'a>),
+    W(RegionWrite<'a>),
+}
+
+/// Copies `min(src.len(), total(dst))` bytes of an owned buffer into the
+/// `dst` spans, in order, every sink region locked for writing: if one is
+/// retired, no byte moves (`Retired::dst`).
+pub(crate) fn copy_from_buf(
+    src: &[u8],
+    dst: &[SpanRef<'_>],
+) -> std::result::Result<usize, Retired> {
+    let retired = Retired {
+        src: false,
+        dst: true,
+    };
+    let mut guards = lock_regions(dst, true).ok_or(retired)?;
+    let mut done = 0;
+    for d in dst {
+        if done == src.len() {
+            break;
+        }
+        let n = d.len.min(src.len() - done);
+        if let Some((_, RegionLockGuard::W(w))) = guards.iter_mut().find(|g| g.0 == d.region.id) {
+            w[d.offset..d.offset + n].copy_from_slice(&src[done..done + n]);
+        }
+        done += n;
+    }
+    Ok(done)
+}
+
+/// Copies `min(total(src), dst.len())` bytes of the `src` spans, in order,
+/// into an owned buffer, every source region locked for reading: if one is
+/// retired, no byte moves (`Retired::src`).
+pub(crate) fn copy_into_buf(
+    src: &[SpanRef<'_>],
+    dst: &mut [u8],
+) -> std::result::Result<usize, Retired> {
+    let retired = Retired {
+        src: true,
+        dst: false,
+    };
+    let guards = lock_regions(src, false).ok_or(retired)?;
+    let mut done = 0;
+    for s in src {
+        if done == dst.len() {
+            break;
+        }
+        let n = s.len.min(dst.len() - done);
+        if let Some((_, RegionLockGuard::R(r))) = guards.iter().find(|g| g.0 == s.region.id) {
+            dst[done..done + n].copy_from_slice(&r[s.offset..s.offset + n]);
+        }
+        done += n;
+    }
+    Ok(done)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1631,6 +1716,59 @@ mod tests {
         }];
         assert_eq!(copy_spans(&s, &d), Ok(4));
         assert_eq!(&*a.read(), &[0, 1, 2, 3, 4, 5, 0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn owned_buffers_scatter_and_gather_all_or_nothing() {
+        let a = Region::zeroed(10);
+        let b = Region::zeroed(4);
+        fn span(region: &Region, offset: usize, len: usize) -> SpanRef<'_> {
+            SpanRef {
+                region,
+                offset,
+                len,
+            }
+        }
+        // Scatter a buffer over two regions (and a zero-length piece).
+        let dst = [
+            span(&a, 1, 3),
+            span(&b, 0, 0),
+            span(&b, 2, 2),
+            span(&a, 8, 2),
+        ];
+        assert_eq!(copy_from_buf(b"wxyz!", &dst), Ok(5));
+        assert_eq!(&*a.read(), &[0, b'w', b'x', b'y', 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&*b.read(), &[0, 0, b'z', b'!']);
+        assert_eq!(copy_from_buf(b"0123456789", &dst), Ok(7));
+        assert_eq!(&*a.read(), &[0, b'0', b'1', b'2', 0, 0, 0, 0, b'5', b'6']);
+        assert_eq!(&*b.read(), &[0, 0, b'3', b'4']);
+        // Gather them back, as far as the buffer goes.
+        let mut out = [0u8; 4];
+        assert_eq!(copy_into_buf(&dst, &mut out), Ok(4));
+        assert_eq!(&out, b"0123");
+        let mut big = [9u8; 8];
+        assert_eq!(copy_into_buf(&dst, &mut big), Ok(7));
+        assert_eq!(&big, b"0123456\x09");
+        // One region retired: no byte moves, on either side.
+        b.retire();
+        let before = a.read().to_vec();
+        assert_eq!(
+            copy_from_buf(b"ABCDE", &dst),
+            Err(Retired {
+                src: false,
+                dst: true
+            })
+        );
+        assert_eq!(*a.read(), *before);
+        let mut out = [7u8; 5];
+        assert_eq!(
+            copy_into_buf(&dst, &mut out),
+            Err(Retired {
+                src: true,
+                dst: false
+            })
+        );
+        assert_eq!(out, [7; 5]);
     }
 
     #[test]

@@ -27,6 +27,7 @@
 //! safe: a destructor alone is not guaranteed to run. Raw memory for the C
 //! ABI goes through the `unsafe` [`Region::from_raw`].
 
+use crate::buf::Buf;
 use crate::error::{Error, Result, Subtype};
 use crate::event::PzHandle;
 use crate::ia::{Ia, IaInner};
@@ -100,6 +101,33 @@ impl Pz {
         }
         self.inner.freed.store(true, Ordering::SeqCst);
         self.inner.ia.live.pzs.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// An owned buffer of `len` zeroed bytes in this zone, for
+    /// [`Ep::post_send_buf`](crate::Ep::post_send_buf) and
+    /// [`Ep::post_recv_buf`](crate::Ep::post_recv_buf) (see [`crate::buf`]).
+    /// Refused like an LMR larger than `max_lmr_block_size`.
+    pub fn buf_create(&self, len: usize) -> Result<Buf> {
+        self.check_buf_len(len)?;
+        Ok(Buf::zeroed(self.inner.id, len))
+    }
+
+    /// An owned buffer of this zone holding a copy of `data` (see
+    /// [`Pz::buf_create`]).
+    pub fn buf_from(&self, data: &[u8]) -> Result<Buf> {
+        self.check_buf_len(data.len())?;
+        Ok(Buf::new(self.inner.id, data))
+    }
+
+    fn check_buf_len(&self, len: usize) -> Result<()> {
+        self.check_live()?;
+        if len as u64 > self.inner.ia.attr.max_lmr_block_size {
+            return Err(Error::InsufficientResources {
+                resource: Subtype::ResourceMemoryRegion,
+                what: "buffer larger than max_lmr_block_size",
+            });
+        }
         Ok(())
     }
 

@@ -104,6 +104,7 @@ fn dto(producer: u64, seq: u64) -> Event {
         transferred_length: 0,
         operation: DtoOp::Send,
         rmr_context: 0,
+        buf: None,
     })
 }
 

@@ -895,13 +895,26 @@ fn send_locked<R: Request>(
     if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
         rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
     }
-    let len = mem::total(&src);
-    if len > mem::total(&dst) {
+    // (An owned buffer's list is empty: its bytes stand in for it.)
+    let len = wr.src_buf().map_or_else(|| mem::total(&src), <[u8]>::len);
+    let room = rwr
+        .buf
+        .as_ref()
+        .map_or_else(|| mem::total(&dst), |d| d.len());
+    if len > room {
         wr.complete(a, DtoStatus::RemoteResponder, 0);
         b.complete_recv(rwr, DtoStatus::LocalLength, 0);
         return Ok(Step::Broken);
     }
-    let copied = mem::copy_refs(&src, &dst);
+    let copied = match (wr.src_buf(), rwr.buf.as_deref_mut()) {
+        (None, None) => mem::copy_refs(&src, &dst),
+        (Some(s), None) => mem::copy_from_buf(s, &dst),
+        (None, Some(d)) => mem::copy_into_buf(&src, d),
+        (Some(s), Some(d)) => {
+            d[..s.len()].copy_from_slice(s);
+            Ok(s.len())
+        }
+    };
     drop(dst);
     match copied {
         Ok(_) => {
@@ -954,6 +967,7 @@ fn send_fast<R: Request>(
     for h in ca.peer_hints {
         crate::evd::prefetch_write(h as *const u8);
     }
+    crate::evd::prefetch_read(ca.peer_read_hint as *const u8);
     let mut guard = b.rq.lock();
     let rq = &mut *guard;
     // Of another connection (`b`'s ended): as in `send`.
@@ -962,16 +976,20 @@ fn send_fast<R: Request>(
     }
     // (None: `send` decides, and marks that a receive is wanted.)
     rq.refill(b, false);
-    let Some(rwr) = rq.recvs.front() else {
+    let Some(rwr) = rq.recvs.front_mut() else {
         return Err(wr);
     };
-    if let [d] = &rwr.iov[..] {
-        // The receive buffer, by its address (a hint cannot fault).
-        crate::evd::prefetch_write(d.virtual_address as usize as *const u8);
-    }
-    let Some((n, dst_lock)) =
+    let copied = if wr.src_buf().is_none() && rwr.buf.is_none() {
+        if let [d] = &rwr.iov[..] {
+            // The receive buffer, by its address (a hint cannot fault).
+            crate::evd::prefetch_write(d.virtual_address as usize as *const u8);
+        }
         copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
-    else {
+    } else {
+        // An owned buffer on one side at least: no region lock to hint.
+        copy_one_owned(a, b, (&mut ca.keys, &mut rq.keys), &wr, rwr).map(|n| (n, 0))
+    };
+    let Some((n, dst_lock)) = copied else {
         return Err(wr);
     };
     let mut rwr = rq.pop().expect("head");
@@ -991,6 +1009,14 @@ fn send_fast<R: Request>(
     }
     // The receiver waits for its completion: it goes first.
     b.complete_recv(rwr, DtoStatus::Success, n);
+    // The next head receive's owned buffer: its lines as hints too (read
+    // only now, the receiver already on its way).
+    ca.peer_read_hint = 0;
+    if let Some(next) = rq.recvs.front().and_then(|r| r.buf.as_ref()) {
+        let (header, bytes) = next.hint_addrs();
+        ca.peer_hints[1] = bytes;
+        ca.peer_read_hint = header;
+    }
     b.publish_taken(rq);
     drop(guard);
     wr.complete(a, DtoStatus::Success, n);
@@ -1047,6 +1073,59 @@ fn copy_one_cached(
     )?;
     let dst_lock = dst.region.lock_addr();
     mem::copy_one(src, dst).ok().map(|n| (n as u64, dst_lock))
+}
+
+/// [`copy_one_cached`] with an owned buffer on one side at least (the
+/// other: one buffer, key cached or read now, granted, region live): the
+/// bytes copied; `None` (and no byte moved) otherwise, or if the receive
+/// is too short.
+fn copy_one_owned<R: Request>(
+    a: &EpInner,
+    b: &EpInner,
+    (ka, kb): (&mut KeyCache, &mut KeyCache),
+    wr: &R,
+    rwr: &mut RecvWr,
+) -> Option<u64> {
+    let n = match (wr.src_buf(), rwr.buf.as_deref_mut()) {
+        (Some(s), Some(d)) => {
+            d.get_mut(..s.len())?.copy_from_slice(s);
+            s.len()
+        }
+        (Some(s), None) => {
+            let [d] = &rwr.iov[..] else { return None };
+            if (d.segment_length as usize) < s.len() {
+                return None;
+            }
+            let dst = b.ia.mem.resolve_one_cached(
+                kb,
+                d.lmr_context,
+                d.virtual_address,
+                d.segment_length,
+                MemPriv::LOCAL_WRITE,
+                b.pz.inner.id,
+                true,
+            )?;
+            mem::copy_from_buf(s, &[dst]).ok()?
+        }
+        (None, Some(d)) => {
+            let [s] = wr.iov() else { return None };
+            if s.segment_length as usize > d.len() {
+                return None;
+            }
+            let src = a.ia.mem.resolve_one_cached(
+                ka,
+                s.lmr_context,
+                s.virtual_address,
+                s.segment_length,
+                MemPriv::LOCAL_READ,
+                a.pz.inner.id,
+                true,
+            )?;
+            mem::copy_into_buf(&[src], d).ok()?
+        }
+        (None, None) => return None,
+    };
+    Some(n as u64)
 }
 
 /// An RDMA write (`write`) or read of `a`'s request `wr` against `r` on the
@@ -1121,6 +1200,7 @@ fn take_recv(b: &EpInner, rq: &mut RecvQueue) -> Option<RecvWr> {
             cookie: s.cookie,
             flags: s.flags,
             res,
+            buf: None,
         }
     };
     srq.inner.check_watermark();

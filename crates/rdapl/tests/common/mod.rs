@@ -217,6 +217,7 @@ pub fn dto_event(ep: u64, cookie: u64, operation: DtoOp, transferred_length: u64
         transferred_length,
         operation,
         rmr_context: 0,
+        buf: None,
     })
 }
 
