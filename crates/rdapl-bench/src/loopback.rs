@@ -596,27 +596,7 @@ impl Peer for Messenger {
     }
 
     fn recv(&mut self, hard: Instant) -> Option<u64> {
-        if !self.blocking {
-            return spin_poll(hard, || match self.evd.dequeue() {
-                Ok(Some(ev)) => self.on_event(ev),
-                Ok(None) => Ok(None),
-                Err(_) => Err(()),
-            });
-        }
-        // Bounded: every `wait` returns by `hard`, and each turn consumes
-        // an event or gives up.
-        loop {
-            let now = Instant::now();
-            if now >= hard {
-                return None;
-            }
-            let ev = self.evd.wait(Some(hard - now), 1).ok()?.0;
-            match self.on_event(ev) {
-                Ok(Some(v)) => return Some(v),
-                Ok(None) => {}
-                Err(()) => return None,
-            }
-        }
+        next_value(&self.evd, self.blocking, hard, |ev| self.on_event(ev))
     }
 }
 
@@ -708,25 +688,40 @@ impl Peer for BufMessenger {
 
     fn recv(&mut self, hard: Instant) -> Option<u64> {
         let (evd, ep, send_buf) = (&self.evd, &self.ep, &mut self.send_buf);
-        if !self.blocking {
-            return spin_poll(hard, || match evd.dequeue() {
-                Ok(Some(ev)) => BufMessenger::on_event(ep, send_buf, ev),
-                Ok(None) => Ok(None),
-                Err(_) => Err(()),
-            });
+        next_value(evd, self.blocking, hard, |ev| {
+            BufMessenger::on_event(ep, send_buf, ev)
+        })
+    }
+}
+
+/// The next value received on `evd` (busy `dequeue`, or blocking `wait`
+/// if `blocking`), each event handled by `on_event` (`Some`: a value,
+/// `None`: the side's own send completion, `Err`: a failure); `None` on
+/// failure or once `hard` passed. Bounded: every `wait` returns by `hard`,
+/// and each turn consumes an event or gives up.
+fn next_value(
+    evd: &Evd,
+    blocking: bool,
+    hard: Instant,
+    mut on_event: impl FnMut(Event) -> Result<Option<u64>, ()>,
+) -> Option<u64> {
+    if !blocking {
+        return spin_poll(hard, || match evd.dequeue() {
+            Ok(Some(ev)) => on_event(ev),
+            Ok(None) => Ok(None),
+            Err(_) => Err(()),
+        });
+    }
+    loop {
+        let now = Instant::now();
+        if now >= hard {
+            return None;
         }
-        // Bounded as `Messenger::recv`.
-        loop {
-            let now = Instant::now();
-            if now >= hard {
-                return None;
-            }
-            let ev = evd.wait(Some(hard - now), 1).ok()?.0;
-            match BufMessenger::on_event(ep, send_buf, ev) {
-                Ok(Some(v)) => return Some(v),
-                Ok(None) => {}
-                Err(()) => return None,
-            }
+        let ev = evd.wait(Some(hard - now), 1).ok()?.0;
+        match on_event(ev) {
+            Ok(Some(v)) => return Some(v),
+            Ok(None) => {}
+            Err(()) => return None,
         }
     }
 }
@@ -853,35 +848,16 @@ fn serial<P: Peer>(mut me: P, mut echo: P, p: &Params) -> Run {
 /// [`run_half_rtt`] with both ends in this thread (see `serial`); for the
 /// non-blocking methods only (a blocking one is run non-blocking).
 pub fn run_half_rtt_serial(m: Method, p: &Params) -> Run {
-    let failed = Run {
-        failed: true,
-        ..Run::default()
-    };
     match m {
         Method::RdaplBufPoll | Method::RdaplBufWait => {
-            let Ok(pair) = Pair::connect(p.capacity) else {
-                return failed;
-            };
-            match (
-                BufMessenger::new(&pair.client, p.recv_depth, false),
-                BufMessenger::new(&pair.server, p.recv_depth, false),
-            ) {
-                (Ok(me), Ok(echo)) => serial(me, echo, p),
-                _ => failed,
-            }
+            loopback_pingpong(m, p, |s| BufMessenger::new(s, p.recv_depth, false), serial)
         }
-        Method::RdaplPoll | Method::RdaplWait => {
-            let Ok(pair) = Pair::connect(p.capacity) else {
-                return failed;
-            };
-            match (
-                Messenger::new(&pair.client, p.recv_depth, false),
-                Messenger::new(&pair.server, p.recv_depth, false),
-            ) {
-                (Ok(me), Ok(echo)) => serial(me, echo, p),
-                _ => failed,
-            }
-        }
+        Method::RdaplPoll | Method::RdaplWait => loopback_pingpong(
+            m,
+            p,
+            |s| Messenger::new(s, p.recv_depth, false).map_err(|e| e.to_string()),
+            serial,
+        ),
         Method::CrossbeamPoll | Method::CrossbeamBlocking => {
             let (t1, r1) = crossbeam_channel::bounded(p.capacity);
             let (t2, r2) = crossbeam_channel::bounded(p.capacity);
@@ -895,59 +871,52 @@ pub fn run_half_rtt_serial(m: Method, p: &Params) -> Run {
     }
 }
 
+/// `drive` ([`pingpong`] or [`serial`]) between the two ends of a new
+/// connected pair, each end made by `end`; setup errors are printed and
+/// make the run `failed`.
+fn loopback_pingpong<P: Peer>(
+    m: Method,
+    p: &Params,
+    end: impl Fn(&Side) -> Result<P, String>,
+    drive: fn(P, P, &Params) -> Run,
+) -> Run {
+    let failed = || Run {
+        failed: true,
+        ..Run::default()
+    };
+    let pair = match Pair::connect(p.capacity) {
+        Ok(pair) => pair,
+        Err(e) => {
+            eprintln!("loopback {}: setup failed: {e}", m.name());
+            return failed();
+        }
+    };
+    match (end(&pair.client), end(&pair.server)) {
+        (Ok(me), Ok(echo)) => drive(me, echo, p),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("loopback {}: setting up the buffers: {e}", m.name());
+            failed()
+        }
+    }
+}
+
 /// Runs one ping-pong method once; `Run::samples` are round trips (ns).
 /// Setup errors are printed to stderr and make the run `failed`.
 pub fn run_half_rtt(m: Method, p: &Params) -> Run {
     let blocking = m.blocking();
     match m {
-        Method::RdaplBufPoll | Method::RdaplBufWait => {
-            let pair = match Pair::connect(p.capacity) {
-                Ok(pair) => pair,
-                Err(e) => {
-                    eprintln!("loopback {}: setup failed: {e}", m.name());
-                    return Run {
-                        failed: true,
-                        ..Run::default()
-                    };
-                }
-            };
-            let me = BufMessenger::new(&pair.client, p.recv_depth, blocking);
-            let echo = BufMessenger::new(&pair.server, p.recv_depth, blocking);
-            match (me, echo) {
-                (Ok(me), Ok(echo)) => pingpong(me, echo, p),
-                (Err(e), _) | (_, Err(e)) => {
-                    eprintln!("loopback {}: creating buffers: {e}", m.name());
-                    Run {
-                        failed: true,
-                        ..Run::default()
-                    }
-                }
-            }
-        }
-        Method::RdaplPoll | Method::RdaplWait => {
-            let pair = match Pair::connect(p.capacity) {
-                Ok(pair) => pair,
-                Err(e) => {
-                    eprintln!("loopback {}: setup failed: {e}", m.name());
-                    return Run {
-                        failed: true,
-                        ..Run::default()
-                    };
-                }
-            };
-            let me = Messenger::new(&pair.client, p.recv_depth, blocking);
-            let echo = Messenger::new(&pair.server, p.recv_depth, blocking);
-            match (me, echo) {
-                (Ok(me), Ok(echo)) => pingpong(me, echo, p),
-                (Err(e), _) | (_, Err(e)) => {
-                    eprintln!("loopback {}: registering buffers: {e}", m.name());
-                    Run {
-                        failed: true,
-                        ..Run::default()
-                    }
-                }
-            }
-        }
+        Method::RdaplBufPoll | Method::RdaplBufWait => loopback_pingpong(
+            m,
+            p,
+            |s| BufMessenger::new(s, p.recv_depth, blocking),
+            pingpong,
+        ),
+        Method::RdaplPoll | Method::RdaplWait => loopback_pingpong(
+            m,
+            p,
+            |s| Messenger::new(s, p.recv_depth, blocking).map_err(|e| e.to_string()),
+            pingpong,
+        ),
         Method::CrossbeamPoll | Method::CrossbeamBlocking => {
             let (t1, r1) = crossbeam_channel::bounded(p.capacity);
             let (t2, r2) = crossbeam_channel::bounded(p.capacity);

@@ -3,29 +3,9 @@
 
 mod common;
 
-use common::{T, next, next_cr, next_dto, open};
+use common::{T, next, next_cr, next_dto, side};
 use rdapl::*;
 use std::time::Duration;
-
-/// One side: an IA, a PZ, one EVD for every stream, and an endpoint.
-struct Side {
-    ia: Ia,
-    pz: Pz,
-    evd: Evd,
-    ep: Ep,
-}
-
-fn side(addr: &str) -> Side {
-    let ia = open(addr);
-    let pz = ia.pz_create().unwrap();
-    let evd = ia
-        .evd_create(256, EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR)
-        .unwrap();
-    let ep = ia
-        .ep_create(&pz, Some(&evd), Some(&evd), Some(&evd), None)
-        .unwrap();
-    Side { ia, pz, evd, ep }
-}
 
 #[test]
 fn connect_send_rdma_disconnect() {

@@ -5,27 +5,8 @@
 
 mod common;
 
-use common::{T, empty, next, next_cr, next_dto, open};
+use common::{Side, T, empty, next, next_cr, next_dto, side};
 use rdapl::*;
-
-struct Side {
-    ia: Ia,
-    pz: Pz,
-    evd: Evd,
-    ep: Ep,
-}
-
-fn side(addr: &str) -> Side {
-    let ia = open(addr);
-    let pz = ia.pz_create().unwrap();
-    let evd = ia
-        .evd_create(256, EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR)
-        .unwrap();
-    let ep = ia
-        .ep_create(&pz, Some(&evd), Some(&evd), Some(&evd), None)
-        .unwrap();
-    Side { ia, pz, evd, ep }
-}
 
 /// A connected pair (server, client) on `qual`.
 fn pair(s_addr: &str, c_addr: &str, qual: u64) -> (Side, Side, Psp) {

@@ -1053,26 +1053,30 @@ fn copy_one_cached(
     if s.segment_length == 0 || d.segment_length < s.segment_length {
         return None;
     }
-    let src = a.ia.mem.resolve_one_cached(
-        ka,
-        s.lmr_context,
-        s.virtual_address,
-        s.segment_length,
-        MemPriv::LOCAL_READ,
-        a.pz.inner.id,
-        true,
-    )?;
-    let dst = b.ia.mem.resolve_one_cached(
-        kb,
-        d.lmr_context,
-        d.virtual_address,
-        d.segment_length,
-        MemPriv::LOCAL_WRITE,
-        b.pz.inner.id,
-        true,
-    )?;
+    let src = resolve_triplet(a, ka, s, MemPriv::LOCAL_READ)?;
+    let dst = resolve_triplet(b, kb, d, MemPriv::LOCAL_WRITE)?;
     let dst_lock = dst.region.lock_addr();
     mem::copy_one(src, dst).ok().map(|n| (n as u64, dst_lock))
+}
+
+/// The span of one triplet `t` of `ep` (its IA's keys, its zone), for
+/// `right`, through `cache`.
+#[inline(always)]
+fn resolve_triplet<'c>(
+    ep: &EpInner,
+    cache: &'c mut KeyCache,
+    t: &crate::mem::LmrTriplet,
+    right: MemPriv,
+) -> Option<crate::mem::SpanRef<'c>> {
+    ep.ia.mem.resolve_one_cached(
+        cache,
+        t.lmr_context,
+        t.virtual_address,
+        t.segment_length,
+        right,
+        ep.pz.inner.id,
+        true,
+    )
 }
 
 /// [`copy_one_cached`] with an owned buffer on one side at least (the
@@ -1096,15 +1100,7 @@ fn copy_one_owned<R: Request>(
             if (d.segment_length as usize) < s.len() {
                 return None;
             }
-            let dst = b.ia.mem.resolve_one_cached(
-                kb,
-                d.lmr_context,
-                d.virtual_address,
-                d.segment_length,
-                MemPriv::LOCAL_WRITE,
-                b.pz.inner.id,
-                true,
-            )?;
+            let dst = resolve_triplet(b, kb, d, MemPriv::LOCAL_WRITE)?;
             mem::copy_from_buf(s, &[dst]).ok()?
         }
         (None, Some(d)) => {
@@ -1112,15 +1108,7 @@ fn copy_one_owned<R: Request>(
             if s.segment_length as usize > d.len() {
                 return None;
             }
-            let src = a.ia.mem.resolve_one_cached(
-                ka,
-                s.lmr_context,
-                s.virtual_address,
-                s.segment_length,
-                MemPriv::LOCAL_READ,
-                a.pz.inner.id,
-                true,
-            )?;
+            let src = resolve_triplet(a, ka, s, MemPriv::LOCAL_READ)?;
             mem::copy_into_buf(&[src], d).ok()?
         }
         (None, None) => return None,

@@ -351,6 +351,28 @@ pub fn rt(ctx: u32, addr: u64, len: u64) -> RmrTriplet {
     }
 }
 
+/// One side: an IA, a PZ, one EVD for every stream (256 entries), and an
+/// endpoint on it.
+pub struct Side {
+    pub ia: Ia,
+    pub pz: Pz,
+    pub evd: Evd,
+    pub ep: Ep,
+}
+
+/// A [`Side`] at `addr`.
+pub fn side(addr: &str) -> Side {
+    let ia = open(addr);
+    let pz = ia.pz_create().unwrap();
+    let evd = ia
+        .evd_create(256, EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR)
+        .unwrap();
+    let ep = ia
+        .ep_create(&pz, Some(&evd), Some(&evd), Some(&evd), None)
+        .unwrap();
+    Side { ia, pz, evd, ep }
+}
+
 /// One side: an IA, a PZ, one EVD per stream and an endpoint on them.
 pub struct Node {
     pub ia: Ia,
