@@ -1335,6 +1335,8 @@ impl EpInner {
             p.recvs.push_back(RecvWr {
                 iov: match iov {
                     [t] => RecvIov::from_buf([*t]),
+                    // (An owned buffer's receive.)
+                    [] => RecvIov::new(),
                     _ => RecvIov::from_slice(iov),
                 },
                 cookie,
