@@ -1301,7 +1301,7 @@ impl EpInner {
         };
         Self::check_list(iov, self.attr.max_recv_iov, self.attr.max_message_size)?;
         if let Some(b) = buf {
-            self.check_buf(b, 0, flags, true)?;
+            self.check_buf(b, b.len(), flags, true)?;
         }
         #[cfg(test)]
         if let Some(f) = test_hooks::POST_RECV_GAP.with(|h| h.borrow_mut().take()) {

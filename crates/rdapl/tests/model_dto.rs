@@ -732,6 +732,14 @@ fn message_and_rdma_size_limits() {
             .post_rdma_write(&[b.triplet(0, 17).unwrap()], r, 3, D),
     );
     len_err(p.c.ep.post_rdma_read(&[b.triplet(0, 17).unwrap()], r, 4, D));
+    // Owned buffers: a send of more, or a receive buffer larger, than the
+    // endpoint's message size (the buffer back with the error).
+    let big = p.c.pz.buf_create(9).unwrap();
+    let e = p.c.ep.post_send_buf(big, 9, 5, D).expect_err("too long");
+    assert!(matches!(e.error, Error::Length(_)), "{e:?}");
+    let e = p.c.ep.post_recv_buf(e.buf, 6, D).expect_err("too long");
+    assert!(matches!(e.error, Error::Length(_)), "{e:?}");
+    assert_eq!(e.buf.len(), 9);
     p.c.ep
         .post_rdma_write(&[b.triplet(0, 16).unwrap()], r, 5, D)
         .unwrap();
