@@ -237,7 +237,6 @@ const _: () = assert!(std::mem::size_of::<RecvWr>() == 64);
 
 impl From<RecvWr> for Wr {
     fn from(r: RecvWr) -> Wr {
-        let buf_len = r.buf.as_ref().map_or(0, |b| b.len());
         Wr {
             op: WrOp::Recv,
             iov: crate::mem::Iov::from_slice(&r.iov),
@@ -246,7 +245,8 @@ impl From<RecvWr> for Wr {
             res: r.res,
             not_before: None,
             buf: r.buf,
-            buf_len,
+            // (Only a send carries bytes of its buffer.)
+            buf_len: 0,
         }
     }
 }

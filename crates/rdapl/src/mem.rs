@@ -1286,20 +1286,16 @@ fn copy_general(
         }
     }
     regions.sort_by_key(|r| r.id);
-    enum G<'a> {
-        R(RegionRead<'a>),
-        W(RegionWrite<'a>),
-    }
-    let mut guards: smallvec::SmallVec<[(u64, G<'_>); 4]> = smallvec::SmallVec::new();
+    let mut guards: smallvec::SmallVec<[(u64, RegionLockGuard<'_>); 4]> = smallvec::SmallVec::new();
     let mut retired = Retired {
         src: false,
         dst: false,
     };
     for u in &regions {
         let g = if u.dst {
-            u.region.try_write().map(G::W)
+            u.region.try_write().map(RegionLockGuard::W)
         } else {
-            u.region.try_read().map(G::R)
+            u.region.try_read().map(RegionLockGuard::R)
         };
         match g {
             Some(g) => guards.push((u.id, g)),
@@ -1312,7 +1308,8 @@ fn copy_general(
     if retired.src || retired.dst {
         return Err(retired);
     }
-    let find = |id: u64, gs: &[(u64, G<'_>)]| gs.iter().position(|g| g.0 == id).unwrap_or(0);
+    let find =
+        |id: u64, gs: &[(u64, RegionLockGuard<'_>)]| gs.iter().position(|g| g.0 == id).unwrap_or(0);
 
     let (mut si, mut so) = (0usize, 0usize);
     let (mut di, mut doff) = (0usize, 0usize);
@@ -1325,7 +1322,7 @@ fn copy_general(
         let gd = find(d.region.id, &guards);
         let (src_at, dst_at) = (s.offset + so, d.offset + doff);
         if gs == gd {
-            if let G::W(w) = &mut guards[gd].1 {
+            if let RegionLockGuard::W(w) = &mut guards[gd].1 {
                 w.copy_within(src_at..src_at + chunk, dst_at);
             }
         } else {
@@ -1337,10 +1334,10 @@ fn copy_general(
                 (&r[0].1, &mut l[gd].1)
             };
             let from: &[u8] = match a {
-                G::R(g) => &g[src_at..src_at + chunk],
-                G::W(g) => &g[src_at..src_at + chunk],
+                RegionLockGuard::R(g) => &g[src_at..src_at + chunk],
+                RegionLockGuard::W(g) => &g[src_at..src_at + chunk],
             };
-            if let G::W(w) = b {
+            if let RegionLockGuard::W(w) = b {
                 w[dst_at..dst_at + chunk].copy_from_slice(from);
             }
         }
@@ -1386,7 +1383,7 @@ fn lock_regions<'a>(
         .collect()
 }
 
-/// A read or write guard of a region.
+/// A read or write guard of a region (the copies that lock several).
 enum RegionLockGuard<'a> {
     R(RegionRead<'a>),
     W(RegionWrite<'a>),
