@@ -6,14 +6,19 @@
 //! `127.x` addresses, one connected endpoint pair; the measuring thread owns
 //! the client endpoint, an echo thread the server endpoint. Each side has
 //! one DTO EVD (receive, request and connection streams), keeps
-//! `recv_depth` 64-byte receives posted and reposts each one as soon as its
-//! completion is consumed; a message is a signalled `post_send` of a 64-byte
-//! registered buffer whose first 8 bytes carry the iteration number (written
-//! with `write_at`, read back from the receive slot with `read_at`). The
-//! sender's own `Send` completion arrives on its EVD before the reply and is
-//! consumed (and checked) on the way. One round trip is timed from before
-//! the initiator's send to after its reply was read and the receive
-//! reposted; the half round trip is half of it.
+//! `recv_depth` 64-byte receives posted, and reposts the ones it consumed
+//! right after its next send: a reply goes out first, and the receive it
+//! answered is replenished after it, as UCX's `rc_verbs` transport does
+//! (it reposts receives after its receive handlers ran, in batches). With 4
+//! receives posted the peer always finds one, and the repost overlaps the
+//! peer's turn instead of delaying the reply. A message is a signalled
+//! `post_send` of a 64-byte registered buffer whose first 8 bytes carry the
+//! iteration number (written with `write_at`, read back from the receive
+//! slot with `read_at`). The sender's own `Send` completion arrives on its
+//! EVD before the reply and is consumed (and checked) on the way. One round
+//! trip is timed from before the initiator's send (and its repost of the
+//! last reply's receive) to after its reply was read; the half round trip
+//! is half of it.
 //!
 //! | method | how a side learns of the next message | peer of its ratio |
 //! |---|---|---|
@@ -35,7 +40,7 @@
 //! half round trip of the same repetition: where that ratio is high, the
 //! two-thread target depends on how slow cross-core transfers are at the
 //! time. Not a strict floor: on two threads part of each side's work (its
-//! own send completion, its repost) overlaps the peer's turn. Context
+//! own send completion, its reposts) overlaps the peer's turn. Context
 //! only, no target.
 //!
 //! **RDMA write and read bandwidth** at every size of `sizes` (4 KiB,
@@ -508,6 +513,9 @@ struct Messenger {
     /// Where receive slot 0 starts in the receive region (slot `k` is
     /// `SLOT` bytes further per `k`).
     recv_off: usize,
+    /// Receive slots consumed and not yet reposted (reposted after the
+    /// next send).
+    consumed: Vec<usize>,
     blocking: bool,
 }
 
@@ -543,6 +551,7 @@ impl Messenger {
             recv_lmr,
             recv_iov,
             recv_off,
+            consumed: Vec::with_capacity(depth),
             blocking,
         };
         for slot in 0..depth {
@@ -560,9 +569,15 @@ impl Messenger {
     }
 
     /// Handles one completion: `Some(v)` for a received message (its slot
-    /// is reposted), `None` for this side's own send completion, `Err` for
-    /// anything else (a failed DTO, a connection event).
-    fn on_event(&self, ev: Event) -> Result<Option<u64>, ()> {
+    /// is set aside, to be reposted after the next send), `None` for this
+    /// side's own send completion, `Err` for anything else (a failed DTO, a
+    /// connection event). (A function of the fields it needs, so that a
+    /// poll loop borrows the EVD and these apart.)
+    fn on_event(
+        (recv_lmr, recv_off, depth): (&Lmr, usize, usize),
+        consumed: &mut Vec<usize>,
+        ev: Event,
+    ) -> Result<Option<u64>, ()> {
         let Event::Dto(d) = ev else { return Err(()) };
         if d.status != DtoStatus::Success {
             return Err(());
@@ -571,14 +586,14 @@ impl Messenger {
             DtoOp::Send => Ok(None),
             DtoOp::Receive if d.transferred_length == MSG as u64 => {
                 let slot = usize::try_from(d.cookie).map_err(|_| ())?;
-                if slot >= self.recv_iov.len() {
+                if slot >= depth || consumed.len() == depth {
                     return Err(());
                 }
                 let mut head = [0u8; 8];
-                self.recv_lmr
-                    .read_at(self.recv_off + slot * SLOT, &mut head)
+                recv_lmr
+                    .read_at(recv_off + slot * SLOT, &mut head)
                     .map_err(|_| ())?;
-                self.repost(slot).map_err(|_| ())?;
+                consumed.push(slot);
                 Ok(Some(value_of(&head)))
             }
             _ => Err(()),
@@ -588,15 +603,34 @@ impl Messenger {
 
 impl Peer for Messenger {
     fn send(&mut self, v: u64) -> bool {
-        self.send_lmr.write_at(self.send_off, &payload(v)).is_ok()
+        let sent = self.send_lmr.write_at(self.send_off, &payload(v)).is_ok()
             && self
                 .ep
                 .post_send(&self.send_iov, v, CompletionFlags::DEFAULT)
-                .is_ok()
+                .is_ok();
+        // The reply first, then the receives it consumed (see the module
+        // documentation).
+        let mut reposted = sent;
+        while let Some(slot) = self.consumed.pop() {
+            reposted &= self.repost(slot).is_ok();
+        }
+        reposted
     }
 
     fn recv(&mut self, hard: Instant) -> Option<u64> {
-        next_value(&self.evd, self.blocking, hard, |ev| self.on_event(ev))
+        let Messenger {
+            evd,
+            recv_lmr,
+            recv_iov,
+            recv_off,
+            consumed,
+            blocking,
+            ..
+        } = self;
+        let recv = (&*recv_lmr, *recv_off, recv_iov.len());
+        next_value(evd, *blocking, hard, |ev| {
+            Messenger::on_event(recv, consumed, ev)
+        })
     }
 }
 
@@ -612,13 +646,19 @@ struct BufMessenger {
     evd: Evd,
     /// The send buffer, while no send of it is outstanding.
     send_buf: Option<Buf>,
+    /// Receive buffers consumed and not yet reposted (reposted after the
+    /// next send), with their cookies.
+    consumed: Vec<(Buf, u64)>,
+    /// How many receive buffers it has.
+    depth: usize,
     blocking: bool,
 }
 
 impl BufMessenger {
     /// A send buffer and `depth` posted receive buffers on `side`.
     fn new(side: &Side, depth: usize, blocking: bool) -> Result<BufMessenger, String> {
-        for slot in 0..depth.max(1) {
+        let depth = depth.max(1);
+        for slot in 0..depth {
             let b = side.pz.buf_create(MSG).map_err(|e| e.to_string())?;
             side.ep
                 .post_recv_buf(b, slot as u64, CompletionFlags::DEFAULT)
@@ -628,14 +668,21 @@ impl BufMessenger {
             ep: side.ep.clone(),
             evd: side.evd.clone(),
             send_buf: Some(side.pz.buf_create(MSG).map_err(|e| e.to_string())?),
+            consumed: Vec::with_capacity(depth),
+            depth,
             blocking,
         })
     }
 
     /// As [`Messenger::on_event`]; the send completion gives the send
-    /// buffer back (into `send_buf`). (A function of the fields it needs,
-    /// so that a poll loop borrows the EVD and these apart.)
-    fn on_event(ep: &Ep, send_buf: &mut Option<Buf>, ev: Event) -> Result<Option<u64>, ()> {
+    /// buffer back (into `send_buf`), a received buffer goes to
+    /// `consumed` (at most `depth` of them).
+    fn on_event(
+        send_buf: &mut Option<Buf>,
+        consumed: &mut Vec<(Buf, u64)>,
+        depth: usize,
+        ev: Event,
+    ) -> Result<Option<u64>, ()> {
         let Event::Dto(d) = ev else { return Err(()) };
         if d.status != DtoStatus::Success {
             return Err(());
@@ -646,10 +693,9 @@ impl BufMessenger {
                 *send_buf = Some(buf);
                 Ok(None)
             }
-            DtoOp::Receive if d.transferred_length == MSG as u64 => {
+            DtoOp::Receive if d.transferred_length == MSG as u64 && consumed.len() < depth => {
                 let v = value_of(&buf);
-                ep.post_recv_buf(buf, d.cookie, CompletionFlags::DEFAULT)
-                    .map_err(|_| ())?;
+                consumed.push((buf, d.cookie));
                 Ok(Some(v))
             }
             _ => Err(()),
@@ -664,9 +710,10 @@ impl Peer for BufMessenger {
         // before this message, so any other event is a failure).
         if self.send_buf.is_none() {
             let hard = Instant::now() + SEND_BUF_WAIT;
-            let (evd, ep, send_buf) = (&self.evd, &self.ep, &mut self.send_buf);
+            let (evd, send_buf) = (&self.evd, &mut self.send_buf);
+            let (consumed, depth) = (&mut self.consumed, self.depth);
             let back = spin_poll(hard, || match evd.dequeue() {
-                Ok(Some(ev)) => match BufMessenger::on_event(ep, send_buf, ev) {
+                Ok(Some(ev)) => match BufMessenger::on_event(send_buf, consumed, depth, ev) {
                     Ok(None) => Ok(send_buf.is_some().then_some(())),
                     _ => Err(()),
                 },
@@ -681,15 +728,27 @@ impl Peer for BufMessenger {
             return false;
         };
         b.copy_from_slice(&payload(v));
-        self.ep
+        let sent = self
+            .ep
             .post_send_buf(b, MSG, v, CompletionFlags::DEFAULT)
-            .is_ok()
+            .is_ok();
+        // The reply first, then the receives it consumed (see the module
+        // documentation).
+        let mut reposted = sent;
+        while let Some((b, cookie)) = self.consumed.pop() {
+            reposted &= self
+                .ep
+                .post_recv_buf(b, cookie, CompletionFlags::DEFAULT)
+                .is_ok();
+        }
+        reposted
     }
 
     fn recv(&mut self, hard: Instant) -> Option<u64> {
-        let (evd, ep, send_buf) = (&self.evd, &self.ep, &mut self.send_buf);
+        let (evd, send_buf) = (&self.evd, &mut self.send_buf);
+        let (consumed, depth) = (&mut self.consumed, self.depth);
         next_value(evd, self.blocking, hard, |ev| {
-            BufMessenger::on_event(ep, send_buf, ev)
+            BufMessenger::on_event(send_buf, consumed, depth, ev)
         })
     }
 }
@@ -815,9 +874,10 @@ fn pingpong<P: Peer>(mut me: P, echo: P, p: &Params) -> Run {
 }
 
 /// Both ends of the ping-pong driven by this one thread, in turn (the
-/// report's software-path rows and the profiling example): each round trip does exactly the
-/// work of the two-thread ping-pong (send, consume the completions, read
-/// the value, repost, echo back) but nothing ever crosses cores or waits,
+/// report's software-path rows and the profiling example): each round trip
+/// does exactly the work of the two-thread ping-pong (send and repost,
+/// consume the completions, read the value, echo back) but nothing ever
+/// crosses cores or waits,
 /// so its time is the software path alone.
 fn serial<P: Peer>(mut me: P, mut echo: P, p: &Params) -> Run {
     let deadline = Instant::now() + p.limit;

@@ -583,7 +583,7 @@ impl Results {
         let _ = writeln!(
             s,
             "The same {}-byte ping-pong with both ends driven by one thread in turn \
-             (send, consume the completions, read the value, repost, echo back): nothing \
+             (send and repost, consume the completions, read the value, echo back): nothing \
              crosses cores and nobody waits, so the time is the path's instructions and \
              locked operations. No target. The last column sets the one-thread half round \
              trip against crossbeam's two-thread one in the same repetition: where it comes \
@@ -637,8 +637,10 @@ impl Results {
                 s,
                 "Two IAs on distinct 127.x addresses, one connected endpoint pair; the measuring \
                  thread owns the client endpoint, an echo thread the server endpoint. Each side \
-                 keeps {} receives posted and reposts each one after its completion, and every \
-                 send is signalled. `rdapl-buf-*`: owned buffers (`Pz::buf_create`), the value \
+                 keeps {} receives posted and reposts the ones it consumed right after its next \
+                 send (the reply first, then the receive it answered, as UCX's `rc_verbs` \
+                 transport replenishes receives after its handlers ran), and every send is \
+                 signalled. `rdapl-buf-*`: owned buffers (`Pz::buf_create`), the value \
                  written into the send buffer and read from the receive buffer in place, a send \
                  buffer reused once its send completion handed it back (`post_send_buf`, \
                  `post_recv_buf`); the targets are judged on these rows. `rdapl-poll`, \
