@@ -67,6 +67,7 @@ impl Buf {
     }
 
     /// The protection zone the buffer belongs to.
+    #[inline]
     pub fn pz(&self) -> PzHandle {
         self.0.pz
     }
@@ -80,6 +81,7 @@ impl Buf {
     /// prefetch hints for a sender on another core (never dereferenced
     /// through these values).
     #[cfg(not(loom))]
+    #[inline]
     pub(crate) fn hint_addrs(&self) -> (usize, usize) {
         (
             std::ptr::from_ref::<BufInner>(&self.0) as usize,
@@ -90,6 +92,7 @@ impl Buf {
 
 impl Deref for Buf {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         let b = &*self.0;
         &b.store[b.off..b.off + b.len]
@@ -97,6 +100,7 @@ impl Deref for Buf {
 }
 
 impl DerefMut for Buf {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         let b = &mut *self.0;
         &mut b.store[b.off..b.off + b.len]
