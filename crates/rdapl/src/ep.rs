@@ -439,7 +439,10 @@ impl RecvQueue {
             return;
         }
         let mut posted = ep.posted.lock();
-        self.recvs.append(&mut posted.recvs);
+        // This queue is empty: the posted receives become this queue by a
+        // swap of the two buffers (no receive is copied), and the posters
+        // go on in this queue's empty one.
+        std::mem::swap(&mut self.recvs, &mut posted.recvs);
         if self.recvs.is_empty() && mark_wanted {
             ep.recv_wanted.store(true, Ordering::Relaxed);
         }
