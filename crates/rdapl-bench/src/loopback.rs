@@ -28,8 +28,12 @@
 //! | `crossbeam-blocking` | the same channels, blocking `recv_timeout` | – |
 //!
 //! Busy polling uses the suite's spin-then-yield policy
-//! ([`crate::util::spin_poll`]) on both sides; both blocking forms carry
-//! the run's hard deadline as their timeout, so no run can hang. Median and
+//! ([`crate::util::spin_poll`]) on both sides. Both blocking forms block
+//! for at most [`BLOCK_SLICE`] per call and check the run's hard deadline
+//! when a call times out, so no run can hang (a timeout computed from the
+//! deadline would read the clock at every call, and a side makes its calls
+//! between its send and the reply, where about 30 ns per clock read here
+//! can end up on the reply's path). Median and
 //! p99 per repetition; the ratio rdapl/crossbeam is taken within the
 //! repetition (lower is better). Target: within 2× of crossbeam.
 //!
@@ -756,8 +760,9 @@ impl Peer for BufMessenger {
 /// The next value received on `evd` (busy `dequeue`, or blocking `wait`
 /// if `blocking`), each event handled by `on_event` (`Some`: a value,
 /// `None`: the side's own send completion, `Err`: a failure); `None` on
-/// failure or once `hard` passed. Bounded: every `wait` returns by `hard`,
-/// and each turn consumes an event or gives up.
+/// failure or once `hard` passed. Bounded: every `wait` returns within
+/// [`BLOCK_SLICE`], and each turn consumes an event, or gives up if `hard`
+/// passed.
 fn next_value(
     evd: &Evd,
     blocking: bool,
@@ -772,11 +777,11 @@ fn next_value(
         });
     }
     loop {
-        let now = Instant::now();
-        if now >= hard {
-            return None;
-        }
-        let ev = evd.wait(Some(hard - now), 1).ok()?.0;
+        let ev = match evd.wait(Some(BLOCK_SLICE), 1) {
+            Ok((ev, _)) => ev,
+            Err(rdapl::Error::TimeoutExpired { .. }) if Instant::now() < hard => continue,
+            Err(_) => return None,
+        };
         match on_event(ev) {
             Ok(Some(v)) => return Some(v),
             Ok(None) => {}
@@ -784,6 +789,11 @@ fn next_value(
         }
     }
 }
+
+/// The longest one blocking call of a ping-pong side lasts (`wait`,
+/// `recv_timeout`): far longer than a round trip, short enough to notice
+/// the run's hard deadline in good time.
+pub const BLOCK_SLICE: Duration = Duration::from_millis(20);
 
 /// One side of a crossbeam ping-pong of `[u8; 64]`.
 struct Chan {
@@ -799,11 +809,13 @@ impl Peer for Chan {
 
     fn recv(&mut self, hard: Instant) -> Option<u64> {
         if self.blocking {
-            let now = Instant::now();
-            if now >= hard {
-                return None;
+            loop {
+                match self.rx.recv_timeout(BLOCK_SLICE) {
+                    Ok(m) => return Some(value_of(&m)),
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) if Instant::now() < hard => {}
+                    Err(_) => return None,
+                }
             }
-            return self.rx.recv_timeout(hard - now).ok().map(|m| value_of(&m));
         }
         spin_poll(hard, || match self.rx.try_recv() {
             Ok(m) => Ok(Some(value_of(&m))),
