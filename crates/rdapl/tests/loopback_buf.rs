@@ -292,3 +292,75 @@ fn an_srq_endpoint_refuses_owned_receives() {
     );
     assert_eq!(e.buf.len(), 8);
 }
+
+/// Owned-buffer sends into a peer that takes its receives from a shared
+/// receive queue (LMR triplets): the bytes land in the SRQ's receives in
+/// post order, a send that finds no receive waits for one, a receive too
+/// short fails both sides, and every send buffer comes back.
+#[test]
+fn owned_sends_into_a_shared_receive_queue() {
+    let s = side("127.0.30.21");
+    let c = side("127.0.30.22");
+    let srq = s.ia.srq_create(&s.pz, 8, 2).unwrap();
+    let e =
+        s.ia.ep_create_with_srq(&s.pz, &s.evd, Some(&s.evd), Some(&s.evd), &srq, None)
+            .unwrap();
+    let _psp = s.ia.psp_create(5110, &s.evd).unwrap();
+    c.ep.connect(s.ia.address(), 5110, Some(T), b"").unwrap();
+    let cr = next_cr(&s.ia, &s.evd);
+    cr.accept(&e, b"").unwrap();
+    for evd in [&s.evd, &c.evd] {
+        match next(evd) {
+            Event::Connection(ev) => assert_eq!(ev.kind, ConnectionEventKind::Established),
+            ev => panic!("{ev:?}"),
+        }
+    }
+    // No receive yet: the send waits at the head of the client's queue.
+    let mut b = c.pz.buf_create(32).unwrap();
+    b[..5].copy_from_slice(b"first");
+    c.ep.post_send_buf(b, 5, 1, CompletionFlags::DEFAULT)
+        .unwrap();
+    empty(&c.evd);
+    let rb = s.pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+    for (k, len) in [(0u64, 16u64), (1, 16), (2, 4)] {
+        srq.post_recv(
+            &[rb.triplet(k * 16, len).unwrap()],
+            100 + k,
+            CompletionFlags::DEFAULT,
+        )
+        .unwrap();
+    }
+    // The waiting send lands in the first receive.
+    let d = next_dto(&s.evd);
+    assert_eq!(
+        (d.cookie, d.status, d.operation, d.transferred_length, d.ep),
+        (100, DtoStatus::Success, DtoOp::Receive, 5, e.handle())
+    );
+    assert!(d.buf.is_none(), "a triplet receive carries no buffer");
+    let (cookie, st, op, len, mut b) = next_buf(&c.evd);
+    assert_eq!(
+        (cookie, st, op, len),
+        (1, DtoStatus::Success, DtoOp::Send, 5)
+    );
+    // The next one goes at once, into the second.
+    b[..6].copy_from_slice(b"second");
+    c.ep.post_send_buf(b, 6, 2, CompletionFlags::DEFAULT)
+        .unwrap();
+    assert_eq!(next_dto(&s.evd).cookie, 101);
+    let (cookie, st, _, len, mut b) = next_buf(&c.evd);
+    assert_eq!((cookie, st, len), (2, DtoStatus::Success, 6));
+    let data = rb.to_vec().unwrap();
+    assert_eq!(&data[0..5], b"first");
+    assert_eq!(&data[16..22], b"second");
+    // The third receive holds 4 bytes: an 8-byte send fails on both sides,
+    // and its buffer still comes back, its bytes intact.
+    b[..8].copy_from_slice(b"too-long");
+    c.ep.post_send_buf(b, 8, 3, CompletionFlags::DEFAULT)
+        .unwrap();
+    let d = next_dto(&s.evd);
+    assert_eq!((d.cookie, d.status), (102, DtoStatus::LocalLength));
+    let (cookie, st, _, _, b) = next_buf(&c.evd);
+    assert_eq!((cookie, st), (3, DtoStatus::RemoteResponder));
+    assert_eq!(&b[..8], b"too-long");
+    assert_eq!(&rb.to_vec().unwrap()[32..36], &[0u8; 4]);
+}
