@@ -686,9 +686,11 @@ impl Results {
                  direction: `copy_from_slice` of `size` bytes in the same direction between the \
                  very same two buffers (two distinct `Vec<u8>`, the regions' memory, no rdapl call \
                  in the loop): same cache footprint, same page-aligned placement, same physical \
-                 pages. {} trials per size, each running the four back to back in a rotating \
-                 order, each {} ms warm-up then ≥ {} ms, ≥ {} transfers and ≥ {} MiB; the destination is \
-                 checked against the source afterwards. GB/s = 10⁹ bytes/s (median over trials); \
+                 pages. {} trials per size; in each, a direction's RDMA transfer and its memcpy \
+                 interleaved round by round (about 1 MiB a round, the order rotating every turn, \
+                 each round timed), {} ms warm-up then ≥ {} ms, ≥ {} transfers and ≥ {} MiB each; \
+                 the destination is checked after the measured rounds, then each transfer alone \
+                 moves a fresh pattern. GB/s = 10⁹ bytes/s (median over trials); \
                  ratio = rdapl ÷ memcpy in the same trial (higher is better), median [min–max]; \
                  target ≥ {:.2} from {} up.\n",
                 p.window,
