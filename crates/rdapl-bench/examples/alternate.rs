@@ -20,6 +20,7 @@
 //! compared this way run in separate processes, so alternate them in turns
 //! of a few seconds and compare within a phase group.
 
+use rdapl_bench::config::Scale;
 use rdapl_bench::loopback::{Method, Params, run_half_rtt};
 use rdapl_bench::stats::percentile_sorted;
 use std::time::{Duration, Instant};
@@ -43,21 +44,12 @@ fn main() {
         .get(1)
         .and_then(|name| Method::ALL.into_iter().find(|m| m.name() == name))
         .unwrap_or(Method::RdaplBufPoll);
+    // Short pieces; the rest as in the full suite.
     let p = Params {
         warmup_iters: 200,
         iters: 3000,
         limit: Duration::from_millis(50),
-        grace: Duration::from_secs(3),
-        recv_depth: 4,
-        capacity: 256,
-        sizes: vec![],
-        window: 8,
-        bw_trials_per_rep: 1,
-        bw_warmup: Duration::from_millis(1),
-        bw_window: Duration::from_millis(1),
-        bw_min_ops: 1,
-        bw_min_bytes: 1,
-        bw_max_ops: 1,
+        ..Scale::full().loopback
     };
     eprintln!("{} against {}", m.name(), m.peer().name());
     let end = Instant::now() + Duration::from_secs(secs);

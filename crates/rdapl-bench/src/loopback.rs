@@ -1251,6 +1251,37 @@ fn transfer_round(t: Transfer, pair: &Pair, bufs: &Buffers, n: u64, p: &Params) 
     )
 }
 
+/// Runs whole turns of `ts` (one round of `per_round` transfers of each,
+/// the order rotating every turn: A B, B A, ...). After each round of
+/// `ts[j]`, `after_round(j, turn_done)` says whether to stop (only heeded
+/// at the end of a turn). False if a round failed.
+fn turns(
+    ts: &[Transfer],
+    pair: &Pair,
+    bufs: &Buffers,
+    per_round: u64,
+    p: &Params,
+    mut after_round: impl FnMut(usize, bool) -> bool,
+) -> bool {
+    let k = ts.len();
+    if k == 0 {
+        return true;
+    }
+    for turn in 0.. {
+        for i in 0..k {
+            let j = (i + turn) % k;
+            if !transfer_round(ts[j], pair, bufs, per_round, p) {
+                return false;
+            }
+            let turn_done = i + 1 == k;
+            if after_round(j, turn_done) && turn_done {
+                return true;
+            }
+        }
+    }
+    true
+}
+
 /// Measures the transfers `ts`, all of one direction between the same two
 /// buffers, interleaved round by round (a round is `ops_per_round`: about
 /// `ROUND_BYTES`, at least the window):
@@ -1284,45 +1315,32 @@ fn measure(ts: &[Transfer], pair: &Pair, bufs: &mut Buffers, p: &Params) -> Vec<
     let Some(pattern) = bufs.fill_source(write) else {
         return failed();
     };
-    let turns = k.max(1) as u32;
+    let n_turns = k as u32;
     let mut ops = vec![0u64; k];
     let mut time = vec![Duration::ZERO; k];
     {
         let b: &Buffers = bufs;
-        let warm_end = Instant::now() + p.bw_warmup * turns;
-        let mut turn = 0usize;
-        loop {
-            for i in 0..k {
-                if !transfer_round(ts[(i + turn) % k], pair, b, per_round, p) {
-                    return failed();
-                }
-            }
-            turn += 1;
-            if Instant::now() >= warm_end {
-                break;
-            }
-        }
+        // Warm-up: `bw_warmup` per transfer, or `bw_max_ops` of each.
+        let warm_end = Instant::now() + p.bw_warmup * n_turns;
+        let mut warm_ops = 0u64;
+        let warmed = turns(ts, pair, b, per_round, p, |_, turn_done| {
+            warm_ops += u64::from(turn_done) * per_round;
+            turn_done && (warm_ops >= max_ops || Instant::now() >= warm_end)
+        });
+        // Measured: one clock read per round, each round's time to its
+        // transfer.
         let mut last = Instant::now();
-        let end = last + p.bw_window * turns;
-        let mut turn = 0usize;
-        loop {
-            for i in 0..k {
-                let j = (i + turn) % k;
-                if !transfer_round(ts[j], pair, b, per_round, p) {
-                    return failed();
-                }
+        let end = last + p.bw_window * n_turns;
+        let measured = warmed
+            && turns(ts, pair, b, per_round, p, |j, turn_done| {
                 let now = Instant::now();
                 time[j] += now - last;
                 last = now;
                 ops[j] += per_round;
-            }
-            turn += 1;
-            let enough = ops.iter().all(|&o| o >= min_ops) && last >= end;
-            if enough || ops.iter().any(|&o| o >= max_ops) {
-                break;
-            }
-        }
-        if !b.dest_holds(write, &pattern) {
+                let enough = last >= end && ops.iter().all(|&o| o >= min_ops);
+                turn_done && (enough || ops.iter().any(|&o| o >= max_ops))
+            });
+        if !measured || !b.dest_holds(write, &pattern) {
             return failed();
         }
     }
