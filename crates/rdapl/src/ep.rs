@@ -1039,23 +1039,14 @@ impl Ep {
         // bind leaves the window as it was): the old context is dead from
         // here on; the new one is unbound until the work request executes.
         inner.post_with(op, &[], (&mut None, 0), cookie, flags, |op| {
-            // `rekey` runs its closure under the table's write lock: take the
-            // old parent out there, release it after the lock is dropped.
-            let mut old_parent = None;
-            let ctx = mem
-                .rekey(old, |e| {
-                    old_parent = e.parent.take();
-                    e.region = None;
-                    e.len = 0;
-                    e.privs = MemPriv::NONE;
-                })
-                .ok_or(Error::InsufficientResources {
-                    resource: Subtype::ResourceMemoryRegion,
-                    what: "the window ran out of keys",
-                })?;
-            if let Some(p) = old_parent {
-                mem_unbind_parent(p, &inner.ia);
-            }
+            // The new key is unbound; the old binding is released (the LMR
+            // it was bound to no longer counts it) under the table's lock,
+            // also when the window has no key left: then the window is
+            // retired, unbound, and `Rmr::free` is all that is left to do.
+            let ctx = mem.rekey(old, |_| {}).ok_or(Error::InsufficientResources {
+                resource: Subtype::ResourceMemoryRegion,
+                what: "the window ran out of keys",
+            })?;
             *rmr.inner.ctx.lock() = Some(ctx);
             op.set_new_ctx(ctx);
             new_ctx = ctx;
@@ -1066,7 +1057,8 @@ impl Ep {
 
     /// Maps the fast-registration `lmr` onto `region` with `privs` by a work
     /// request (DAT 2.0 `dat_lmr_kcreate` FMR style). Returns the new
-    /// context, valid once the `LmrFmr` DTO completes.
+    /// context, valid once the `LmrFmr` DTO completes. The previous mapping
+    /// and its key die at once, and every window bound to it is unbound.
     pub fn post_lmr_fmr(
         &self,
         lmr: &Lmr,
@@ -1112,7 +1104,8 @@ impl Ep {
     /// Invalidates the fast-registration `lmr` by a work request
     /// (`dat_lmr_invalidate`): when the `LmrInvalidate` DTO executes (after
     /// every request posted before it) the mapping goes and the key changes
-    /// to the returned (unmapped) context; the old key is then dead for good.
+    /// to the returned (unmapped) context; the old key is then dead for good,
+    /// and so is every window bound to the mapping (they are unbound).
     pub fn post_lmr_invalidate(
         &self,
         lmr: &Lmr,
@@ -1187,11 +1180,6 @@ impl Ep {
         let peer = self.inner.core.lock().peer.as_ref().and_then(Weak::upgrade);
         self.inner.break_connection(peer.as_ref(), None);
     }
-}
-
-fn mem_unbind_parent(parent: u32, ia: &IaInner) {
-    ia.mem
-        .with_mut(parent, |l| l.bound_rmrs = l.bound_rmrs.saturating_sub(1));
 }
 
 impl EpInner {
@@ -1530,14 +1518,7 @@ impl EpInner {
                 privs,
                 new_ctx,
             } => {
-                let r = region.clone();
-                let ok = mem.with_mut(*new_ctx, |e| {
-                    e.start = r.address();
-                    e.len = r.len() as u64;
-                    e.region = Some(r.clone());
-                    e.privs = *privs;
-                });
-                if ok.is_some() {
+                if mem.map_fmr(*new_ctx, region, *privs) {
                     lmr.set_mapping(*new_ctx, Some(region.clone()), *privs);
                     DtoStatus::Success
                 } else {

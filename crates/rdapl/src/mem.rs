@@ -11,6 +11,12 @@
 //! * **No access outside the grant.** Every access is checked against the
 //!   entry's protection zone, its range and its rights before a byte moves;
 //!   a refused access moves nothing.
+//! * **A window lasts no longer than its LMR's mapping.** A window (RMR)
+//!   is bound to the mapping its LMR has at the bind. When that LMR is
+//!   invalidated, re-mapped, freed or retired (or runs out of keys), every
+//!   window bound to it is unbound in the same table change: its key grants
+//!   nothing from then on. Binding, unbinding and freeing a window keep its
+//!   LMR's count of bound windows exact on every path, failures included.
 //! * **Safe memory.** Region memory sits behind a read/write lock; the data
 //!   mover takes read locks on sources and write locks on sinks in a fixed
 //!   order, so concurrent transfers neither race nor deadlock. Memory comes
@@ -491,6 +497,25 @@ pub(crate) enum AccessError {
     Right,
 }
 
+/// Clears a window's binding: no memory, no range, no rights, no LMR.
+fn clear_binding(w: &mut Entry) {
+    w.region = None;
+    w.start = 0;
+    w.len = 0;
+    w.privs = MemPriv::NONE;
+    w.parent = None;
+}
+
+/// True if `len` bytes at `addr` lie within `len_range` bytes at `start`
+/// (computed without overflow: a range that does not fit the address
+/// space contains nothing).
+fn within(start: u64, len_range: u64, addr: u64, len: u64) -> bool {
+    match (start.checked_add(len_range), addr.checked_add(len)) {
+        (Some(end_range), Some(end)) => addr >= start && end <= end_range,
+        _ => false,
+    }
+}
+
 impl MemTable {
     /// The table, locked for a change (the generation moves first).
     fn write_slots(&self) -> RwLockWriteGuard<'_, Vec<Slot>> {
@@ -538,7 +563,9 @@ impl MemTable {
         (e.key == k).then(|| e.clone())
     }
 
-    /// Runs `f` on the live entry of `ctx`.
+    /// Runs `f` on the live entry of `ctx` (tests: a raw change, bindings
+    /// untouched).
+    #[cfg(test)]
     pub(crate) fn with_mut<T>(&self, ctx: u32, f: impl FnOnce(&mut Entry) -> T) -> Option<T> {
         let (i, k) = Self::slot_of(ctx);
         let mut slots = self.write_slots();
@@ -547,24 +574,75 @@ impl MemTable {
     }
 
     /// Gives the entry of `ctx` a new key (the old one dies for good) and
-    /// applies `f` to it. Returns the new context, or `None` if `ctx` is not
-    /// live or the slot ran out of keys (then the entry is removed).
+    /// applies `f` to it. Its bindings go with the old key (see
+    /// [`MemTable::detach`]): a window leaves the LMR it was bound to, an
+    /// LMR's windows are unbound. Returns the new context, or `None` if
+    /// `ctx` is not live or the slot ran out of keys (then the entry is
+    /// removed, its bindings released the same way).
     pub(crate) fn rekey(&self, ctx: u32, f: impl FnOnce(&mut Entry)) -> Option<u32> {
         let (i, k) = Self::slot_of(ctx);
         let mut slots = self.write_slots();
-        let slot = slots.get_mut(i)?;
-        let e = slot.entry.as_mut()?;
-        if e.key != k {
+        if slots.get(i)?.entry.as_ref()?.key != k {
             return None;
         }
+        Self::detach(&mut slots, i);
+        let slot = &mut slots[i];
         if slot.next_key > 255 {
             slot.entry = None; // retired: no key left in this slot
             return None;
         }
+        let e = slot.entry.as_mut()?;
         f(e);
         e.key = slot.next_key as u8;
         slot.next_key += 1;
         Some(((i as u32) << 8) | e.key as u32)
+    }
+
+    /// Releases the bindings of the entry in slot `i` (locked: `slots`),
+    /// whose key or mapping is about to change or which is about to go:
+    ///
+    /// * a window leaves the LMR it is bound to (its memory, range and
+    ///   rights cleared, the LMR's count of bound windows decremented);
+    /// * an LMR's windows are all unbound the same way: a window grants
+    ///   access only while the mapping it was bound to lasts, so it never
+    ///   reaches memory its LMR no longer maps (invalidated, re-mapped,
+    ///   freed). A window only gets memory again through a bind, which
+    ///   gives it a new key.
+    ///
+    /// Returns the number of windows unbound (for an LMR).
+    fn detach(slots: &mut [Slot], i: usize) -> usize {
+        let Some(e) = slots.get_mut(i).and_then(|s| s.entry.as_mut()) else {
+            return 0;
+        };
+        if e.kind == EntryKind::Rmr {
+            let parent = e.parent;
+            clear_binding(e);
+            if let Some(p) = parent {
+                let (li, lk) = Self::slot_of(p);
+                if let Some(l) = slots
+                    .get_mut(li)
+                    .and_then(|s| s.entry.as_mut())
+                    .filter(|l| l.key == lk)
+                {
+                    l.bound_rmrs = l.bound_rmrs.saturating_sub(1);
+                }
+            }
+            return 0;
+        }
+        // Every window bound to this LMR is counted here (under this lock,
+        // by `bind_window` and the window's own `detach`): no scan without.
+        if e.bound_rmrs == 0 {
+            return 0;
+        }
+        e.bound_rmrs = 0;
+        let mut unbound = 0;
+        for w in slots.iter_mut().filter_map(|s| s.entry.as_mut()) {
+            if w.kind == EntryKind::Rmr && w.parent.is_some_and(|p| Self::slot_of(p).0 == i) {
+                clear_binding(w);
+                unbound += 1;
+            }
+        }
+        unbound
     }
 
     /// Reserves the next key of the live entry `ctx` without changing the
@@ -589,20 +667,47 @@ impl MemTable {
     pub(crate) fn set_key(&self, new_ctx: u32, f: impl FnOnce(&mut Entry)) -> bool {
         let (i, k) = Self::slot_of(new_ctx);
         let mut slots = self.write_slots();
-        let Some(e) = slots.get_mut(i).and_then(|s| s.entry.as_mut()) else {
+        match slots.get(i).and_then(|s| s.entry.as_ref()) {
+            Some(e) if e.key <= k => {}
+            _ => return false,
+        }
+        // The old key's bindings go with it.
+        Self::detach(&mut slots, i);
+        let Some(e) = slots[i].entry.as_mut() else {
             return false;
         };
-        if e.key > k {
-            return false;
-        }
         e.key = k;
         f(e);
         true
     }
 
+    /// Maps the fast-registration entry `ctx` onto `region` with `privs`
+    /// (its whole range). Any window bound to its previous mapping is
+    /// unbound first (see [`MemTable::detach`]). False if `ctx` is not live.
+    pub(crate) fn map_fmr(&self, ctx: u32, region: &Arc<Region>, privs: MemPriv) -> bool {
+        let (i, k) = Self::slot_of(ctx);
+        let mut slots = self.write_slots();
+        match slots.get(i).and_then(|s| s.entry.as_ref()) {
+            Some(e) if e.key == k && e.kind == EntryKind::Fmr => {}
+            _ => return false,
+        }
+        Self::detach(&mut slots, i);
+        let Some(e) = slots[i].entry.as_mut() else {
+            return false;
+        };
+        e.start = region.address();
+        e.len = region.len() as u64;
+        e.region = Some(region.clone());
+        e.privs = privs;
+        true
+    }
+
     /// Binds the window `win` to `len` bytes at `start` of the live LMR
-    /// `lmr` with `privs`, under one lock (the LMR cannot be freed half-way).
-    /// False if either is gone or the LMR is unmapped.
+    /// `lmr` with `privs`, under one lock (the LMR cannot be freed,
+    /// invalidated or re-mapped half-way). The range and rights are checked
+    /// again here against the LMR as it is now (they were checked when the
+    /// bind was posted). False if either is gone, the LMR is unmapped, or
+    /// the range or rights are not the LMR's.
     pub(crate) fn bind_window(
         &self,
         lmr: u32,
@@ -615,20 +720,35 @@ impl MemTable {
         let (wi, wk) = Self::slot_of(win);
         let mut slots = self.write_slots();
         let region = match slots.get(li).and_then(|s| s.entry.as_ref()) {
-            Some(l) if l.key == lk && l.region.is_some() => l.region.clone(),
-            _ => return false,
-        };
-        match slots.get_mut(wi).and_then(|s| s.entry.as_mut()) {
-            Some(w) if w.key == wk => {
-                w.region = region;
-                w.start = start;
-                w.len = len;
-                w.privs = privs;
-                w.parent = Some(lmr);
+            Some(l)
+                if l.key == lk
+                    && l.kind != EntryKind::Rmr
+                    && l.privs.contains(privs)
+                    && within(l.start, l.len, start, len) =>
+            {
+                match &l.region {
+                    Some(r) => r.clone(),
+                    None => return false,
+                }
             }
             _ => return false,
+        };
+        let lmr_pz = slots[li].entry.as_ref().map(|l| l.pz);
+        match slots.get(wi).and_then(|s| s.entry.as_ref()) {
+            Some(w) if w.key == wk && w.kind == EntryKind::Rmr && Some(w.pz) == lmr_pz => {}
+            _ => return false,
         }
-        if let Some(l) = slots.get_mut(li).and_then(|s| s.entry.as_mut()) {
+        // (A window is unbound when its bind is posted; should it still be
+        // bound, it leaves its old LMR first.)
+        Self::detach(&mut slots, wi);
+        if let Some(w) = slots[wi].entry.as_mut() {
+            w.region = Some(region);
+            w.start = start;
+            w.len = len;
+            w.privs = privs;
+            w.parent = Some(lmr);
+        }
+        if let Some(l) = slots[li].entry.as_mut() {
             l.bound_rmrs += 1;
         }
         true
@@ -655,14 +775,17 @@ impl MemTable {
         Ok(e)
     }
 
-    /// Removes the entry of `ctx`; its key dies for good.
+    /// Removes the entry of `ctx`; its key dies for good, and its bindings
+    /// are released (see [`MemTable::detach`]: a window leaves its LMR, an
+    /// LMR's windows are unbound).
     pub(crate) fn remove(&self, ctx: u32) -> Option<Entry> {
         let (i, k) = Self::slot_of(ctx);
         let mut slots = self.write_slots();
-        let slot = slots.get_mut(i)?;
-        if slot.entry.as_ref()?.key != k {
+        if slots.get(i)?.entry.as_ref()?.key != k {
             return None;
         }
+        Self::detach(&mut slots, i);
+        let slot = &mut slots[i];
         let e = slot.entry.take();
         if slot.next_key <= 255 {
             self.free.lock().push(i as u32);
@@ -671,32 +794,20 @@ impl MemTable {
     }
 
     /// Removes the LMR entry of `ctx` even if windows are bound to it: its
-    /// key dies for good, and every window bound to it is left unbound (its
-    /// region, range and rights cleared), so the window's key is refused
-    /// from then on; a window only gets memory again through a bind, which
-    /// gives it a new key, so that key is never valid again either. Returns
-    /// the removed entry and the number of windows unbound.
+    /// key dies for good, and every window bound to it is left unbound (see
+    /// [`MemTable::detach`]), so the window's key is refused from then on.
+    /// Returns the removed entry and the number of windows unbound.
     pub(crate) fn invalidate_lmr(&self, ctx: u32) -> Option<(Entry, usize)> {
         let (i, k) = Self::slot_of(ctx);
         let mut slots = self.write_slots();
-        let slot = slots.get_mut(i)?;
-        if slot.entry.as_ref()?.key != k {
+        if slots.get(i)?.entry.as_ref()?.key != k {
             return None;
         }
+        let unbound = Self::detach(&mut slots, i);
+        let slot = &mut slots[i];
         let e = slot.entry.take()?;
         if slot.next_key <= 255 {
             self.free.lock().push(i as u32);
-        }
-        let mut unbound = 0;
-        for w in slots.iter_mut().filter_map(|s| s.entry.as_mut()) {
-            if w.kind == EntryKind::Rmr && w.parent == Some(ctx) {
-                w.region = None;
-                w.start = 0;
-                w.len = 0;
-                w.privs = MemPriv::NONE;
-                w.parent = None;
-                unbound += 1;
-            }
         }
         Some((e, unbound))
     }
@@ -1842,6 +1953,72 @@ mod tests {
         drop(g);
         h.join().unwrap();
         assert!(r.is_retired());
+    }
+
+    #[test]
+    fn windows_follow_their_lmr_and_counts_stay_exact() {
+        let t = MemTable::default();
+        let r = Region::zeroed(64);
+        let a = r.address();
+        let mut f = entry(&r, MemPriv::ALL);
+        f.kind = EntryKind::Fmr;
+        let mut l = t.insert(f).unwrap();
+        let window = || {
+            let mut w = entry(&r, MemPriv::NONE);
+            w.kind = EntryKind::Rmr;
+            w.region = None;
+            w
+        };
+        let mut w = t.insert(window()).unwrap();
+        let bound = |t: &MemTable, l: u32| t.get(l).unwrap().bound_rmrs;
+        let grants = |t: &MemTable, w: u32| {
+            t.resolve(w, a, 8, MemPriv::REMOTE_WRITE, PzHandle(1))
+                .is_ok()
+        };
+        // Checked again under the lock: the range and the rights.
+        assert!(!t.bind_window(l, w, a + 60, 8, MemPriv::REMOTE_WRITE));
+        assert!(!t.bind_window(l, w, u64::MAX, 2, MemPriv::REMOTE_WRITE));
+        assert!(!t.bind_window(w, w, a, 8, MemPriv::REMOTE_WRITE));
+        assert_eq!(bound(&t, l), 0);
+        // Every change of the LMR's key or mapping unbinds the window.
+        for step in 0..3 {
+            assert!(t.bind_window(l, w, a, 16, MemPriv::REMOTE_WRITE));
+            assert_eq!(bound(&t, l), 1);
+            assert!(grants(&t, w));
+            l = match step {
+                0 => t.rekey(l, |_| {}).unwrap(),
+                1 => {
+                    let k = t.next_key(l).unwrap();
+                    assert!(t.set_key(k, |_| {}));
+                    k
+                }
+                _ => {
+                    assert!(t.map_fmr(l, &r, MemPriv::ALL));
+                    l
+                }
+            };
+            assert!(!grants(&t, w), "step {step}: the window still grants");
+            assert_eq!(bound(&t, l), 0, "step {step}");
+            assert_eq!(t.get(w).unwrap().parent, None);
+        }
+        // Re-binding, unbinding and removing the window release its LMR.
+        assert!(t.bind_window(l, w, a, 16, MemPriv::REMOTE_WRITE));
+        w = t.rekey(w, |_| {}).unwrap();
+        assert_eq!(bound(&t, l), 0);
+        assert!(t.bind_window(l, w, a, 16, MemPriv::REMOTE_WRITE));
+        t.remove(w).unwrap();
+        assert_eq!(bound(&t, l), 0);
+        // A window that runs out of keys while bound releases it too.
+        let mut w = t.insert(window()).unwrap();
+        assert!(t.bind_window(l, w, a, 16, MemPriv::REMOTE_WRITE));
+        while let Some(n) = t.rekey(w, |_| {}) {
+            w = n;
+            assert!(t.bind_window(l, w, a, 16, MemPriv::REMOTE_WRITE));
+            assert_eq!(bound(&t, l), 1);
+        }
+        assert!(t.get(w).is_none());
+        assert_eq!(bound(&t, l), 0);
+        assert!(t.remove_unbound(l).unwrap().is_some());
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! ([`Pz::lmr_create_fmr`]) is mapped and invalidated by work requests
 //! (`Ep::post_lmr_fmr`, `Ep::post_lmr_invalidate`). Every bind, map,
 //! invalidate or free gives the entry a new key: a key from before is
-//! refused for good (see [`crate::mem`]).
+//! refused for good (see [`crate::mem`]). A window grants access only while
+//! the mapping it was bound to lasts: invalidating, re-mapping or freeing
+//! its LMR unbinds it, so it never reaches memory the LMR no longer maps.
 //!
 //! # Whose memory
 //!
@@ -826,17 +828,14 @@ impl Rmr {
             .ok_or(Error::InvalidHandle(Subtype::InvalidHandleRmr))
     }
 
-    /// Frees the RMR (`dat_rmr_free`); a bound window is unbound first and
-    /// its key dies for good.
+    /// Frees the RMR (`dat_rmr_free`); a bound window is unbound first (its
+    /// LMR no longer counts it) and its key dies for good. A window that ran
+    /// out of keys is already retired and unbound: this frees the handle.
     pub fn free(&self) -> Result<()> {
         let mut ctx = self.inner.ctx.lock();
         let c = ctx.ok_or(Error::InvalidHandle(Subtype::InvalidHandleRmr))?;
-        let mem = &self.inner.pz.inner.ia.mem;
-        if let Some(e) = mem.remove(c) {
-            if let Some(p) = e.parent {
-                mem.with_mut(p, |l| l.bound_rmrs = l.bound_rmrs.saturating_sub(1));
-            }
-        }
+        // (Unbinding is part of the removal, under the table's lock.)
+        self.inner.pz.inner.ia.mem.remove(c);
         *ctx = None;
         self.inner.pz.inner.users.fetch_sub(1, Ordering::SeqCst);
         self.inner
