@@ -1018,8 +1018,7 @@ impl Ep {
                 if e.pz != inner.pz.inner.id {
                     return Err(Error::ProtectionViolation(Subtype::NoSubtype));
                 }
-                let end = t.virtual_address.checked_add(t.segment_length);
-                if t.virtual_address < e.start || end.is_none_or(|x| x > e.start + e.len) {
+                if !crate::mem::within(e.start, e.len, t.virtual_address, t.segment_length) {
                     return Err(Error::param(2, "the window range is outside the LMR"));
                 }
                 if !e.privs.contains(privs) {
@@ -1253,13 +1252,8 @@ impl EpInner {
                 "more scatter/gather entries than the endpoint allows",
             ));
         }
-        let len: u64 = match iov {
-            [t] => t.segment_length,
-            _ => iov.iter().map(|t| t.segment_length).sum(),
-        };
-        if len > limit {
-            return Err(Error::Length("transfer larger than the endpoint's maximum"));
-        }
+        let len = crate::mem::list_len(iov, limit)
+            .ok_or(Error::Length("transfer larger than the endpoint's maximum"))?;
         Ok(len)
     }
 
@@ -1397,7 +1391,8 @@ impl EpInner {
             evd.release(res);
             return Err(e);
         }
-        let not_before = c.delay.map(|d| Instant::now() + d);
+        // (A delay too long for an instant is as good as forever.)
+        let not_before = crate::sync::deadline(c.delay);
         let wr = NewWr {
             op,
             iov,

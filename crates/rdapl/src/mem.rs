@@ -506,14 +506,13 @@ fn clear_binding(w: &mut Entry) {
     w.parent = None;
 }
 
-/// True if `len` bytes at `addr` lie within `len_range` bytes at `start`
-/// (computed without overflow: a range that does not fit the address
-/// space contains nothing).
-fn within(start: u64, len_range: u64, addr: u64, len: u64) -> bool {
-    match (start.checked_add(len_range), addr.checked_add(len)) {
-        (Some(end_range), Some(end)) => addr >= start && end <= end_range,
-        _ => false,
-    }
+/// True if `len` bytes at `addr` (a caller's range: one that does not fit
+/// the address space lies within nothing) lie within `len_range` bytes at
+/// `start` (an entry's range: it ends at the end of the address space at
+/// the latest, as [`CachedKey`]'s bounds say). Computed without overflow.
+pub(crate) fn within(start: u64, len_range: u64, addr: u64, len: u64) -> bool {
+    addr.checked_add(len)
+        .is_some_and(|end| addr >= start && end <= start.saturating_add(len_range))
 }
 
 impl MemTable {
@@ -1081,11 +1080,12 @@ fn check_access(
     if !privs.contains(right) {
         return Err(AccessError::Right);
     }
-    let end = addr.checked_add(len).ok_or(AccessError::Range)?;
-    if addr < start || end > start + entry_len {
+    if !within(start, entry_len, addr, len) {
         return Err(AccessError::Range);
     }
-    let offset = addr - region.address();
+    let offset = addr
+        .checked_sub(region.address())
+        .ok_or(AccessError::Range)?;
     if offset
         .checked_add(len)
         .is_none_or(|x| x > region.len() as u64)
@@ -1281,6 +1281,20 @@ pub(crate) type Iov = smallvec::SmallVec<[LmrTriplet; 4]>;
 /// A scatter/gather list resolved to spans (inline up to four entries: no
 /// allocation on the data path for the usual lists).
 pub(crate) type Spans = smallvec::SmallVec<[Span; 4]>;
+
+/// The total length of a scatter/gather list, if it is at most `limit`
+/// (`None` if it is larger, or if the sum does not fit a `u64`: lengths
+/// come from the caller and are added checked).
+#[inline]
+pub(crate) fn list_len(iov: &[LmrTriplet], limit: u64) -> Option<u64> {
+    let len = match iov {
+        [t] => t.segment_length,
+        _ => iov
+            .iter()
+            .try_fold(0u64, |sum, t| sum.checked_add(t.segment_length))?,
+    };
+    (len <= limit).then_some(len)
+}
 
 /// Total length of spans.
 pub(crate) fn total(spans: &[SpanRef<'_>]) -> usize {
@@ -1712,6 +1726,8 @@ mod tests {
             (EntryKind::Rmr, base + 4, 40),
             // A range reaching past the region's end: the region bounds too.
             (EntryKind::Fmr, base + 48, 64),
+            // ...and past the end of the address space (no overflow).
+            (EntryKind::Fmr, base + 8, u64::MAX),
         ] {
             let mut e = entry(&r, MemPriv::LOCAL_READ | MemPriv::REMOTE_WRITE);
             e.kind = kind;
@@ -1755,6 +1771,30 @@ mod tests {
             c.offset(base, 8, MemPriv::LOCAL_READ, PzHandle(1), true),
             None
         );
+    }
+
+    #[test]
+    fn list_lengths_add_checked() {
+        let t = |len| LmrTriplet {
+            lmr_context: 0,
+            virtual_address: 0,
+            segment_length: len,
+        };
+        assert_eq!(list_len(&[], 0), Some(0));
+        assert_eq!(list_len(&[t(u64::MAX)], u64::MAX), Some(u64::MAX));
+        assert_eq!(list_len(&[t(8), t(8)], 16), Some(16));
+        assert_eq!(list_len(&[t(8), t(9)], 16), None);
+        assert_eq!(list_len(&[t(17)], 16), None);
+        assert_eq!(list_len(&[t(1 << 63), t(1 << 63)], u64::MAX), None);
+        assert_eq!(list_len(&[t(u64::MAX), t(1)], u64::MAX), None);
+        // A sum that would wrap to a small number.
+        assert_eq!(list_len(&[t(1 << 63), t((1 << 63) + 8)], 1 << 30), None);
+        assert!(within(10, 10, 10, 10));
+        assert!(!within(10, 10, 10, 11));
+        assert!(!within(10, 10, 9, 1));
+        assert!(!within(0, u64::MAX, u64::MAX, 1));
+        assert!(within(0, u64::MAX, u64::MAX, 0));
+        assert!(within(u64::MAX - 1, u64::MAX, u64::MAX - 1, 1));
     }
 
     #[test]

@@ -455,21 +455,35 @@ impl Lmr {
     }
 
     /// The triplet for `len` bytes at `offset` (for scatter/gather lists).
+    /// Not checked against the LMR's length (a transfer through it is);
+    /// `Length` if the range does not fit the address space.
     pub fn triplet(&self, offset: u64, len: u64) -> Result<LmrTriplet> {
         Ok(LmrTriplet {
             lmr_context: self.ctx()?,
-            virtual_address: self.address()? + offset,
+            virtual_address: self.address_of(offset, len)?,
             segment_length: len,
         })
     }
 
-    /// The remote triplet for `len` bytes at `offset` (to hand to a peer).
+    /// The remote triplet for `len` bytes at `offset` (to hand to a peer);
+    /// checked as [`Lmr::triplet`].
     pub fn rmr_triplet(&self, offset: u64, len: u64) -> Result<RmrTriplet> {
         Ok(RmrTriplet {
             rmr_context: self.ctx()?,
-            target_address: self.address()? + offset,
+            target_address: self.address_of(offset, len)?,
             segment_length: len,
         })
+    }
+
+    /// The address `offset` bytes into the region, if `len` bytes from
+    /// there fit the address space.
+    fn address_of(&self, offset: u64, len: u64) -> Result<u64> {
+        self.address()?
+            .checked_add(offset)
+            .filter(|a| a.checked_add(len).is_some())
+            .ok_or(Error::Length(
+                "the triplet reaches past the end of the address space",
+            ))
     }
 
     /// Copies `buf.len()` bytes at `offset` of the region out.

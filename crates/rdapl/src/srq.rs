@@ -139,6 +139,11 @@ impl Srq {
                 "more scatter/gather entries than the SRQ allows",
             ));
         }
+        // As an endpoint's receive: the list's total (added checked) within
+        // the largest message.
+        if crate::mem::list_len(iov, self.inner.ia.attr.max_message_size).is_none() {
+            return Err(Error::Length("receive larger than the largest message"));
+        }
         {
             let mut q = self.inner.recvs.lock();
             if q.len() >= self.inner.max_recv_dtos {

@@ -292,10 +292,11 @@ impl Transport for LoopbackIa {
             fail_active(ep, ConnectionEventKind::NonPeerRejected, None);
             return Ok(());
         }
-        if let Some(t) = timeout {
+        // (A timeout too long for an instant is as good as none.)
+        if let Some(at) = crate::sync::deadline(timeout) {
             let (cr, ep) = (cr.clone(), Arc::downgrade(ep));
             self.lb.timer.at(
-                Instant::now() + t,
+                at,
                 Box::new(move || {
                     if cr.settle(CrState::Cancelled) {
                         if let Some(ep) = ep.upgrade() {
@@ -842,7 +843,8 @@ fn send_locked<R: Request>(
         // `refill` above said so under the posters' lock; a shared receive
         // queue's posts run its endpoints' peers' progress anyway.
         if ca.rnr_deadline.is_none() {
-            let deadline = Instant::now() + lb.rnr_timeout();
+            let deadline =
+                crate::sync::deadline(Some(lb.rnr_timeout())).unwrap_or_else(Instant::now);
             ca.rnr_deadline = Some(deadline);
             let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
             lb.timer
