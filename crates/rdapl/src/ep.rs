@@ -947,6 +947,9 @@ impl Ep {
     }
 
     /// Posts an RDMA write of `iov` to `remote` (`dat_ep_post_rdma_write`).
+    /// A write of zero bytes moves nothing and, as on InfiniBand and iWARP,
+    /// is not checked against the remote key (see
+    /// [`crate::provider::loopback`]).
     pub fn post_rdma_write(
         &self,
         iov: &[LmrTriplet],
@@ -958,6 +961,7 @@ impl Ep {
     }
 
     /// Posts an RDMA read of `remote` into `iov` (`dat_ep_post_rdma_read`).
+    /// A read of zero bytes is treated as a write of zero bytes.
     pub fn post_rdma_read(
         &self,
         iov: &[LmrTriplet],

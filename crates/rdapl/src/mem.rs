@@ -10,7 +10,9 @@
 //!   So a key, once dead, is never valid again in this IA.
 //! * **No access outside the grant.** Every access is checked against the
 //!   entry's protection zone, its range and its rights before a byte moves;
-//!   a refused access moves nothing.
+//!   a refused access moves nothing. A segment of zero bytes names no
+//!   memory and is not resolved (see the loopback provider on zero-length
+//!   RDMA).
 //! * **A window lasts no longer than its LMR's mapping.** A window (RMR)
 //!   is bound to the mapping its LMR has at the bind. When that LMR is
 //!   invalidated, re-mapped, freed or retired (or runs out of keys), every

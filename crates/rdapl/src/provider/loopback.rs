@@ -3,7 +3,8 @@
 //! Endpoints of one process connect through an in-process namespace of
 //! (IA address, connection qualifier) pairs. Data moves by one copy straight
 //! from the source's registered region into the sink's (as a NIC's DMA
-//! would), with every key, range, right and protection zone checked first.
+//! would), with every key, range, right and protection zone checked first
+//! (every key that names memory: see zero-length RDMA below).
 //! Work requests execute in order per endpoint, in the poster's thread (or
 //! in the provider's timer thread for delayed work); completions flow
 //! through the EVD engine, so upcalls still run in the dispatch context,
@@ -28,6 +29,13 @@
 //! * a receive too small: `LocalLength` on the receiver, `RemoteResponder`
 //!   on the sender;
 //! * a bad remote key, range, right or zone: `RemoteAccess`, no byte moved;
+//! * a zero-length RDMA write or read (its local list totals 0 bytes)
+//!   succeeds with 0 bytes and its remote key is not checked, nor are the
+//!   keys of zero-length local segments: such a request names no memory.
+//!   This is what InfiniBand and iWARP do (a zero-length RDMA is not
+//!   checked against the remote key; iWARP uses a zero-length write as a
+//!   "ready to receive" marker), and it reaches no byte, so no grant is
+//!   bypassed. A request of one byte or more is checked in full;
 //! * a region retired between resolving its key and the copy (see
 //!   [`crate::mem`]): no byte moved, `LocalProtection` if it is the
 //!   poster's own buffer, `RemoteAccess` (for a send: `RemoteResponder`, and
@@ -621,6 +629,7 @@ fn rdma_try(
             .resolve_local_cached(keys, &mut hold, iov, local_right, a.pz.inner.id)
             .ok()?;
     let len = mem::total(&local) as u64;
+    // Zero bytes: the remote key is not checked (see the module docs).
     if len == 0 {
         return Some(0);
     }
@@ -1136,6 +1145,7 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
     };
     let local: SpanRefs<'_> = local.iter().map(Span::as_ref).collect();
     let len = mem::total(&local) as u64;
+    // Zero bytes: the remote key is not checked (see the module docs).
     if len == 0 {
         a.complete(wr, DtoStatus::Success, 0);
         return Step::Next;
