@@ -343,7 +343,9 @@ impl Ia {
     /// `InvalidState(IA_IN_USE)` while endpoints, service points, protection
     /// zones, LMRs or RMRs live (EVDs are not counted: they outlive the IA
     /// safely); `Abrupt` disconnects every endpoint (peers see
-    /// `Disconnected`) and stops every service point.
+    /// `Disconnected`) and stops every service point. Either way,
+    /// connection requests still pending on its service points are
+    /// rejected (their active sides get `PeerRejected`).
     pub fn close(&self, flags: CloseFlags) -> Result<()> {
         self.check_open()?;
         let eps: Vec<_> = self
@@ -374,6 +376,12 @@ impl Ia {
         }
         for sp in sps {
             sp.shutdown();
+            // Requests still pending can no longer be answered: rejected,
+            // so their active sides are told instead of waiting forever.
+            let pending: Vec<_> = sp.crs.lock().values().cloned().collect();
+            for cr in pending {
+                let _ = self.inner.transport.reject(&cr, Vec::new());
+            }
         }
         for ep in eps {
             ep.abort(&self.inner);

@@ -7,11 +7,22 @@
 //! data, and accepts it on an endpoint (with private data of its own) or
 //! rejects it. A reserved service point ([`Rsp`]) binds one endpoint to a
 //! qualifier; it serves one request and is consumed by it.
+//!
+//! A request can go away before it is answered: the active side times
+//! out, disconnects, is freed, or its IA closes. The request is then
+//! cancelled (accept and reject refuse it with `InvalidHandle(Cr)`, so
+//! nothing is accepted into a dead peer), and an RSP's endpoint, reserved
+//! for it, does not stay in `TentativeConnectionPending`: as uDAPL does
+//! for a passive endpoint whose request fails (`dapls_cr_callback`), it
+//! goes to `Disconnected` and gets `Broken` on its connection EVD, so it
+//! can be reset (and reserved again) or freed, and the IA closed. When
+//! the passive side's IA closes, its pending requests are rejected, so no
+//! active side waits for an answer that cannot come.
 
 use crate::ep::{Ep, EpInner, EpState};
 use crate::error::{Error, Result, Subtype};
 use crate::evd::{Evd, Feeder};
-use crate::event::{CrArrival, CrHandle, Event, EventStream, SpHandle};
+use crate::event::{ConnectionEventKind, CrArrival, CrHandle, Event, EventStream, SpHandle};
 use crate::ia::{Ia, IaInner};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -93,6 +104,8 @@ impl CrInner {
     }
 
     /// Moves a pending request to `to`; false if it was no longer pending.
+    /// A cancelled request releases an RSP's endpoint (see the module
+    /// docs).
     pub(crate) fn settle(&self, to: CrState) -> bool {
         let mut s = self.state.lock();
         if *s != CrState::Pending {
@@ -101,12 +114,37 @@ impl CrInner {
         *s = to;
         drop(s);
         self.sp.crs.lock().remove(&self.id);
+        if to == CrState::Cancelled {
+            self.release_reserved_ep();
+        }
         true
     }
 
-    /// The active side gave up.
-    pub(crate) fn cancel(&self) {
-        self.settle(CrState::Cancelled);
+    /// The active side gave up (timeout, disconnect, free, IA close); false
+    /// if the request was no longer pending.
+    pub(crate) fn cancel(&self) -> bool {
+        self.settle(CrState::Cancelled)
+    }
+
+    /// The request went away unanswered: an RSP's endpoint still waiting
+    /// for it (`TentativeConnectionPending`) goes to `Disconnected`, with
+    /// `Broken` on its connection EVD. (One being accepted right now is
+    /// left to the accept, which fails and returns it to `Unconnected`.)
+    fn release_reserved_ep(&self) {
+        if self.sp.kind != SpKind::Reserved {
+            return;
+        }
+        let Some(ep) = &self.sp.rsp_ep else {
+            return;
+        };
+        {
+            let mut c = ep.core.lock();
+            if c.state != EpState::TentativeConnectionPending {
+                return;
+            }
+            ep.set_state(&mut c, EpState::Disconnected);
+        }
+        ep.connection_event(ConnectionEventKind::Broken, None);
     }
 }
 
@@ -122,6 +160,18 @@ impl SpInner {
         if self.is_freed() {
             return Err(Error::InvalidHandle(Subtype::InvalidHandlePsp));
         }
+        // An RSP's endpoint waits for the request before anyone can see it
+        // (so a cancel, which may come at once, finds it waiting).
+        let reserved = self
+            .rsp_ep
+            .as_ref()
+            .filter(|_| self.kind == SpKind::Reserved);
+        if let Some(ep) = reserved {
+            let mut c = ep.core.lock();
+            if c.state == EpState::Reserved {
+                c.state = EpState::TentativeConnectionPending;
+            }
+        }
         self.crs.lock().insert(cr.id, cr.clone());
         let ev = Event::ConnectionRequest(CrArrival {
             sp: (self.kind == SpKind::Public).then_some(self.id),
@@ -131,12 +181,15 @@ impl SpInner {
         });
         if self.cr_evd.post_event(ev).is_err() {
             self.crs.lock().remove(&cr.id);
+            if let Some(ep) = reserved {
+                let mut c = ep.core.lock();
+                if c.state == EpState::TentativeConnectionPending {
+                    c.state = EpState::Reserved;
+                }
+            }
             return Err(Error::QueueFull);
         }
-        if self.kind == SpKind::Reserved {
-            if let Some(ep) = &self.rsp_ep {
-                ep.core.lock().state = EpState::TentativeConnectionPending;
-            }
+        if reserved.is_some() {
             // A reserved SP serves one request.
             self.shutdown();
         }

@@ -306,7 +306,7 @@ impl Transport for LoopbackIa {
             self.lb.timer.at(
                 at,
                 Box::new(move || {
-                    if cr.settle(CrState::Cancelled) {
+                    if cr.cancel() {
                         if let Some(ep) = ep.upgrade() {
                             fail_active(&ep, ConnectionEventKind::TimedOut, None);
                         }
