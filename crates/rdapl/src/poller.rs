@@ -25,6 +25,9 @@
 //!   scheduled, running, notified) lets a notification that arrives while
 //!   the task runs mark it for another pass instead of starting a second run.
 //! * **Bounded time per run**: at most `budget` events per run.
+//! * **A panicking handler is contained**: the panic is caught and counted
+//!   ([`PollerStats::handler_panics`]), the event counts as handled, and the
+//!   task goes on with the next event; the poller's threads never die of it.
 
 use crate::dispatch::{Dispatch, DispatchRun};
 use crate::error::{Error, Result, Subtype};
@@ -71,6 +74,8 @@ pub struct PollerStats {
     pub budget_exhausted: u64,
     /// Re-arms that found events pending and polled again.
     pub rearm_pending: u64,
+    /// Handler calls that panicked (caught; the task carried on).
+    pub handler_panics: u64,
 }
 
 const IDLE: u8 = 0;
@@ -123,6 +128,7 @@ struct Task {
     runs: AtomicU64,
     budget_exhausted: AtomicU64,
     rearm_pending: AtomicU64,
+    handler_panics: AtomicU64,
 }
 
 std::thread_local! {
@@ -237,7 +243,13 @@ impl Task {
                         handled += n;
                         self.events.fetch_add(n as u64, Ordering::Relaxed);
                         for ev in batch.drain(..) {
-                            handler(ev);
+                            // A panic must neither kill this thread (every
+                            // EVD on the poller would be stranded) nor drop
+                            // the rest of the batch.
+                            let call = std::panic::AssertUnwindSafe(|| handler(ev));
+                            if std::panic::catch_unwind(call).is_err() {
+                                self.handler_panics.fetch_add(1, Ordering::Relaxed);
+                            }
                         }
                     }
                     Err(_) => {
@@ -382,6 +394,7 @@ impl Poller {
             runs: AtomicU64::new(0),
             budget_exhausted: AtomicU64::new(0),
             rearm_pending: AtomicU64::new(0),
+            handler_panics: AtomicU64::new(0),
         });
         let up: Arc<dyn Upcall> = Arc::new(NotifyUpcall(Arc::downgrade(&task)));
         evd.modify_upcall(UpcallPolicy::NotifyOnly, Some(up), ReEnable::OnAny)?;
@@ -489,6 +502,7 @@ impl PollerEntry {
             runs: t.runs.load(Ordering::Relaxed),
             budget_exhausted: t.budget_exhausted.load(Ordering::Relaxed),
             rearm_pending: t.rearm_pending.load(Ordering::Relaxed),
+            handler_panics: t.handler_panics.load(Ordering::Relaxed),
         }
     }
 
