@@ -22,7 +22,7 @@ fn main() {
             let evd = Evd::create(1024, EvdFlags::DTO).unwrap();
             for i in 0..n {
                 let r = evd.reserve().unwrap();
-                evd.complete(r, dto_event(i));
+                evd.complete(r, dto_event(i)).unwrap();
                 if let Some(rdapl::Event::Dto(d)) = evd.dequeue().unwrap() {
                     sum += d.cookie;
                 }
@@ -34,7 +34,7 @@ fn main() {
             for i in 0..n / 64 {
                 for j in 0..64 {
                     let r = evd.reserve().unwrap();
-                    evd.complete(r, dto_event(i * 64 + j));
+                    evd.complete(r, dto_event(i * 64 + j)).unwrap();
                 }
                 buf.clear();
                 evd.dequeue_batch(&mut buf, 64).unwrap();

@@ -318,7 +318,8 @@ fn produce(evd: &Evd, rate: Option<f64>, epoch: Instant, stop: &AtomicBool, post
         }
         match evd.reserve() {
             Ok(r) => {
-                evd.complete(r, dto_event(nanos_since(epoch)));
+                evd.complete(r, dto_event(nanos_since(epoch)))
+                    .expect("reserved on this EVD");
                 i += 1;
                 posted.store(i, Ordering::Relaxed);
                 backoff.reset();

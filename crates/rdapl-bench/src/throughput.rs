@@ -198,7 +198,9 @@ impl Tx for EvdReserve {
     fn try_push(&self, i: u64) -> bool {
         match self.0.reserve() {
             Ok(r) => {
-                self.0.complete(r, dto_event(i));
+                self.0
+                    .complete(r, dto_event(i))
+                    .expect("reserved on this EVD");
                 true
             }
             Err(_) => false,

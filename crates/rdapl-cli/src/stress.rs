@@ -868,7 +868,8 @@ fn produce(
                 }
             }
             for r in held.drain(..) {
-                evd.complete(r, dto_event(id, seq[0]));
+                evd.complete(r, dto_event(id, seq[0]))
+                    .expect("reserved on this EVD");
                 seq[0] += 1;
                 sent += 1;
             }

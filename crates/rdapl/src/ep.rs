@@ -642,7 +642,7 @@ impl Ep {
         let feeders = [recv_evd, request_evd, connect_evd]
             .into_iter()
             .flatten()
-            .map(|e| e.feeder())
+            .map(|e| e.feeder_of(&ia.inner.async_evd))
             .collect();
         let inner = Arc::new(EpInner {
             id: EpHandle(next_id()),
@@ -1392,7 +1392,7 @@ impl EpInner {
         }
         let res = evd.reserve()?;
         if let Err(e) = prepare(&mut op) {
-            evd.release(res);
+            let _ = evd.release(res); // reserved on this EVD
             return Err(e);
         }
         // (A delay too long for an instant is as good as forever.)
@@ -1464,14 +1464,14 @@ impl EpInner {
                 // (Never with a buffer: it would be lost. Its post refuses
                 // SUPPRESS; this only makes sure.)
                 if f.contains(CompletionFlags::SUPPRESS) && buf.is_none() {
-                    evd.release(res);
+                    let _ = evd.release(res); // reserved on this EVD
                     return;
                 }
                 notify = !(f.contains(CompletionFlags::UNSIGNALLED)
                     || (f.contains(CompletionFlags::SOLICITED_WAIT)
                         && !f.contains(CompletionFlags::SOLICITED_ARRIVAL)));
             } else if f.quiet_on_success() && buf.is_none() {
-                evd.release(res);
+                let _ = evd.release(res); // reserved on this EVD
                 return;
             }
         }
@@ -1484,11 +1484,13 @@ impl EpInner {
             rmr_context: 0,
             buf,
         });
-        if notify {
-            evd.complete(res, ev);
+        // The reservation was made on this very EVD at post time.
+        let done = if notify {
+            evd.complete(res, ev)
         } else {
-            evd.complete_unsignalled(res, ev);
-        }
+            evd.complete_unsignalled(res, ev)
+        };
+        debug_assert!(done.is_ok(), "{done:?}");
     }
 
     /// Executes a local memory work request (bind, map, invalidate).

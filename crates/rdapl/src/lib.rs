@@ -105,7 +105,8 @@ pub use dispatch::Dispatcher;
 pub use dispatch::{Dispatch, DispatchRun};
 pub use error::{DatReturn, Error, Result};
 pub use evd::{
-    Evd, EvdBuilder, EvdParam, Feeder, Overflowed, ReEnable, Reservation, Upcall, UpcallPolicy,
+    Evd, EvdBuilder, EvdParam, Feeder, Misdirected, Overflowed, ReEnable, Reservation, Upcall,
+    UpcallPolicy,
 };
 pub use event::{
     AsyncError, AsyncErrorKind, ConnectionEvent, ConnectionEventKind, CrArrival, DatObject,

@@ -222,7 +222,7 @@ fn create_sp(
         ia: ia.inner.clone(),
         conn_qual,
         cr_evd: cr_evd.clone(),
-        feeder: Mutex::new(Some(cr_evd.feeder())),
+        feeder: Mutex::new(Some(cr_evd.feeder_of(&ia.inner.async_evd))),
         rsp_ep: rsp_ep.map(|e| e.inner.clone()),
         crs: Mutex::new(HashMap::new()),
         freed: AtomicBool::new(false),

@@ -138,7 +138,8 @@ fn per_stream_fifo_with_concurrent_producers_and_consumer() {
                         .unwrap(),
                     5 => {
                         let r = evd.reserve().unwrap();
-                        evd.complete(r, dto_event(p, seq, DtoOp::Send, seq));
+                        evd.complete(r, dto_event(p, seq, DtoOp::Send, seq))
+                            .unwrap();
                     }
                     _ => evd
                         .post_event(Event::RmrBind(RmrBindCompletion {
@@ -518,7 +519,7 @@ fn full_evd_gives_exactly_the_room_freed() {
                 q.occupied,
                 q.qlen
             );
-            evd.complete(r, dto(from + n));
+            evd.complete(r, dto(from + n)).unwrap();
             n += 1;
         }
         n
@@ -549,12 +550,12 @@ fn full_evd_gives_exactly_the_room_freed() {
     assert!(evd.reserve().is_err());
     let mut held = held.into_iter();
     for _ in 0..3 {
-        evd.release(held.next().unwrap());
+        evd.release(held.next().unwrap()).unwrap();
     }
     let again: Vec<_> = (0..3).map(|_| evd.reserve().unwrap()).collect();
     assert!(evd.reserve().is_err(), "three released, three taken");
     for r in held.chain(again) {
-        evd.release(r);
+        evd.release(r).unwrap();
     }
     // Full, then grown: the new room is there at once, and exactly it.
     assert_eq!(fill(&evd, 3000), Q as u64);
@@ -585,7 +586,7 @@ fn full_evd_never_overcommits_under_contention() {
                     if let Ok(r) = evd.reserve() {
                         let now = inflight.fetch_add(1, Ordering::SeqCst) + 1;
                         worst.fetch_max(now, Ordering::SeqCst);
-                        evd.complete(r, dto(p << 32 | made));
+                        evd.complete(r, dto(p << 32 | made)).unwrap();
                         made += 1;
                     } else {
                         std::hint::spin_loop();
@@ -671,19 +672,19 @@ fn reserve_complete_release_accounting() {
             .is_err()
     );
     // Completing a reservation never fails, even on a "full" EVD.
-    evd.complete(r1, dto(1));
+    evd.complete(r1, dto(1)).unwrap();
     let q = evd.query().unwrap();
     assert_eq!((q.pending, q.occupied), (3, 4));
     // Releasing gives the slot back.
-    evd.release(r2);
+    evd.release(r2).unwrap();
     assert_eq!(evd.query().unwrap().occupied, 3);
     let r3 = evd.reserve().unwrap();
     assert!(evd.reserve().is_err());
     // Dequeue frees a slot too.
     assert_eq!(evd.dequeue().unwrap(), Some(Event::Software(100)));
     let r4 = evd.reserve().unwrap();
-    evd.complete(r4, dto(4));
-    evd.complete(r3, dto(3));
+    evd.complete(r4, dto(4)).unwrap();
+    evd.complete(r3, dto(3)).unwrap();
     let mut v = Vec::new();
     evd.dequeue_batch(&mut v, 10).unwrap();
     assert_eq!(v, vec![Event::Software(101), dto(1), dto(4), dto(3)]);
@@ -705,7 +706,7 @@ fn completions_of_all_reservations_fit_under_concurrency() {
                     reserved.fetch_add(1, Ordering::SeqCst);
                 }
                 for (i, r) in rs.into_iter().enumerate() {
-                    evd.complete(r, dto(tag(p, i as u64)));
+                    evd.complete(r, dto(tag(p, i as u64))).unwrap();
                 }
             })
         })

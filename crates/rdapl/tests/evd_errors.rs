@@ -372,8 +372,8 @@ fn resize_below_occupied_is_invalid_state_and_changes_nothing() {
     evd.resize(5).unwrap();
     assert_eq!(evd.query().unwrap().qlen, 5);
     assert_eq!(evd.post_se(99), Err(Error::QueueFull));
-    evd.release(r1);
-    evd.release(r2);
+    evd.release(r1).unwrap();
+    evd.release(r2).unwrap();
     let mut v = Vec::new();
     evd.dequeue_batch(&mut v, 10).unwrap();
     assert_eq!(v, (0..3).map(Event::Software).collect::<Vec<_>>());
@@ -511,7 +511,7 @@ fn every_operation_on_freed_evd_is_invalid_handle() {
     // Provider side: a stream that cannot be refused counts an overflow; a
     // completion for a reservation taken before the free is discarded.
     assert!(clone.post_event(Event::Software(3)).is_err());
-    clone.complete(res, Event::Software(4));
+    clone.complete(res, Event::Software(4)).unwrap();
     // The CNO was not triggered by any of this after the free.
     assert!(cno.is_triggered(), "the post before the free triggered it");
     cno.wait(Some(Duration::ZERO)).unwrap();

@@ -110,7 +110,7 @@ fn dto(producer: u64, seq: u64) -> Event {
 
 fn produce(evd: &Evd, producer: u64, seq: u64) {
     let res = evd.reserve().expect("capacity");
-    evd.complete(res, dto(producer, seq));
+    evd.complete(res, dto(producer, seq)).unwrap();
 }
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -535,5 +535,80 @@ fn grow_vs_producer_vs_upcall() {
             vec![0, 1, 2],
             "exactly once, in order"
         );
+    });
+}
+
+/// A `Strict` re-enable of the policy already in force, refused because
+/// events are queued, vs. the dispatch run delivering them (issue 18,
+/// defect 1): while the re-enable holds the policy back, the run may see
+/// "not delivering" and end; the re-enable must then schedule what the
+/// queue needs, or the backlog is stranded with upcalls on.
+#[test]
+fn refused_strict_reenable_vs_running_delivery() {
+    model(|| {
+        let (d, dt) = DispatchThread::start();
+        let seen = Arc::new(Seen::default());
+        let s2 = seen.clone();
+        let evd = Evd::builder(4, EvdFlags::DTO)
+            .dispatch(d)
+            .upcall(
+                UpcallPolicy::SingleInstance,
+                upcall(move |_, ev, _| s2.add(&ev.expect("event"))),
+            )
+            .build()
+            .unwrap();
+        produce(&evd, 1, 0);
+        produce(&evd, 1, 1);
+        match evd.modify_upcall(UpcallPolicy::SingleInstance, None, ReEnable::Strict) {
+            Ok(0) | Err(rdapl::Error::Busy { .. }) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+        dt.finish();
+        assert_eq!(
+            evd.query().unwrap().pending,
+            0,
+            "events stranded on an EVD whose upcalls are on"
+        );
+        assert_eq!(seen.sorted(), vec![(1, 0), (1, 1)]);
+    });
+}
+
+/// `Disable` vs. a dispatch run delivering a backlog (issue 18, defect 2):
+/// once `Disable` returns no upcall begins, so with no producer running the
+/// count it returns is exactly what the consumer can dequeue, and every
+/// event went to exactly one of the two.
+#[test]
+fn disable_vs_delivering_run() {
+    model(|| {
+        let (d, dt) = DispatchThread::start();
+        let seen = Arc::new(Seen::default());
+        let s2 = seen.clone();
+        let evd = Evd::builder(4, EvdFlags::DTO)
+            .dispatch(d)
+            .upcall(
+                UpcallPolicy::SingleInstance,
+                upcall(move |_, ev, _| s2.add(&ev.expect("event"))),
+            )
+            .build()
+            .unwrap();
+        produce(&evd, 1, 0);
+        produce(&evd, 1, 1);
+        let pending = evd
+            .modify_upcall(UpcallPolicy::Disable, None, ReEnable::OnNew)
+            .unwrap();
+        let mut polled = Vec::new();
+        while let Some(ev) = evd.dequeue().unwrap() {
+            polled.push(ev);
+        }
+        assert_eq!(
+            polled.len(),
+            pending,
+            "an upcall took an event after Disable returned"
+        );
+        dt.finish();
+        for ev in &polled {
+            seen.add(ev);
+        }
+        assert_eq!(seen.sorted(), vec![(1, 0), (1, 1)], "exactly once");
     });
 }

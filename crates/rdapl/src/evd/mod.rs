@@ -23,14 +23,23 @@
 //!   the stack of a consumer call and never under an internal lock, so an
 //!   upcall may call any function, `modify_upcall` on its own EVD included.
 //!   `SingleInstance` runs at most one upcall at a time and delivers what
-//!   arrived meanwhile when it returns; `Teardown` returns only after running
-//!   upcalls have returned, and fails (instead of deadlocking) when called
-//!   from inside this EVD's own upcall.
+//!   arrived meanwhile when it returns. Once `Disable` (or `free`) returns,
+//!   no upcall begins: the policy is looked at before each event is taken
+//!   for an upcall, and the switch waits for a run between that look and
+//!   its upcall. Upcalls that had begun may still be running; `Teardown`
+//!   returns only after they have returned, and fails (instead of
+//!   deadlocking) when called from inside this EVD's own upcall or from an
+//!   upcall that one of this EVD's upcalls waits for.
 //! * **Nothing lost silently.** DTO completions reserve their slot when the
 //!   work request is posted ([`Evd::reserve`]), so a completion always fits.
 //!   Streams that cannot be refused at the source ([`Evd::post_event`]) that
 //!   find the EVD full are counted and reported by an `EvdOverflow` event on
-//!   the async EVD, naming this EVD; the EVD stays usable.
+//!   the async EVD, naming this EVD, once per episode (an episode ends when
+//!   a slot is given back); the EVD stays usable. An EVD made without an
+//!   async EVD reports on the async EVD of the first IA whose endpoint or
+//!   service point it feeds.
+//! * **No misdirected completion.** A reservation is checked against the
+//!   EVD it is completed on, in every build ([`Misdirected`]).
 //!
 //! # Hot path
 //!
@@ -58,6 +67,7 @@ mod ring;
 #[cfg_attr(loom, allow(unused_imports))]
 pub(crate) use ring::{prefetch_read, prefetch_write};
 pub(crate) mod state;
+mod teardown_waits;
 
 pub use state::{MAX_QLEN, ReEnable};
 
@@ -74,8 +84,8 @@ use loom_storage::Storage;
 #[cfg(not(loom))]
 use ring::Storage;
 use state::{
-    ARRIVED, CNO_ENABLED, FREED, Policy, RunStep, STREAM_ARMED, State, TD_WAITING, UNWAITABLE,
-    WAIT_ARMED, WAITER,
+    CNO_ENABLED, FREED, Policy, RunStep, STREAM_ARMED, State, TD_WAITING, UNWAITABLE, WAIT_ARMED,
+    WAITER,
 };
 use std::convert::Infallible;
 use std::fmt;
@@ -103,6 +113,8 @@ where
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum UpcallPolicy {
     /// `DAT_UPCALL_DISABLE`: no upcalls; events wait for `dequeue`/`wait`.
+    /// No upcall begins once `modify_upcall` returns; one that had begun
+    /// may still be running (`Teardown` waits for those).
     Disable,
     /// `DAT_UPCALL_SINGLE_INSTANCE`: at most one upcall at a time.
     SingleInstance,
@@ -191,6 +203,31 @@ pub struct Reservation {
     evd: EvdHandle,
 }
 
+/// A reservation spent on an EVD it was not made on: refused, and handed
+/// back (with the event) so that it can go to its own EVD. Publishing it
+/// would fill a slot nobody reserved.
+#[derive(Debug, thiserror::Error)]
+#[error("the reservation was made on another EVD")]
+pub struct Misdirected {
+    /// The reservation, still valid on its own EVD.
+    pub reservation: Reservation,
+    /// The event that was to complete it (`None` for a release).
+    pub event: Option<Event>,
+}
+
+impl Misdirected {
+    #[cold]
+    fn new(reservation: Reservation, event: Option<Event>) -> Misdirected {
+        Misdirected { reservation, event }
+    }
+}
+
+impl From<Misdirected> for Error {
+    fn from(_: Misdirected) -> Error {
+        Error::param(1, "the reservation was made on another EVD")
+    }
+}
+
 /// The overflow outcome of [`Evd::post_event`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Overflowed {
@@ -235,13 +272,22 @@ pub(crate) struct EvdInner {
     teardown_cv: Condvar,
     cno: Mutex<Option<Cno>>,
     enabled: AtomicBool,
-    async_evd: Option<Evd>,
+    /// Where overflows are reported: set at creation, or adopted from the
+    /// IA when an EVD made without one starts to feed from it.
+    async_evd: Mutex<Option<Evd>>,
     overflows: AtomicU64,
-    overflow_reported: AtomicBool,
+    /// `freed() + 1` when the last overflow was reported (0: never): an
+    /// overflow episode ends as soon as a slot was given back since.
+    overflow_mark: AtomicU64,
     upcall_panics: AtomicU64,
     feeders: AtomicUsize,
+    /// Runs between their last look at the policy and the entry of the
+    /// upcall they decided to make (see [`UpcallGate`]). `Disable` and
+    /// `free` wait for this to reach zero, so that no upcall begins after
+    /// they return.
+    starting: CachePadded<AtomicUsize>,
     #[cfg(feature = "stream")]
-    pub(crate) stream_waker: Mutex<Option<std::task::Waker>>,
+    pub(crate) stream_wakers: Mutex<crate::stream::Wakers>,
 }
 
 /// Capacity accounting on the producers' cache line.
@@ -380,13 +426,14 @@ impl EvdBuilder {
             teardown_cv: Condvar::new(),
             cno: Mutex::new(self.cno),
             enabled: AtomicBool::new(true),
-            async_evd: self.async_evd,
+            async_evd: Mutex::new(self.async_evd),
             overflows: AtomicU64::new(0),
-            overflow_reported: AtomicBool::new(false),
+            overflow_mark: AtomicU64::new(0),
             upcall_panics: AtomicU64::new(0),
             feeders: AtomicUsize::new(0),
+            starting: CachePadded::new(AtomicUsize::new(0)),
             #[cfg(feature = "stream")]
-            stream_waker: Mutex::new(None),
+            stream_wakers: Mutex::new(Default::default()),
         };
         Ok(Evd {
             inner: Arc::new(inner),
@@ -570,6 +617,17 @@ impl EvdInner {
         Some((ev, left))
     }
 
+    /// Waits until no run is between its look at the policy and the entry
+    /// of its upcall ([`UpcallGate`]): called after a switch that stops
+    /// upcalls, so that none begins once the caller returns.
+    fn wait_for_starting(&self) {
+        fence(Ordering::SeqCst);
+        let mut spins = 0;
+        while self.starting.load(Ordering::SeqCst) != 0 {
+            sync::spin_wait(&mut spins);
+        }
+    }
+
     /// Schedules the runs that queued events need under the current policy
     /// (after a re-enable, or when a run ends with events left).
     fn kick_runs(&self) -> u64 {
@@ -617,8 +675,11 @@ fn act(inner: &Arc<EvdInner>, wake: state::Wake) {
     }
     #[cfg(feature = "stream")]
     if wake.stream {
-        if let Some(w) = inner.stream_waker.lock().take() {
-            w.wake();
+        {
+            // Taken under the lock, woken after it (a waker may poll the
+            // stream inline).
+            let wakers = inner.stream_wakers.lock().take();
+            crate::stream::wake_all(wakers);
         }
     }
     if wake.cno {
@@ -629,8 +690,45 @@ fn act(inner: &Arc<EvdInner>, wake: state::Wake) {
     }
 }
 
-fn call_upcall(evd: &Arc<EvdInner>, handle: &Evd, event: Option<Event>, more: bool) {
+/// The right to make one upcall, taken only while the policy allows it.
+///
+/// Entering counts the run in `starting` before it reads the state word;
+/// `Disable` and `free` write the state word and then wait for `starting`
+/// to drain (the Dekker pattern): either the run sees the switch and gives
+/// up, or the switch waits until the run has entered its upcall. Nothing
+/// inside the gate blocks or runs consumer code, so that wait is short.
+struct UpcallGate<'a>(&'a EvdInner);
+
+impl<'a> UpcallGate<'a> {
+    fn enter(evd: &'a EvdInner, allowed: impl Fn(State) -> bool) -> Option<UpcallGate<'a>> {
+        evd.starting.fetch_add(1, Ordering::SeqCst);
+        // Loom models a `SeqCst` read-modify-write followed by a `SeqCst`
+        // load more weakly than C++ does (as acquire/release): the fence
+        // stands for that order there, as in `loom_storage::push_then`.
+        #[cfg(loom)]
+        fence(Ordering::SeqCst);
+        let gate = UpcallGate(evd);
+        allowed(evd.load()).then_some(gate)
+    }
+}
+
+impl Drop for UpcallGate<'_> {
+    fn drop(&mut self) {
+        self.0.starting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Calls the consumer's upcall; `gate` is given up just before it is
+/// entered.
+fn call_upcall(
+    evd: &Arc<EvdInner>,
+    handle: &Evd,
+    event: Option<Event>,
+    more: bool,
+    gate: UpcallGate<'_>,
+) {
     let upcall = evd.upcall.lock().clone();
+    drop(gate);
     if let Some(u) = upcall {
         let prev = IN_UPCALL.with(|c| c.replace(evd.id.0));
         // A panicking upcall must not wedge the EVD (its run and in-upcall
@@ -690,21 +788,25 @@ pub(crate) fn run(evd: &Arc<EvdInner>) {
             }
             RunStep::Notify => {
                 in_upcall = true;
-                call_upcall(evd, &handle, None, false);
+                let notifies = |s: State| s.policy() == Policy::Notify && !s.has(FREED);
+                if let Some(gate) = UpcallGate::enter(evd, notifies) {
+                    call_upcall(evd, &handle, None, false, gate);
+                }
             }
             RunStep::Deliver => {
                 in_upcall = true;
                 // Deliver while the policy keeps delivering; the upcall slot
                 // (`inup`) is held throughout, so `Teardown` waits for it.
+                // The policy is looked at before each event is taken (in the
+                // gate), so none is taken for an upcall once `Disable`
+                // returned.
                 let mut delivered = false;
-                while let Some(ev) = evd.storage.pop() {
+                let delivers = |s: State| s.delivers() && !s.has(FREED);
+                while let Some(gate) = UpcallGate::enter(evd, delivers) {
+                    let Some(ev) = evd.storage.pop() else { break };
                     delivered = true;
                     let more = !evd.storage.is_empty();
-                    call_upcall(evd, &handle, Some(ev), more);
-                    let s = State(evd.state.load(Ordering::SeqCst));
-                    if !s.delivers() || s.has(FREED) {
-                        break;
-                    }
+                    call_upcall(evd, &handle, Some(ev), more, gate);
                 }
                 if !delivered {
                     // Claimed by a producer and not yet written: it is
@@ -882,7 +984,7 @@ impl Evd {
                 return Ok(got);
             }
             // Arm, then look again: the consumer half of the Dekker pattern.
-            inner.update(|s| {
+            inner.update::<_, Error>(|s| {
                 gone(s)?;
                 Ok((s.set(WAIT_ARMED).with_threshold(threshold), ()))
             })?;
@@ -957,16 +1059,24 @@ impl Evd {
                         (),
                     ))
                 })?;
-                fence(Ordering::SeqCst);
+                // No upcall begins after this returns: a run that looked at
+                // the policy before the switch has entered its upcall (or
+                // given up) once this wait ends.
+                inner.wait_for_starting();
                 Ok(inner.storage.claimed())
             }
             UpcallPolicy::Teardown => {
-                if IN_UPCALL.with(|c| c.get()) == inner.id.0 {
+                // Called from inside an upcall, the wait below must not close
+                // a cycle: this EVD's own upcall, or an upcall of an EVD that
+                // (through others) waits for the caller's.
+                let from = IN_UPCALL.with(|c| c.get());
+                let Some(_waiting) = teardown_waits::enter(from, inner.id.0) else {
                     return Err(Error::state(
                         Subtype::InvalidStateEvdInUse,
-                        "Teardown called from inside this EVD's own upcall would deadlock",
+                        "Teardown from inside an upcall would deadlock: it is this EVD's own \
+                         upcall, or one that an upcall of this EVD waits for",
                     ));
-                }
+                };
                 {
                     let _g = inner.modify.lock();
                     inner.update::<_, Error>(|s| {
@@ -1012,21 +1122,23 @@ impl Evd {
                 // word before the switch.
                 fence(Ordering::SeqCst);
                 let pending = inner.storage.claimed();
-                let mut kick = mode == ReEnable::OnAny;
+                // A Strict re-enable always schedules what the queue needs
+                // once it ends: while the policy was held back, a run of the
+                // policy in force may have seen "not delivering" and ended
+                // with events queued, and producers left their runs to us.
+                let kick = mode == ReEnable::OnAny || strict;
                 let result = if strict {
-                    // The policy was held back (`ENABLING`): producers that
-                    // arrived meanwhile left their runs to us (`ARRIVED`).
+                    // The policy was held back (`ENABLING`): restore the old
+                    // one or let the new one take effect.
                     let refuse = pending > 0;
-                    let during = inner.update::<_, Infallible>(|s| {
+                    let _ = inner.update::<_, Infallible>(|s| {
                         let n = if refuse {
                             state::abort_enabling(s, prev)
                         } else {
                             state::finish_enabling(s)
                         };
-                        Ok((n, s))
+                        Ok((n, ()))
                     });
-                    let Ok(during) = during;
-                    kick = during.has(ARRIVED);
                     if refuse {
                         Err(Error::Busy { pending })
                     } else {
@@ -1093,6 +1205,8 @@ impl Evd {
                 .compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
+                // Room may have changed: the next loss is a new episode.
+                self.inner.overflow_mark.store(0, Ordering::SeqCst);
                 return Ok(());
             }
         }
@@ -1121,7 +1235,8 @@ impl Evd {
     /// Frees the EVD (`dat_evd_free`). Refused with `InvalidState` while
     /// endpoints or service points feed it. Queued events are discarded; a
     /// blocked waiter returns `Abort`; later calls return `InvalidHandle`.
-    /// Upcalls already running finish; use `Teardown` first to wait for them.
+    /// No upcall begins once this returns; upcalls already running finish
+    /// (use `Teardown` first to wait for them).
     pub fn free(&self) -> Result<()> {
         let inner = &self.inner;
         if inner.feeders.load(Ordering::SeqCst) > 0 {
@@ -1143,12 +1258,17 @@ impl Evd {
         })?;
         // No more reservations or posts: queue length 0.
         inner.prod.reserved.fetch_and(TAKEN_MASK, Ordering::SeqCst);
+        // No upcall begins once `free` returns.
+        inner.wait_for_starting();
         if prev.has(WAITER) {
             inner.waiter.raise();
         }
         #[cfg(feature = "stream")]
-        if let Some(w) = inner.stream_waker.lock().take() {
-            w.wake();
+        {
+            // Taken under the lock, woken after it (a waker may poll the
+            // stream inline).
+            let wakers = inner.stream_wakers.lock().take();
+            crate::stream::wake_all(wakers);
         }
         // Break reference cycles through the upcall object and the CNO.
         *inner.upcall.lock() = None;
@@ -1245,12 +1365,18 @@ impl Evd {
         }
     }
 
-    /// Completes a reservation with its event. Never fails, never drops.
-    /// (A completion for a freed EVD is unreachable and dropped with it.)
+    /// Completes a reservation with its event. Never drops: the slot was
+    /// reserved. (A completion for a freed EVD is unreachable and dropped
+    /// with it.) A reservation made on another EVD is refused in every
+    /// build, and handed back with the event ([`Misdirected`], which
+    /// converts to `InvalidParameter` for argument 1).
     #[inline]
-    pub fn complete(&self, res: Reservation, event: Event) {
-        debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
+    pub fn complete(&self, res: Reservation, event: Event) -> std::result::Result<(), Misdirected> {
+        if res.evd != self.inner.id {
+            return Err(Misdirected::new(res, Some(event)));
+        }
         publish(&self.inner, event);
+        Ok(())
     }
 
     /// Hints that a completion is coming soon: the lines a publish
@@ -1265,22 +1391,38 @@ impl Evd {
     /// Completes a reservation without notification: the event is queued
     /// (dequeue, a later waiter or a later upcall run will see it) but
     /// wakes nobody (DAT's unsignalled and solicited-wait receives).
-    pub fn complete_unsignalled(&self, res: Reservation, event: Event) {
-        debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
+    /// Refused as [`Evd::complete`] is for another EVD's reservation.
+    pub fn complete_unsignalled(
+        &self,
+        res: Reservation,
+        event: Event,
+    ) -> std::result::Result<(), Misdirected> {
+        if res.evd != self.inner.id {
+            return Err(Misdirected::new(res, Some(event)));
+        }
         self.inner.storage.push(event);
+        Ok(())
     }
 
-    /// Returns an unused reservation (e.g. a suppressed successful completion).
-    pub fn release(&self, res: Reservation) {
-        debug_assert_eq!(res.evd, self.inner.id, "reservation used on another EVD");
+    /// Returns an unused reservation (e.g. a suppressed successful
+    /// completion). Refused as [`Evd::complete`] is for another EVD's
+    /// reservation.
+    pub fn release(&self, res: Reservation) -> std::result::Result<(), Misdirected> {
+        if res.evd != self.inner.id {
+            return Err(Misdirected::new(res, None));
+        }
         self.inner.released.fetch_add(1, Ordering::Release);
+        Ok(())
     }
 
     /// Posts an event of a stream that cannot be refused at the source
     /// (connection requests, connection events, asynchronous errors). If the
     /// EVD is full the event is counted as an overflow and, once per
     /// overflow episode, an `EvdOverflow` naming this EVD is posted to the
-    /// async EVD. Posting to a freed EVD counts as an overflow too.
+    /// async EVD. An episode ends as soon as a slot is given back (a
+    /// consumer took an event, a reservation was released) or the EVD is
+    /// resized: the next loss is reported again. Posting to a freed EVD
+    /// counts as an overflow too.
     pub fn post_event(&self, event: Event) -> std::result::Result<(), Overflowed> {
         let inner = &self.inner;
         debug_assert!(
@@ -1290,15 +1432,16 @@ impl Evd {
         );
         if !inner.load().has(FREED) && inner.take_slots(1) {
             publish(inner, event);
-            if inner.overflow_reported.load(Ordering::Relaxed) {
-                inner.overflow_reported.store(false, Ordering::SeqCst);
-            }
             return Ok(());
         }
         inner.overflows.fetch_add(1, Ordering::SeqCst);
         let mut reported = false;
-        if !inner.overflow_reported.swap(true, Ordering::SeqCst) {
-            if let Some(a) = &inner.async_evd {
+        // The episode is named by the slots given back so far: the first
+        // loss after a slot came back swaps in a new mark and reports.
+        let mark = inner.freed().wrapping_add(1);
+        if inner.overflow_mark.swap(mark, Ordering::SeqCst) != mark {
+            let a = inner.async_evd.lock().clone();
+            if let Some(a) = a {
                 if !Arc::ptr_eq(&a.inner, &self.inner) {
                     reported = a.post_event(Event::evd_overflow(inner.id)).is_ok();
                 }
@@ -1312,6 +1455,20 @@ impl Evd {
     pub fn feeder(&self) -> Feeder {
         self.inner.feeders.fetch_add(1, Ordering::SeqCst);
         Feeder { evd: self.clone() }
+    }
+
+    /// [`Evd::feeder`] for an object of an IA whose async EVD is
+    /// `ia_async`: an EVD made without an async EVD (`Evd::create`) reports
+    /// its overflows there from now on.
+    #[cfg(not(loom))]
+    pub(crate) fn feeder_of(&self, ia_async: &Evd) -> Feeder {
+        {
+            let mut a = self.inner.async_evd.lock();
+            if a.is_none() && !Arc::ptr_eq(&ia_async.inner, &self.inner) {
+                *a = Some(ia_async.clone());
+            }
+        }
+        self.feeder()
     }
 
     /// True if the EVD was freed.

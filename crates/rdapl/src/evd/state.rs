@@ -29,8 +29,7 @@
 //! | 57    | `FREED`        | the EVD was freed |
 //! | 58    | `TD_WAITING`   | a `Teardown` caller waits for running upcalls to return |
 //! | 59    | `NOTIFY_DUE`   | notify-only fired while a run was in progress: that run notifies again |
-//! | 60    | `ENABLING`     | a `Strict` re-enable is checking that nothing is queued: no runs start |
-//! | 61    | `ARRIVED`      | an event was published while `ENABLING`: the re-enable re-evaluates when it ends |
+//! | 60    | `ENABLING`     | a `Strict` re-enable is checking that nothing is queued: no runs start (the re-enable schedules what the queue needs when it ends) |
 //!
 //! The functions here are pure: they take a state (and the storage depth the
 //! caller read after its fence) and return the next state plus what the
@@ -61,7 +60,6 @@ pub(crate) const FREED: u64 = 1 << 57;
 pub(crate) const TD_WAITING: u64 = 1 << 58;
 pub(crate) const NOTIFY_DUE: u64 = 1 << 59;
 pub(crate) const ENABLING: u64 = 1 << 60;
-pub(crate) const ARRIVED: u64 = 1 << 61;
 
 /// Upcall policy as stored in the state word. `UpcallPolicy` in the public
 /// API maps onto it one to one.
@@ -217,11 +215,9 @@ pub(crate) fn needs_attention(s: State) -> bool {
 /// A producer published; `count` is the storage depth it read after its
 /// fence (at least 1 unless a consumer already took the event).
 pub(crate) fn publish(s: State, count: usize, max_runs: u64) -> (State, Wake) {
+    // While `ENABLING`, the runs this arrival may need are decided when the
+    // re-enable ends.
     let (mut s, runs) = schedule_runs(s, count, max_runs);
-    if s.has(ENABLING) {
-        // The runs this arrival may need are decided when the re-enable ends.
-        s = s.set(ARRIVED);
-    }
     let mut wake = Wake {
         runs,
         ..Wake::default()
@@ -307,7 +303,7 @@ pub(crate) fn enable(s: State, p: Policy, enabling: bool) -> State {
 /// Ends a `Strict` re-enable that found the queue empty: the policy set by
 /// [`enable`] takes effect.
 pub(crate) fn finish_enabling(s: State) -> State {
-    let n = s.clear(ENABLING | ARRIVED);
+    let n = s.clear(ENABLING);
     if n.policy() == Policy::Notify {
         n.set(NOTIFY_ARMED)
     } else {
@@ -318,9 +314,7 @@ pub(crate) fn finish_enabling(s: State) -> State {
 /// Ends a `Strict` re-enable that found events queued: the policy (and a
 /// notify-only arm) of `prev`, the state before [`enable`], come back.
 pub(crate) fn abort_enabling(s: State, prev: State) -> State {
-    let n = s
-        .clear(ENABLING | ARRIVED | NOTIFY_ARMED)
-        .with_policy(prev.policy());
+    let n = s.clear(ENABLING | NOTIFY_ARMED).with_policy(prev.policy());
     let n = if prev.has(NOTIFY_ARMED) {
         n.set(NOTIFY_ARMED)
     } else {
@@ -523,14 +517,9 @@ mod tests {
         assert!(e.has(ENABLING) && !e.delivers());
         assert_eq!(schedule_runs(e, 3, 1).1, 0);
         let (e, w) = publish(e, 1, 1);
-        assert_eq!(w.runs, 0);
-        assert!(
-            e.has(ARRIVED),
-            "the arrival is remembered for the end of the re-enable"
-        );
+        assert_eq!(w.runs, 0, "the re-enable schedules runs when it ends");
         let f = finish_enabling(e);
-        assert!(!f.has(ARRIVED));
-        assert!(f.delivers());
+        assert!(f.delivers() && !f.has(ENABLING));
         assert_eq!(schedule_runs(f, 1, 1).1, 1);
         let a = abort_enabling(e, prev);
         assert_eq!(a.policy(), Policy::Notify);

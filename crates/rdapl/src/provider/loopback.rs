@@ -1211,7 +1211,7 @@ fn take_recv(b: &EpInner, rq: &mut RecvQueue) -> Option<RecvWr> {
 fn untake_recv(b: &EpInner, rq: &mut RecvQueue, wr: RecvWr) {
     match (&b.srq, &b.recv_evd) {
         (Some(srq), Some(evd)) => {
-            evd.release(wr.res);
+            let _ = evd.release(wr.res); // reserved on this EVD
             srq.inner.recvs.lock().push_front(crate::srq::SrqWr {
                 iov: crate::mem::Iov::from_slice(&wr.iov),
                 cookie: wr.cookie,
@@ -1514,7 +1514,7 @@ mod tests {
         assert!(s.evd.dequeue().unwrap().is_none());
         let all: Vec<_> = (0..64).map(|_| s.evd.reserve().unwrap()).collect();
         for r in all {
-            s.evd.release(r);
+            s.evd.release(r).unwrap();
         }
     }
 
