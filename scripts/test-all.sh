@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole rdapl test suite: format and lint checks, every unit,
-# integration and doc test of the workspace (all features), and the loom
-# models of the EVD and CNO protocols.
+# integration and doc test of the workspace (all features), the loom
+# models of the EVD and CNO protocols (--cfg rdapl_loom), and a check that
+# a downstream crate's own --cfg loom leaves rdapl whole.
 #
 # Tests that need an outside program skip with a printed reason unless
 # RDAPL_REQUIRE_EXTERNAL=1 (set by .ci/run), which turns a skip into a failure.
@@ -18,6 +19,10 @@ echo "== cargo test (workspace, all features)"
 cargo test --workspace --all-features
 
 echo "== loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-3}, warnings denied)"
-LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" RUSTFLAGS="--cfg loom -D warnings" \
+LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" RUSTFLAGS="--cfg rdapl_loom -D warnings" \
   CARGO_TARGET_DIR=target/loom \
   cargo test -p rdapl --lib --test loom_evd --release
+
+echo "== a downstream crate built with --cfg loom still sees the whole object model"
+RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/downstream-loom \
+  cargo check -p rdapl-cli

@@ -80,7 +80,7 @@ impl Buf {
     /// The addresses of the buffer's header and of its first byte:
     /// prefetch hints for a sender on another core (never dereferenced
     /// through these values).
-    #[cfg(not(loom))]
+    #[cfg(not(rdapl_loom))]
     #[inline]
     pub(crate) fn hint_addrs(&self) -> (usize, usize) {
         (

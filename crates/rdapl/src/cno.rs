@@ -40,7 +40,7 @@ struct CnoInner {
     freed: AtomicBool,
     slot: Mutex<Option<EvdHandle>>,
     cv: Condvar,
-    #[cfg(not(loom))]
+    #[cfg(not(rdapl_loom))]
     fd: Option<std::os::fd::OwnedFd>,
 }
 
@@ -74,14 +74,14 @@ impl Cno {
                 freed: AtomicBool::new(false),
                 slot: Mutex::new(None),
                 cv: Condvar::new(),
-                #[cfg(not(loom))]
+                #[cfg(not(rdapl_loom))]
                 fd: None,
             }),
         }
     }
 
     /// Creates a CNO with an `eventfd` (`dat_cno_fd_create`).
-    #[cfg(not(loom))]
+    #[cfg(not(rdapl_loom))]
     pub fn with_fd() -> Result<Cno> {
         use rustix::event::{EventfdFlags, eventfd};
         let fd = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).map_err(|_| {
@@ -108,7 +108,7 @@ impl Cno {
     }
 
     /// The eventfd of a CNO made by [`Cno::with_fd`].
-    #[cfg(not(loom))]
+    #[cfg(not(rdapl_loom))]
     pub fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         use std::os::fd::AsFd;
         self.inner.fd.as_ref().map(|f| f.as_fd())
@@ -134,7 +134,7 @@ impl Cno {
         *slot = Some(evd);
         drop(slot);
         inner.cv.notify_one();
-        #[cfg(not(loom))]
+        #[cfg(not(rdapl_loom))]
         if let Some(fd) = &inner.fd {
             // An eventfd write only fails if the counter would overflow,
             // in which case it is readable already.
@@ -148,7 +148,7 @@ impl Cno {
     pub fn wait(&self, timeout: Option<Duration>) -> Result<EvdHandle> {
         let inner = &*self.inner;
         let deadline = sync::deadline(timeout);
-        #[cfg(not(loom))]
+        #[cfg(not(rdapl_loom))]
         self.drain_fd();
         let mut slot = inner.slot.lock();
         loop {
@@ -171,7 +171,7 @@ impl Cno {
         }
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(rdapl_loom))]
     fn drain_fd(&self) {
         if let Some(fd) = &self.inner.fd {
             let mut buf = [0u8; 8];

@@ -45,10 +45,10 @@ pub trait Dispatch: Send + Sync + 'static {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub use pool::Dispatcher;
 
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 mod pool {
     use super::{Dispatch, DispatchRun};
     use std::sync::{Arc, OnceLock};

@@ -75,24 +75,24 @@
 pub mod buf;
 pub mod cno;
 pub mod dispatch;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub mod ep;
 pub mod error;
 pub mod evd;
 pub mod event;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub mod ia;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub mod mem;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub mod poller;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub mod provider;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub mod pz;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub mod sp;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub mod srq;
 #[cfg(feature = "stream")]
 pub mod stream;
@@ -100,7 +100,7 @@ mod sync;
 
 pub use buf::{Buf, BufRefused};
 pub use cno::{Cno, CnoHandle};
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub use dispatch::Dispatcher;
 pub use dispatch::{Dispatch, DispatchRun};
 pub use error::{DatReturn, Error, Result};
@@ -113,9 +113,9 @@ pub use event::{
     DtoCompletion, DtoOp, DtoStatus, EvdFlags, EvdHandle, Event, EventNumber, EventStream,
     RmrBindCompletion,
 };
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub use poller::{Poller, PollerConfig, PollerEntry};
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub use {
     ep::{CompletionFlags, Ep, EpAttr, EpParam, EpState},
     ia::{CloseFlags, Ia, IaAttr, IaOptions, ProviderAttr},

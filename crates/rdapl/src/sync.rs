@@ -1,34 +1,38 @@
 //! The synchronisation primitives rdapl is built on, behind one facade.
 //!
-//! Normal builds use `std`; `RUSTFLAGS="--cfg loom"` builds swap in loom's
+//! Normal builds use `std`; `RUSTFLAGS="--cfg rdapl_loom"` builds swap in loom's
 //! model-checked versions, so the EVD and CNO protocols are explored under
 //! every interleaving (within loom's preemption bound) by `tests/loom_*.rs`.
 //! Code in this crate takes atomics, mutexes, condvars, `Arc` and thread
 //! handles only from here.
+//!
+//! The cfg is scoped to this crate (`rdapl_loom`, as crossbeam uses
+//! `crossbeam_loom`): a downstream crate that model-checks its own code
+//! with `--cfg loom` gets the whole of rdapl, built on `std`.
 
-#[cfg(loom)]
+#[cfg(rdapl_loom)]
 pub(crate) use loom::cell::UnsafeCell;
-#[cfg(loom)]
+#[cfg(rdapl_loom)]
 pub(crate) use loom::sync::Arc;
-#[cfg(loom)]
+#[cfg(rdapl_loom)]
 pub(crate) use loom::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
 };
 
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub(crate) use std::sync::Arc;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub(crate) use std::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
 };
 
 /// `std`'s `UnsafeCell` with loom's closure-based interface, so the same
 /// code runs under both.
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 #[derive(Debug)]
 pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 impl<T> UnsafeCell<T> {
     pub(crate) const fn new(v: T) -> Self {
         UnsafeCell(std::cell::UnsafeCell::new(v))
@@ -50,12 +54,12 @@ impl<T> UnsafeCell<T> {
 /// thread run).
 #[inline]
 pub(crate) fn spin_wait(spins: &mut u32) {
-    #[cfg(loom)]
+    #[cfg(rdapl_loom)]
     {
         let _ = spins;
         loom::thread::yield_now();
     }
-    #[cfg(not(loom))]
+    #[cfg(not(rdapl_loom))]
     {
         if *spins < 64 {
             *spins += 1;
@@ -68,13 +72,13 @@ pub(crate) fn spin_wait(spins: &mut u32) {
 
 use std::time::{Duration, Instant};
 
-#[cfg(loom)]
+#[cfg(rdapl_loom)]
 type InnerMutex<T> = loom::sync::Mutex<T>;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 type InnerMutex<T> = std::sync::Mutex<T>;
-#[cfg(loom)]
+#[cfg(rdapl_loom)]
 type InnerCondvar = loom::sync::Condvar;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 type InnerCondvar = std::sync::Condvar;
 
 /// A mutex whose `lock` never reports poisoning (a panicking upcall must not
@@ -82,9 +86,9 @@ type InnerCondvar = std::sync::Condvar;
 #[derive(Debug, Default)]
 pub(crate) struct Mutex<T>(InnerMutex<T>);
 
-#[cfg(loom)]
+#[cfg(rdapl_loom)]
 pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 pub(crate) type MutexGuard<'a, T> = std::sync::MutexGuard<'a, T>;
 
 impl<T> Mutex<T> {

@@ -3,7 +3,7 @@
 //! Run with:
 //!
 //! ```text
-//! RUSTFLAGS="--cfg loom" cargo test -p rdapl --test loom_evd --release
+//! RUSTFLAGS="--cfg rdapl_loom" cargo test -p rdapl --test loom_evd --release
 //! ```
 //!
 //! Each model explores every interleaving (within `LOOM_MAX_PREEMPTIONS`,
@@ -12,7 +12,7 @@
 //! EVD whose upcalls are enabled (the lost wakeup), at most one
 //! single-instance upcall at a time, and no hang (loom reports a deadlock if
 //! every thread blocks).
-#![cfg(loom)]
+#![cfg(rdapl_loom)]
 
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Condvar, Mutex};

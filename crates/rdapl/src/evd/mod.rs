@@ -59,12 +59,12 @@
 //! * `wait` polls at a fine grain for a few microseconds before it takes
 //!   ownership, arms and blocks.
 
-#[cfg(loom)]
+#[cfg(rdapl_loom)]
 mod loom_storage;
 // Under loom the ring is checked by its own models only (see `loom_storage`).
-#[cfg_attr(loom, allow(dead_code))]
+#[cfg_attr(rdapl_loom, allow(dead_code))]
 mod ring;
-#[cfg_attr(loom, allow(unused_imports))]
+#[cfg_attr(rdapl_loom, allow(unused_imports))]
 pub(crate) use ring::{prefetch_read, prefetch_write};
 pub(crate) mod state;
 mod teardown_waits;
@@ -79,9 +79,9 @@ use crate::sync::{
     self, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, Signal, fence,
 };
 use crossbeam_utils::CachePadded;
-#[cfg(loom)]
+#[cfg(rdapl_loom)]
 use loom_storage::Storage;
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 use ring::Storage;
 use state::{
     CNO_ENABLED, FREED, Policy, RunStep, STREAM_ARMED, State, TD_WAITING, UNWAITABLE, WAIT_ARMED,
@@ -315,10 +315,10 @@ struct Producers {
 /// Checks a `wait` makes one pause apart before it blocks (a few
 /// microseconds: a ping-pong partner's answer usually comes within them).
 /// (Loom models block at once.)
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 const WAIT_SPINS: u32 = 256;
 /// Checks after a `yield_now` each, after the spins.
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 const WAIT_YIELDS: u32 = 4;
 
 /// Slots a producer that finds the EVD full looks at before it reads the
@@ -333,12 +333,12 @@ fn next_id() -> u64 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 std::thread_local! {
     /// The EVD whose upcall this thread is executing (0: none).
     static IN_UPCALL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
-#[cfg(loom)]
+#[cfg(rdapl_loom)]
 loom::thread_local! {
     static IN_UPCALL: std::cell::Cell<u64> = std::cell::Cell::new(0);
 }
@@ -441,12 +441,12 @@ impl EvdBuilder {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 fn default_dispatch() -> Result<Arc<dyn Dispatch>> {
     Ok(crate::dispatch::Dispatcher::global())
 }
 
-#[cfg(loom)]
+#[cfg(rdapl_loom)]
 fn default_dispatch() -> Result<Arc<dyn Dispatch>> {
     Err(Error::param(
         1,
@@ -705,7 +705,7 @@ impl<'a> UpcallGate<'a> {
         // Loom models a `SeqCst` read-modify-write followed by a `SeqCst`
         // load more weakly than C++ does (as acquire/release): the fence
         // stands for that order there, as in `loom_storage::push_then`.
-        #[cfg(loom)]
+        #[cfg(rdapl_loom)]
         fence(Ordering::SeqCst);
         let gate = UpcallGate(evd);
         allowed(evd.load()).then_some(gate)
@@ -909,7 +909,7 @@ impl Evd {
         // so it takes them as a dequeue would, without writing the state
         // word (which every producer reads). Ownership, and with it the
         // refusal of other waiters and of dequeue, starts when it blocks.
-        #[cfg(not(loom))]
+        #[cfg(not(rdapl_loom))]
         {
             // Checks at a fixed, fine grain (one pause apart) rather than
             // with exponential back-off: the waiter only reads lines the
@@ -1382,7 +1382,7 @@ impl Evd {
     /// Hints that a completion is coming soon: the lines a publish
     /// writes are fetched now (see `ring::prefetch_write`). (Used by the
     /// loopback provider, which loom builds leave out.)
-    #[cfg(not(loom))]
+    #[cfg(not(rdapl_loom))]
     #[inline]
     pub(crate) fn prefetch_complete(&self) {
         self.inner.storage.prefetch_push();
@@ -1460,7 +1460,7 @@ impl Evd {
     /// [`Evd::feeder`] for an object of an IA whose async EVD is
     /// `ia_async`: an EVD made without an async EVD (`Evd::create`) reports
     /// its overflows there from now on.
-    #[cfg(not(loom))]
+    #[cfg(not(rdapl_loom))]
     pub(crate) fn feeder_of(&self, ia_async: &Evd) -> Feeder {
         {
             let mut a = self.inner.async_evd.lock();

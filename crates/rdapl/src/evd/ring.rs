@@ -57,7 +57,7 @@ macro_rules! prefetch_hint {
         $(#[$doc])*
         #[inline(always)]
         pub(crate) fn $name(addr: *const u8) {
-            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[cfg(all(target_arch = "x86_64", not(rdapl_loom)))]
             // SAFETY: a prefetch is a hint: it cannot fault (any address
             // is allowed, mapped or not), changes no register or memory
             // contents the program can observe, and CPUs without the
@@ -69,7 +69,7 @@ macro_rules! prefetch_hint {
                     options(nostack, preserves_flags, readonly)
                 );
             }
-            #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+            #[cfg(not(all(target_arch = "x86_64", not(rdapl_loom))))]
             let _ = addr;
         }
     };
@@ -481,7 +481,7 @@ impl Storage {
                 Err(()) => sync::spin_wait(&mut spins),
             }
         };
-        #[cfg(loom)]
+        #[cfg(rdapl_loom)]
         crate::sync::fence(Ordering::SeqCst);
         let out = then();
         ring.write(pos, ev);
@@ -710,7 +710,7 @@ fn ring_ptr(r: &Ring) -> *mut Ring {
     r as *const Ring as *mut Ring
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(rdapl_loom)))]
 mod tests {
     use super::*;
 
@@ -922,8 +922,8 @@ mod tests {
 /// Loom models of the ring against the contract the EVD relies on (module
 /// docs): exactly once in FIFO order, and the fenced emptiness check, also
 /// across a ring change. Run with the EVD models (`scripts/test-all.sh`):
-/// `RUSTFLAGS="--cfg loom" cargo test -p rdapl --lib --release`.
-#[cfg(all(test, loom))]
+/// `RUSTFLAGS="--cfg rdapl_loom" cargo test -p rdapl --lib --release`.
+#[cfg(all(test, rdapl_loom))]
 mod loom_tests {
     use super::*;
     use crate::sync::{Arc, AtomicBool, fence};

@@ -12,15 +12,15 @@
 //! rare, so the lock costs nothing on any hot path. (Loom builds check
 //! only the shortest cycle, an EVD's own upcall.)
 
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 use std::sync::Mutex;
 
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 static WAITS: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
 
 /// A recorded wait `from -> to`, removed when dropped.
 pub(crate) struct Waiting {
-    #[cfg(not(loom))]
+    #[cfg(not(rdapl_loom))]
     edge: Option<(u64, u64)>,
 }
 
@@ -28,11 +28,11 @@ pub(crate) struct Waiting {
 /// upcall) waits for the upcalls of EVD `to`. `None` if that would close
 /// a cycle of waits.
 pub(crate) fn enter(from: u64, to: u64) -> Option<Waiting> {
-    #[cfg(loom)]
+    #[cfg(rdapl_loom)]
     {
         (from == 0 || from != to).then_some(Waiting {})
     }
-    #[cfg(not(loom))]
+    #[cfg(not(rdapl_loom))]
     {
         if from == 0 {
             return Some(Waiting { edge: None });
@@ -59,7 +59,7 @@ pub(crate) fn enter(from: u64, to: u64) -> Option<Waiting> {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(rdapl_loom))]
 impl Drop for Waiting {
     fn drop(&mut self) {
         if let Some(edge) = self.edge {
@@ -71,7 +71,7 @@ impl Drop for Waiting {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(rdapl_loom)))]
 mod tests {
     use super::enter;
 
