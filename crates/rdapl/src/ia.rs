@@ -133,11 +133,6 @@ impl fmt::Debug for Ia {
     }
 }
 
-/// The providers rdapl knows by name.
-pub fn providers() -> Vec<Arc<dyn Provider>> {
-    vec![crate::provider::loopback::Loopback::global()]
-}
-
 /// Options of [`Ia::open_with`].
 pub struct IaOptions {
     /// Provider parameters (provider specific; loopback: `addr=127.0.0.2`).
@@ -175,12 +170,7 @@ impl Ia {
 
     /// Opens an IA of the named provider.
     pub fn open_with(name: &str, opts: IaOptions) -> Result<Ia> {
-        let name = if name.is_empty() { "loopback" } else { name };
-        let provider = providers()
-            .into_iter()
-            .find(|p| p.attr().name == name)
-            .ok_or_else(|| Error::ProviderNotFound(name.to_string()))?;
-        Ia::open_provider(provider, opts)
+        crate::provider::Registry::builtin().open(name, opts)
     }
 
     /// Opens an IA of a provider given as a value (rustls style: the

@@ -120,7 +120,7 @@ pub use {
     ep::{CompletionFlags, Ep, EpAttr, EpParam, EpState},
     ia::{CloseFlags, Ia, IaAttr, IaOptions, ProviderAttr},
     mem::{LmrTriplet, MemPriv, Region, RmrTriplet},
-    provider::loopback::Loopback,
+    provider::{Registry, loopback::Loopback},
     pz::{BorrowedLmr, Lmr, LmrScope, Pz, Rmr, lmr_scope},
     sp::{Cr, CrState, Psp, Rsp},
     srq::{Srq, SrqParam},

@@ -1,13 +1,13 @@
 //! A send that finds no receive waits for one, and the receive posted at
 //! that very moment must wake it. The receiver-not-ready timer would
 //! rescue a lost wake-up at its deadline (its last step retries the send),
-//! so this binary, alone in its process, sets that time far beyond the
-//! tests' event timeout: a lost wake-up then fails the test instead of
-//! costing a silent pause.
+//! so this test runs on a loopback fabric of its own whose RNR time is far
+//! beyond the tests' event timeout: a lost wake-up then fails the test
+//! instead of costing a silent pause.
 
 mod common;
 
-use common::{D, empty, next_dto, pair_with};
+use common::{D, empty, next_dto, pair_on};
 use rdapl::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,14 +19,15 @@ use std::time::{Duration, Instant};
 #[test]
 fn a_receive_posted_as_the_send_finds_none_wakes_it() {
     // Far beyond `common::T`: only a wake-up can complete a waiting send.
-    Loopback::global().set_rnr_timeout(Duration::from_secs(600));
+    let lb = Loopback::new();
+    lb.set_rnr_timeout(Duration::from_secs(600));
     const N: usize = 3000;
     let attr = EpAttr {
         max_recv_dtos: 4,
         max_request_dtos: 4,
         ..Default::default()
     };
-    let p = pair_with("127.0.24.1", "127.0.24.2", 4100, Some(attr), 64, 64);
+    let p = pair_on(&lb, ("127.0.24.1", "127.0.24.2", 4100), Some(attr), 64, 64);
     let rb = p.s.lmr(vec![0; 8]);
     let src = p.c.lmr((1..=8).collect());
     let go = Arc::new(AtomicUsize::new(0));

@@ -6,21 +6,17 @@
 //! Every test uses its own IA addresses (`127.0.23.<m>`) and qualifiers, so
 //! the tests run in parallel; every wait has a timeout.
 //!
-//! **Process-global setting.** The RNR time is a property of the process-wide
-//! loopback provider (`Loopback::global().set_rnr_timeout`). Only
-//! `rnr_timeout_and_late_receive` changes it, and it restores the default
-//! (200 ms) before returning. Every other test in this binary posts its
-//! receives before the sends that need them, so none depends on the RNR time
-//! (and none waits for it).
+//! The RNR time is a setting of a loopback instance: the test that changes
+//! it runs on a loopback fabric of its own. Every other test in this binary
+//! posts its receives before the sends that need them, so none depends on
+//! the RNR time (and none waits for it).
 
 mod common;
 
-use common::{D, Pair, empty, flushed, next_dto, pair_with, resource_err, rt};
+use common::{D, Pair, empty, flushed, next_dto, pair_on, pair_with, resource_err, rt};
 use rdapl::error::Subtype;
 use rdapl::*;
 use std::time::{Duration, Instant};
-
-const DEFAULT_RNR: Duration = Duration::from_millis(200);
 
 /// A connected pair with 256-entry DTO EVDs (see [`pair_with`]).
 fn pair(client: &str, server: &str, qual: u64) -> Pair {
@@ -126,21 +122,13 @@ fn receive_too_small() {
     assert_eq!(rbuf.to_vec().unwrap()[..16], pattern(16, 1));
 }
 
-/// The only test that changes the process-global RNR time (see the module
-/// docs); it restores the default before it returns, pass or fail.
+/// The RNR time, set on a loopback fabric of this test's own.
 #[test]
 fn rnr_timeout_and_late_receive() {
-    struct Restore;
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            Loopback::global().set_rnr_timeout(DEFAULT_RNR);
-        }
-    }
-    let _restore = Restore;
     let rnr = Duration::from_millis(300);
-    Loopback::global().set_rnr_timeout(rnr);
-
-    let p = pair("127.0.23.5", "127.0.23.6", 500);
+    let lb = Loopback::new();
+    lb.set_rnr_timeout(rnr);
+    let p = pair_on(&lb, ("127.0.23.5", "127.0.23.6", 500), None, 256, 256);
     let cbuf = p.c.lmr(pattern(16, 2));
     let rbuf = p.s.lmr(vec![0; 16]);
     let cspare = p.c.lmr(vec![0; 16]);

@@ -25,8 +25,7 @@
 //! (it fails with `ReceiverNotReady` after the RNR time) before the next
 //! operation.
 //!
-//! **Process-global setting.** This binary sets the loopback RNR time to
-//! 20 ms (`Loopback::global()` is process-wide); it holds only this test.
+//! Each case runs on a loopback fabric of its own whose RNR time is 20 ms.
 //! Failure persistence is off so a failing run writes no files; proptest
 //! prints the minimal failing sequence.
 
@@ -164,8 +163,10 @@ fn empty(evd: &Evd, what: &str) {
 impl World {
     fn new() -> World {
         let (aa, ba) = addresses();
-        let a = Node::with(&aa, None, 256, 256);
-        let b = Node::with(&ba, None, 256, 256);
+        let lb = Loopback::new();
+        lb.set_rnr_timeout(RNR);
+        let a = Node::of(common::open_on(&lb, &aa), None, 256, 256);
+        let b = Node::of(common::open_on(&lb, &ba), None, 256, 256);
         let psp = b.ia.psp_create(QUAL, &b.cr).unwrap();
         let src = a.lmr(pattern(SRC_LEN, 1));
         let sink = a.buf(SINK_LEN);
@@ -581,7 +582,6 @@ fn check(w: &World, m: &Model, exp: Expect, what: &str) {
 }
 
 fn run(ops: &[Op]) {
-    Loopback::global().set_rnr_timeout(RNR);
     let w = World::new();
     let mut m = Model {
         connected: true,

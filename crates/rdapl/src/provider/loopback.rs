@@ -67,14 +67,16 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// A one-thread timer: runs jobs at their deadlines.
+/// A one-thread timer: runs jobs at their deadlines. Its thread ends when
+/// the timer is stopped (its fabric dropped).
 struct Timer {
     jobs: Mutex<Vec<(Instant, Job)>>,
+    stopped: std::sync::atomic::AtomicBool,
     cv: Condvar,
 }
 
@@ -82,6 +84,7 @@ impl Timer {
     fn start() -> Arc<Timer> {
         let t = Arc::new(Timer {
             jobs: Mutex::new(Vec::new()),
+            stopped: std::sync::atomic::AtomicBool::new(false),
             cv: Condvar::new(),
         });
         let t2 = t.clone();
@@ -97,9 +100,18 @@ impl Timer {
         self.cv.notify_one();
     }
 
+    fn stop(&self) {
+        let _g = self.jobs.lock();
+        self.stopped.store(true, Ordering::SeqCst);
+        self.cv.notify_one();
+    }
+
     fn run(&self) {
         let mut jobs = self.jobs.lock();
         loop {
+            if self.stopped.load(Ordering::SeqCst) {
+                return;
+            }
             let now = Instant::now();
             if let Some(i) = jobs.iter().position(|(w, _)| *w <= now) {
                 let (_, job) = jobs.swap_remove(i);
@@ -118,38 +130,53 @@ impl Timer {
     }
 }
 
-/// The loopback provider.
+/// The loopback provider: one in-process fabric. IAs opened from the same
+/// instance reach each other; another instance ([`Loopback::new`]) is a
+/// separate fabric with its own settings. The registry's `"loopback"`
+/// ([`crate::provider::Registry::builtin`]) is one instance.
 pub struct Loopback {
+    fabric: Arc<Fabric>,
+}
+
+/// What the IAs of one loopback instance share.
+struct Fabric {
     listeners: Mutex<HashMap<(IpAddr, u64), Weak<SpInner>>>,
     addresses: Mutex<HashMap<IpAddr, usize>>,
     timer: Arc<Timer>,
     rnr_timeout_us: AtomicU64,
 }
 
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        self.timer.stop();
+    }
+}
+
 impl Loopback {
-    /// The process-wide loopback provider.
-    pub fn global() -> Arc<Loopback> {
-        static G: OnceLock<Arc<Loopback>> = OnceLock::new();
-        G.get_or_init(|| {
-            Arc::new(Loopback {
+    /// A new loopback fabric (its own listeners, addresses, timer and
+    /// settings).
+    pub fn new() -> Arc<Loopback> {
+        Arc::new(Loopback {
+            fabric: Arc::new(Fabric {
                 listeners: Mutex::new(HashMap::new()),
                 addresses: Mutex::new(HashMap::new()),
                 timer: Timer::start(),
                 rnr_timeout_us: AtomicU64::new(200_000),
-            })
+            }),
         })
-        .clone()
     }
 
-    /// Sets how long a send waits for a receive before failing with
-    /// `ReceiverNotReady`.
+    /// Sets how long a send of this fabric waits for a receive before
+    /// failing with `ReceiverNotReady`.
     pub fn set_rnr_timeout(&self, t: Duration) {
-        self.rnr_timeout_us.store(
+        self.fabric.rnr_timeout_us.store(
             t.as_micros().min(u64::MAX as u128) as u64,
             Ordering::Relaxed,
         );
     }
+}
 
+impl Fabric {
     fn rnr_timeout(&self) -> Duration {
         Duration::from_micros(self.rnr_timeout_us.load(Ordering::Relaxed))
     }
@@ -219,9 +246,9 @@ impl Provider for Loopback {
                 }
             }
         }
-        *self.addresses.lock().entry(addr).or_insert(0) += 1;
+        *self.fabric.addresses.lock().entry(addr).or_insert(0) += 1;
         Ok(Arc::new(LoopbackIa {
-            lb: Loopback::global(),
+            lb: self.fabric.clone(),
             addr,
             closed: std::sync::atomic::AtomicBool::new(false),
         }))
@@ -229,7 +256,7 @@ impl Provider for Loopback {
 }
 
 struct LoopbackIa {
-    lb: Arc<Loopback>,
+    lb: Arc<Fabric>,
     addr: IpAddr,
     closed: std::sync::atomic::AtomicBool,
 }
@@ -526,7 +553,7 @@ enum Step {
 }
 
 /// Executes `a`'s send queue, in order, until it is empty or blocked.
-fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
+fn progress(lb: &Arc<Fabric>, a: &Arc<EpInner>) {
     progress_locked(lb, a, a.core.lock());
 }
 
@@ -540,7 +567,7 @@ fn progress(lb: &Arc<Loopback>, a: &Arc<EpInner>) {
 /// request moved no byte, published nothing and changed nothing, and only
 /// the path with both endpoints locked publishes a failure and stops both
 /// queues at once.
-fn progress_locked<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'g, EpCore>) {
+fn progress_locked<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'g, EpCore>) {
     loop {
         let c = &mut *ca;
         if c.state != EpState::Connected {
@@ -655,7 +682,7 @@ fn rdma_try(
 }
 
 /// [`progress`] with both endpoints locked, starting with `a` locked.
-fn progress_both<'g>(lb: &Arc<Loopback>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'g, EpCore>) {
+fn progress_both<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'g, EpCore>) {
     if ca.state != EpState::Connected || ca.sends.is_empty() {
         return;
     }
@@ -751,7 +778,7 @@ fn stop_both((a, ca): (&EpInner, &mut EpCore), (b, cb): (&EpInner, &mut EpCore))
 /// Executes the head request of `a` (a send, RDMA write or RDMA read)
 /// against peer `b`, both locked, and publishes its completions.
 fn execute(
-    lb: &Arc<Loopback>,
+    lb: &Arc<Fabric>,
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
     ca: &mut crate::ep::EpCore,
@@ -793,7 +820,7 @@ fn execute(
 // The request comes back by value on purpose: boxing it would allocate.
 #[allow(clippy::result_large_err)]
 fn send<R: Request>(
-    lb: &Arc<Loopback>,
+    lb: &Arc<Fabric>,
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
     ca: &mut crate::ep::EpCore,
@@ -811,7 +838,7 @@ fn send<R: Request>(
 /// [`send`], `b`'s receive queue locked (`rq`).
 #[allow(clippy::result_large_err)]
 fn send_locked<R: Request>(
-    lb: &Arc<Loopback>,
+    lb: &Arc<Fabric>,
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
     ca: &mut crate::ep::EpCore,
@@ -1223,7 +1250,7 @@ fn untake_recv(b: &EpInner, rq: &mut RecvQueue, wr: RecvWr) {
 }
 
 /// The head send of `a` waited `deadline` for a receive: fail it.
-fn rnr_expired(lb: &Arc<Loopback>, a: Weak<EpInner>, deadline: Instant) {
+fn rnr_expired(lb: &Arc<Fabric>, a: Weak<EpInner>, deadline: Instant) {
     let Some(a) = a.upgrade() else { return };
     // The receive may have been posted just now: progress first.
     progress(lb, &a);

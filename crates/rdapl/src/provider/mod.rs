@@ -1,7 +1,8 @@
 //! Providers: the transports under the object model.
 //!
 //! A [`Provider`] is a plain value the application may pick (rustls style);
-//! [`crate::Ia::open`] finds one by name. Opening it yields a [`Transport`]
+//! a [`Registry`] finds one by name ([`crate::Ia::open`] uses
+//! [`Registry::builtin`]). Opening it yields a [`Transport`]
 //! for one IA. The object model ([`crate::ep`], [`crate::sp`]) keeps every
 //! provider-independent rule: handles, the endpoint state machine, argument
 //! checks, completion reservations on EVDs, flushing. A transport only
@@ -16,6 +17,9 @@
 //! live in one process except inside `loopback`.
 
 pub mod loopback;
+mod registry;
+
+pub use registry::Registry;
 
 use crate::ep::{EpCore, EpInner, NewWr};
 use crate::error::Result;

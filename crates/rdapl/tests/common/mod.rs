@@ -255,9 +255,15 @@ pub fn ia_options(addr: &str) -> IaOptions {
     }
 }
 
-/// A loopback IA at `addr`.
+/// A loopback IA at `addr` (of the built-in registry's loopback fabric).
 pub fn open(addr: &str) -> Ia {
     Ia::open_with("loopback", ia_options(addr)).unwrap()
+}
+
+/// A loopback IA at `addr` of the fabric `lb` (a test with settings of its
+/// own, such as the RNR time, makes its own fabric).
+pub fn open_on(lb: &Arc<rdapl::Loopback>, addr: &str) -> Ia {
+    Ia::open_provider(lb.clone(), ia_options(addr)).unwrap()
 }
 
 /// The IP address `addr`.
@@ -392,7 +398,11 @@ impl Node {
 
     /// A node at `addr` with these endpoint attributes and DTO EVD lengths.
     pub fn with(addr: &str, attr: Option<EpAttr>, req_qlen: usize, rcv_qlen: usize) -> Node {
-        let ia = open(addr);
+        Node::of(open(addr), attr, req_qlen, rcv_qlen)
+    }
+
+    /// [`Node::with`] on the IA `ia`.
+    pub fn of(ia: Ia, attr: Option<EpAttr>, req_qlen: usize, rcv_qlen: usize) -> Node {
         let pz = ia.pz_create().unwrap();
         let req = ia.evd_create(req_qlen, EvdFlags::DTO).unwrap();
         let rcv = ia.evd_create(rcv_qlen, EvdFlags::DTO).unwrap();
@@ -502,6 +512,23 @@ pub fn pair_with(
     let p = Pair::new(
         Node::with(client, attr, req_qlen, rcv_qlen),
         Node::with(server, attr, req_qlen, rcv_qlen),
+        qual,
+    );
+    p.connect();
+    p
+}
+
+/// [`pair_with`] on the loopback fabric `lb`.
+pub fn pair_on(
+    lb: &Arc<rdapl::Loopback>,
+    (client, server, qual): (&str, &str, u64),
+    attr: Option<EpAttr>,
+    req_qlen: usize,
+    rcv_qlen: usize,
+) -> Pair {
+    let p = Pair::new(
+        Node::of(open_on(lb, client), attr, req_qlen, rcv_qlen),
+        Node::of(open_on(lb, server), attr, req_qlen, rcv_qlen),
         qual,
     );
     p.connect();
