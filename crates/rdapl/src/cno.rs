@@ -35,6 +35,8 @@ pub struct Cno {
 }
 
 struct CnoInner {
+    /// The consumer context (`DAT_CONTEXT`).
+    pub(crate) context: crate::context::ContextSlot,
     id: CnoHandle,
     triggered: AtomicBool,
     freed: AtomicBool,
@@ -69,6 +71,7 @@ impl Cno {
     pub fn new() -> Cno {
         Cno {
             inner: Arc::new(CnoInner {
+                context: crate::context::ContextSlot::new(),
                 id: CnoHandle(next_id()),
                 triggered: AtomicBool::new(false),
                 freed: AtomicBool::new(false),
@@ -92,6 +95,7 @@ impl Cno {
         })?;
         Ok(Cno {
             inner: Arc::new(CnoInner {
+                context: crate::context::ContextSlot::new(),
                 id: CnoHandle(next_id()),
                 triggered: AtomicBool::new(false),
                 freed: AtomicBool::new(false),
@@ -192,3 +196,5 @@ impl Cno {
         inner.cv.notify_all();
     }
 }
+
+crate::context::consumer_context!(Cno, |s| s.inner.context);

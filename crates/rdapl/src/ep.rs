@@ -500,6 +500,8 @@ pub struct Ep {
 
 /// The shared part of an endpoint (what providers work on).
 pub struct EpInner {
+    /// The consumer context (`DAT_CONTEXT`).
+    pub(crate) context: crate::context::ContextSlot,
     pub(crate) id: EpHandle,
     pub(crate) ia: Arc<IaInner>,
     pub(crate) pz: Pz,
@@ -645,6 +647,7 @@ impl Ep {
             .map(|e| e.feeder_of(&ia.inner.async_evd))
             .collect();
         let inner = Arc::new(EpInner {
+            context: crate::context::ContextSlot::new(),
             id: EpHandle(next_id()),
             ia: ia.inner.clone(),
             pz: pz.clone(),
@@ -1740,3 +1743,5 @@ pub(crate) mod test_hooks {
             const { RefCell::new(None) };
     }
 }
+
+crate::context::consumer_context!(Ep, |s| s.inner.context);

@@ -101,6 +101,8 @@ pub struct Ia {
 }
 
 pub(crate) struct IaInner {
+    /// The consumer context (`DAT_CONTEXT`).
+    pub(crate) context: crate::context::ContextSlot,
     pub(crate) id: IaHandle,
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) provider_attr: ProviderAttr,
@@ -202,6 +204,7 @@ impl Ia {
         let attr = provider.ia_attr(transport.address());
         Ok(Ia {
             inner: Arc::new(IaInner {
+                context: crate::context::ContextSlot::new(),
                 id: IaHandle(next_id()),
                 transport,
                 provider_attr,
@@ -381,3 +384,5 @@ impl Ia {
         Ok(())
     }
 }
+
+crate::context::consumer_context!(Ia, |s| s.inner.context);

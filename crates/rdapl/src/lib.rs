@@ -74,6 +74,7 @@
 
 pub mod buf;
 pub mod cno;
+mod context;
 pub mod dispatch;
 #[cfg(not(rdapl_loom))]
 pub mod ep;
@@ -103,7 +104,7 @@ pub use cno::{Cno, CnoHandle};
 #[cfg(not(rdapl_loom))]
 pub use dispatch::Dispatcher;
 pub use dispatch::{Dispatch, DispatchRun};
-pub use error::{DatReturn, Error, Result};
+pub use error::{DatReturn, Error, Result, Subtype};
 pub use evd::{
     Evd, EvdBuilder, EvdParam, Feeder, Misdirected, Overflowed, ReEnable, Reservation, Upcall,
     UpcallPolicy,

@@ -31,7 +31,7 @@
 
 use crate::buf::Buf;
 use crate::error::{Error, Result, Subtype};
-use crate::event::PzHandle;
+use crate::event::{LmrHandle, PzHandle, RmrHandle};
 use crate::ia::{Ia, IaInner};
 use crate::mem::{Entry, EntryKind, LmrTriplet, MemPriv, Region, RmrTriplet};
 use parking_lot::Mutex;
@@ -47,6 +47,8 @@ pub struct Pz {
 }
 
 pub(crate) struct PzInner {
+    /// The consumer context (`DAT_CONTEXT`).
+    pub(crate) context: crate::context::ContextSlot,
     pub(crate) id: PzHandle,
     pub(crate) ia: Arc<IaInner>,
     /// LMRs, RMRs and endpoints using this PZ.
@@ -70,6 +72,7 @@ impl Pz {
         ia.inner.live.pzs.fetch_add(1, Ordering::Relaxed);
         Pz {
             inner: Arc::new(PzInner {
+                context: crate::context::ContextSlot::new(),
                 id: PzHandle(next_id()),
                 ia: ia.inner.clone(),
                 users: AtomicUsize::new(0),
@@ -336,6 +339,8 @@ impl Pz {
         self.inner.ia.live.rmrs.fetch_add(1, Ordering::Relaxed);
         Ok(Rmr {
             inner: Arc::new(RmrInner {
+                id: RmrHandle(next_id()),
+                context: crate::context::ContextSlot::new(),
                 pz: self.clone(),
                 ctx: Mutex::new(Some(ctx)),
             }),
@@ -350,6 +355,9 @@ pub struct Lmr {
 }
 
 pub(crate) struct LmrInner {
+    pub(crate) id: LmrHandle,
+    /// The consumer context (`DAT_CONTEXT`).
+    pub(crate) context: crate::context::ContextSlot,
     pub(crate) pz: Pz,
     pub(crate) kind: EntryKind,
     /// The current key and region, under one lock (so `read_at` /
@@ -387,6 +395,11 @@ impl fmt::Debug for Lmr {
 }
 
 impl Lmr {
+    /// The LMR's handle (stable across re-mappings, unlike its context).
+    pub fn handle(&self) -> LmrHandle {
+        self.inner.id
+    }
+
     fn new(
         pz: &Pz,
         region: Option<Arc<Region>>,
@@ -399,6 +412,8 @@ impl Lmr {
         pz.inner.ia.live.lmrs.fetch_add(1, Ordering::Relaxed);
         Lmr {
             inner: Arc::new(LmrInner {
+                id: LmrHandle(next_id()),
+                context: crate::context::ContextSlot::new(),
                 pz: pz.clone(),
                 kind,
                 fixed: if kind == EntryKind::Fmr {
@@ -821,6 +836,9 @@ pub struct Rmr {
 }
 
 pub(crate) struct RmrInner {
+    pub(crate) id: RmrHandle,
+    /// The consumer context (`DAT_CONTEXT`).
+    pub(crate) context: crate::context::ContextSlot,
     pub(crate) pz: Pz,
     pub(crate) ctx: Mutex<Option<u32>>,
 }
@@ -834,6 +852,37 @@ impl fmt::Debug for Rmr {
 }
 
 impl Rmr {
+    /// The RMR's handle (stable across binds, unlike its context).
+    pub fn handle(&self) -> RmrHandle {
+        self.inner.id
+    }
+
+    /// The remote triplet for `len` bytes at `offset` into the bound
+    /// window (to hand to a peer). `InvalidState` while unbound, `Length`
+    /// past the end of the window.
+    pub fn triplet(&self, offset: u64, len: u64) -> Result<RmrTriplet> {
+        let ctx = self.context()?;
+        let e = self
+            .inner
+            .pz
+            .inner
+            .ia
+            .mem
+            .get(ctx)
+            .filter(|e| e.region.is_some())
+            .ok_or(Error::state(Subtype::NoSubtype, "the window is not bound"))?;
+        match offset.checked_add(len) {
+            Some(end) if end <= e.len => Ok(RmrTriplet {
+                rmr_context: ctx,
+                target_address: e.start + offset,
+                segment_length: len,
+            }),
+            _ => Err(Error::Length(
+                "the triplet reaches past the end of the window",
+            )),
+        }
+    }
+
     /// The current `rmr_context` (changes on every bind and unbind).
     pub fn context(&self) -> Result<u32> {
         self.inner
@@ -862,3 +911,7 @@ impl Rmr {
         Ok(())
     }
 }
+
+crate::context::consumer_context!(Pz, |s| s.inner.context);
+crate::context::consumer_context!(Lmr, |s| s.inner.context);
+crate::context::consumer_context!(Rmr, |s| s.inner.context);

@@ -42,6 +42,8 @@ pub enum SpKind {
 
 /// The shared part of a service point (what providers work on).
 pub struct SpInner {
+    /// The consumer context (`DAT_CONTEXT`).
+    pub(crate) context: crate::context::ContextSlot,
     pub(crate) id: SpHandle,
     pub(crate) kind: SpKind,
     pub(crate) ia: Arc<IaInner>,
@@ -69,6 +71,8 @@ pub enum CrState {
 
 /// The shared part of a connection request.
 pub struct CrInner {
+    /// The consumer context (`DAT_CONTEXT`).
+    pub(crate) context: crate::context::ContextSlot,
     pub(crate) id: CrHandle,
     pub(crate) sp: Arc<SpInner>,
     pub(crate) conn_qual: u64,
@@ -93,6 +97,7 @@ impl CrInner {
         active: Weak<EpInner>,
     ) -> Arc<CrInner> {
         Arc::new(CrInner {
+            context: crate::context::ContextSlot::new(),
             id: CrHandle(next_id()),
             sp: sp.clone(),
             conn_qual: sp.conn_qual,
@@ -217,6 +222,7 @@ fn create_sp(
         return Err(Error::InvalidHandle(Subtype::InvalidHandleEvdCr));
     }
     let sp = Arc::new(SpInner {
+        context: crate::context::ContextSlot::new(),
         id: SpHandle(next_id()),
         kind,
         ia: ia.inner.clone(),
@@ -452,3 +458,7 @@ impl Cr {
         sp.ia.transport.reject(&self.inner, private_data.to_vec())
     }
 }
+
+crate::context::consumer_context!(Psp, |s| s.inner.context);
+crate::context::consumer_context!(Rsp, |s| s.inner.context);
+crate::context::consumer_context!(Cr, |s| s.inner.context);

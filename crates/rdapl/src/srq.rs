@@ -45,6 +45,8 @@ pub struct Srq {
 
 /// The shared part of an SRQ (what providers work on).
 pub struct SrqInner {
+    /// The consumer context (`DAT_CONTEXT`).
+    pub(crate) context: crate::context::ContextSlot,
     pub(crate) id: SrqHandle,
     pub(crate) ia: Arc<IaInner>,
     pub(crate) pz: Pz,
@@ -99,6 +101,7 @@ impl Ia {
         pz.inner.users.fetch_add(1, Ordering::SeqCst);
         Ok(Srq {
             inner: Arc::new(SrqInner {
+                context: crate::context::ContextSlot::new(),
                 id: SrqHandle(next_id()),
                 ia: self.inner.clone(),
                 pz: pz.clone(),
@@ -238,3 +241,5 @@ impl SrqInner {
         }
     }
 }
+
+crate::context::consumer_context!(Srq, |s| s.inner.context);

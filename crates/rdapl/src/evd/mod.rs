@@ -252,6 +252,8 @@ impl fmt::Debug for Evd {
 }
 
 pub(crate) struct EvdInner {
+    /// The consumer context (`DAT_CONTEXT`).
+    pub(crate) context: crate::context::ContextSlot,
     pub(crate) id: EvdHandle,
     flags: EvdFlags,
     /// The state word (`state.rs`): read by every producer, written only
@@ -407,6 +409,7 @@ impl EvdBuilder {
             s = s.set(CNO_ENABLED);
         }
         let inner = EvdInner {
+            context: crate::context::ContextSlot::new(),
             id: EvdHandle(next_id()),
             flags: self.flags,
             state: CachePadded::new(AtomicU64::new(s.0)),
@@ -1531,3 +1534,5 @@ impl Drop for Feeder {
         self.evd.inner.feeders.fetch_sub(1, Ordering::SeqCst);
     }
 }
+
+crate::context::consumer_context!(Evd, |s| s.inner.context);
