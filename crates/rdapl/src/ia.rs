@@ -281,8 +281,15 @@ impl Ia {
         Ok(Pz::new(self))
     }
 
+    /// An endpoint of this IA in `pz`, its EVDs and attributes named
+    /// ([`crate::EpBuilder`]; `ia.ep_builder(&pz).evd(&evd).create()`).
+    pub fn ep_builder<'a>(&'a self, pz: &'a Pz) -> crate::EpBuilder<'a> {
+        crate::EpBuilder::new(self, pz)
+    }
+
     /// Creates an endpoint (`dat_ep_create`). Any EVD may be `None` if the
     /// endpoint will not use that stream; `attr: None` takes the defaults.
+    /// ([`Ia::ep_builder`] names them.)
     pub fn ep_create(
         &self,
         pz: &Pz,

@@ -78,6 +78,8 @@ mod context;
 pub mod dispatch;
 #[cfg(not(rdapl_loom))]
 pub mod ep;
+#[cfg(not(rdapl_loom))]
+mod ep_builder;
 pub mod error;
 pub mod evd;
 pub mod event;
@@ -106,8 +108,8 @@ pub use dispatch::Dispatcher;
 pub use dispatch::{Dispatch, DispatchRun};
 pub use error::{DatReturn, Error, Result, Subtype};
 pub use evd::{
-    Evd, EvdBuilder, EvdParam, Feeder, Misdirected, Overflowed, ReEnable, Reservation, Upcall,
-    UpcallPolicy,
+    Enabled, Evd, EvdBuilder, EvdParam, Feeder, Misdirected, Overflowed, ReEnable, Reservation,
+    Upcall, UpcallPolicy,
 };
 pub use event::{
     AsyncError, AsyncErrorKind, ConnectionEvent, ConnectionEventKind, CrArrival, DatObject,
@@ -119,6 +121,7 @@ pub use poller::{Poller, PollerConfig, PollerEntry};
 #[cfg(not(rdapl_loom))]
 pub use {
     ep::{CompletionFlags, Ep, EpAttr, EpParam, EpState},
+    ep_builder::EpBuilder,
     ia::{CloseFlags, Ia, IaAttr, IaOptions, ProviderAttr},
     mem::{LmrTriplet, MemPriv, Region, RmrTriplet},
     provider::{Registry, loopback::Loopback},

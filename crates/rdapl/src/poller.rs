@@ -301,7 +301,7 @@ pub struct Poller {
     id: u64,
     tx: crossbeam_channel::Sender<Job>,
     config: PollerConfig,
-    tasks: Mutex<Vec<Arc<Task>>>,
+    tasks: Arc<Mutex<Vec<Arc<Task>>>>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -313,9 +313,14 @@ impl fmt::Debug for Poller {
     }
 }
 
-/// One EVD attached to a [`Poller`].
+/// One EVD attached to a [`Poller`]. Dropping it detaches the EVD, as
+/// [`PollerEntry::remove`] does (quietly: from inside its own handler
+/// nothing happens, and the poller detaches it when it is dropped).
 pub struct PollerEntry {
     task: Arc<Task>,
+    /// The poller's list of tasks (gone with the poller).
+    tasks: Weak<Mutex<Vec<Arc<Task>>>>,
+    detached: bool,
 }
 
 impl fmt::Debug for PollerEntry {
@@ -364,7 +369,7 @@ impl Poller {
             id,
             tx,
             config,
-            tasks: Mutex::new(Vec::new()),
+            tasks: Arc::new(Mutex::new(Vec::new())),
             threads,
         })
     }
@@ -402,7 +407,11 @@ impl Poller {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(task.clone());
-        Ok(PollerEntry { task })
+        Ok(PollerEntry {
+            task,
+            tasks: Arc::downgrade(&self.tasks),
+            detached: false,
+        })
     }
 
     /// The poller's own threads as a dispatch context, for the EVDs it will
@@ -513,14 +522,30 @@ impl PollerEntry {
 
     /// Detaches the EVD: tears its upcall down, waits for a run in progress,
     /// and leaves unhandled events queued on the EVD. Refused from inside the
-    /// entry's own handler.
-    pub fn remove(self, poller: &Poller) -> Result<()> {
+    /// entry's own handler. (`poller` is the one the entry came from; the
+    /// entry knows it, so dropping the entry does the same.)
+    pub fn remove(mut self, poller: &Poller) -> Result<()> {
+        debug_assert!(self.tasks.ptr_eq(&Arc::downgrade(&poller.tasks)));
+        self.detach()
+    }
+
+    fn detach(&mut self) -> Result<()> {
         close(&self.task)?;
-        poller
-            .tasks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|t| !Arc::ptr_eq(t, &self.task));
+        self.detached = true;
+        if let Some(tasks) = self.tasks.upgrade() {
+            tasks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|t| !Arc::ptr_eq(t, &self.task));
+        }
         Ok(())
+    }
+}
+
+impl Drop for PollerEntry {
+    fn drop(&mut self) {
+        if !self.detached && self.tasks.strong_count() > 0 {
+            let _ = self.detach();
+        }
     }
 }

@@ -228,6 +228,31 @@ impl From<Misdirected> for Error {
     }
 }
 
+/// What [`Evd::enable_upcalls`] did with the events already queued.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Enabled {
+    /// Upcalls are on and nothing was queued at the switch.
+    Armed,
+    /// `OnNew`: upcalls are on for new arrivals; `pending` events queued
+    /// at the switch are the caller's to poll (and re-arm again after).
+    PollFirst {
+        /// Events queued at the switch.
+        pending: usize,
+    },
+    /// `OnAny`: upcalls are on and deliver the `pending` events queued at
+    /// the switch.
+    Delivering {
+        /// Events queued at the switch.
+        pending: usize,
+    },
+    /// `Strict`: refused because `pending` events were queued; the policy
+    /// is unchanged. Poll them, then try again.
+    Refused {
+        /// Events queued at the check.
+        pending: usize,
+    },
+}
+
 /// The overflow outcome of [`Evd::post_event`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Overflowed {
@@ -1032,6 +1057,38 @@ impl Evd {
         }
         publish(&self.inner, Event::Software(value));
         Ok(())
+    }
+
+    /// Turns upcalls off (`modify_upcall(Disable)`): no upcall begins once
+    /// this returns. Returns the events queued at the switch, for the
+    /// caller to poll.
+    pub fn disable_upcalls(&self) -> Result<usize> {
+        self.modify_upcall(UpcallPolicy::Disable, None, ReEnable::OnNew)
+    }
+
+    /// Turns upcalls off and waits for running ones to return
+    /// (`modify_upcall(Teardown)`). Returns the events queued at the switch.
+    pub fn teardown_upcalls(&self) -> Result<usize> {
+        self.modify_upcall(UpcallPolicy::Teardown, None, ReEnable::OnNew)
+    }
+
+    /// Turns upcalls on under `policy` (`SingleInstance`, `Many` or
+    /// `NotifyOnly`) with the registered upcall object, and says what became
+    /// of the events already queued ([`Enabled`]): a `Strict` refusal is an
+    /// outcome here, not an error. `InvalidParameter` for `Disable` or
+    /// `Teardown` (use [`Evd::disable_upcalls`], [`Evd::teardown_upcalls`])
+    /// and when no upcall object is registered.
+    pub fn enable_upcalls(&self, policy: UpcallPolicy, mode: ReEnable) -> Result<Enabled> {
+        if enabling_policy(policy).is_none() {
+            return Err(Error::param(2, "enable_upcalls takes an enabling policy"));
+        }
+        match (self.modify_upcall(policy, None, mode), mode) {
+            (Ok(0), _) => Ok(Enabled::Armed),
+            (Ok(n), ReEnable::OnNew) => Ok(Enabled::PollFirst { pending: n }),
+            (Ok(n), _) => Ok(Enabled::Delivering { pending: n }),
+            (Err(Error::Busy { pending }), _) => Ok(Enabled::Refused { pending }),
+            (Err(e), _) => Err(e),
+        }
     }
 
     /// Changes the upcall policy (`dat_evd_modify_upcall`).
