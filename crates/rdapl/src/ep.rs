@@ -223,7 +223,7 @@ pub(crate) type RecvIov = smallvec::SmallVec<[LmrTriplet; 1]>;
 /// A posted receive as queued: one cache line, aligned (a sender on
 /// another core reads exactly one line of it).
 #[repr(align(64))]
-pub(crate) struct RecvWr {
+pub struct RecvWr {
     pub(crate) iov: RecvIov,
     pub(crate) cookie: u64,
     pub(crate) flags: CompletionFlags,
@@ -1416,8 +1416,10 @@ impl EpInner {
         Ok(())
     }
 
-    /// Completes a work request with `status` and `len` bytes transferred.
-    pub(crate) fn complete(&self, wr: Wr, status: DtoStatus, len: u64) {
+    /// Completes a work request with `status` and `len` bytes transferred
+    /// (exactly once: it is consumed). The DAT completion-flag rules apply
+    /// here (a suppressed success is released, not queued).
+    pub fn complete(&self, wr: Wr, status: DtoStatus, len: u64) {
         let is_recv = matches!(wr.op, WrOp::Recv);
         let op = wr.op.dto_op();
         self.complete_parts(
@@ -1425,8 +1427,9 @@ impl EpInner {
         );
     }
 
-    /// Completes a queued receive with `status` and `len` bytes transferred.
-    pub(crate) fn complete_recv(&self, r: RecvWr, status: DtoStatus, len: u64) {
+    /// Completes a receive with `status` and `len` bytes transferred, as
+    /// [`EpInner::complete`] does.
+    pub fn complete_recv(&self, r: RecvWr, status: DtoStatus, len: u64) {
         self.complete_parts(
             true,
             DtoOp::Receive,
@@ -1496,8 +1499,9 @@ impl EpInner {
         debug_assert!(done.is_ok(), "{done:?}");
     }
 
-    /// Executes a local memory work request (bind, map, invalidate).
-    pub(crate) fn execute_local(&self, wr: Wr) -> DtoStatus {
+    /// Executes a local memory work request (bind, map, invalidate) and
+    /// completes it; returns its status.
+    pub fn execute_local(&self, wr: Wr) -> DtoStatus {
         let mem = &self.ia.mem;
         let WrOp::Local(l) = &wr.op else {
             return self.finish(wr, DtoStatus::LocalEp);
@@ -1627,7 +1631,7 @@ impl EpInner {
     /// This side leaves its connection (locked: `c`), if it is in one:
     /// `Disconnected`, no peer, no keys, and its receive queue closed to
     /// the connection's sends and refusing receives. True if it was in one.
-    fn leave_locked(&self, c: &mut EpCore) -> bool {
+    pub(crate) fn leave_locked(&self, c: &mut EpCore) -> bool {
         let was = matches!(c.state, EpState::Connected | EpState::DisconnectPending);
         if was {
             c.state = EpState::Disconnected;
@@ -1648,17 +1652,12 @@ impl EpInner {
         if self.freed.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (peer, cr) = {
-            let mut c = self.core.lock();
-            (c.peer.as_ref().and_then(Weak::upgrade), c.pending_cr.take())
-        };
+        let cr = self.core.lock().pending_cr.take();
         if let Some(cr) = cr {
             cr.cancel();
         }
-        let state = self.core.lock().state;
-        if matches!(state, EpState::Connected | EpState::DisconnectPending) {
-            self.break_connection(peer.as_ref(), Some(ConnectionEventKind::Disconnected));
-        }
+        // The provider ends a connection (the peer is told).
+        ia.transport.ep_destroy(self);
         // Refuse first, then flush (as `break_connection` does): a receive
         // whose post passed the liveness check before `freed` was set is
         // then either queued before the flush (and flushed) or refused,
@@ -1672,6 +1671,34 @@ impl EpInner {
         self.feeders.lock().clear();
         self.pz.inner.users.fetch_sub(1, Ordering::SeqCst);
         ia.live.eps.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The receive a send to this endpoint lands in (its receive queue
+    /// locked: `rq`, refilled): its own queue's head, or one of its SRQ
+    /// (reserving the completion on the receive EVD now; if that EVD is
+    /// full the receive stays posted, as if there were none).
+    pub(crate) fn take_recv_locked(&self, rq: &mut RecvQueue) -> Option<RecvWr> {
+        let Some(srq) = &self.srq else {
+            return rq.pop();
+        };
+        let evd = self.recv_evd.as_ref()?;
+        let wr = {
+            let mut q = srq.inner.recvs.lock();
+            if q.is_empty() {
+                return None;
+            }
+            let res = evd.reserve().ok()?;
+            let s = q.pop_front().expect("non-empty");
+            RecvWr {
+                iov: RecvIov::from_slice(&s.iov),
+                cookie: s.cookie,
+                flags: s.flags,
+                res,
+                buf: None,
+            }
+        };
+        srq.inner.check_watermark();
+        Some(wr)
     }
 
     /// Publishes the receive queue's count of receives taken for good (its

@@ -54,7 +54,7 @@
 //! `Ep::inject_delay`, `Ep::inject_break`.
 
 use crate::ep::{
-    CompletionFlags, EpCore, EpInner, EpState, NewWr, RecvIov, RecvQueue, RecvWr, Request, Wr, WrOp,
+    CompletionFlags, EpCore, EpInner, EpState, NewWr, RecvQueue, RecvWr, Request, Wr, WrOp,
 };
 use crate::error::{Error, Result, Subtype};
 use crate::evd::{MAX_QLEN, UpcallPolicy};
@@ -874,7 +874,7 @@ fn send_locked<R: Request>(
             }
         }
     }
-    let Some(mut rwr) = take_recv(b, rq) else {
+    let Some(mut rwr) = b.take_recv_locked(rq) else {
         // A receive posted from now on kicks us: for `b`'s own queue,
         // `refill` above said so under the posters' lock; a shared receive
         // queue's posts run its endpoints' peers' progress anyway.
@@ -1207,34 +1207,7 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
     step
 }
 
-/// The receive a send to `b` lands in: `b`'s own queue, or one of its SRQ
-/// (reserving the completion on `b`'s receive EVD now; if that EVD is full
-/// the receive stays posted and the send waits, as for no receive).
-fn take_recv(b: &EpInner, rq: &mut RecvQueue) -> Option<RecvWr> {
-    let Some(srq) = &b.srq else {
-        return rq.pop();
-    };
-    let evd = b.recv_evd.as_ref()?;
-    let wr = {
-        let mut q = srq.inner.recvs.lock();
-        if q.is_empty() {
-            return None;
-        }
-        let res = evd.reserve().ok()?;
-        let s = q.pop_front().expect("non-empty");
-        RecvWr {
-            iov: RecvIov::from_slice(&s.iov),
-            cookie: s.cookie,
-            flags: s.flags,
-            res,
-            buf: None,
-        }
-    };
-    srq.inner.check_watermark();
-    Some(wr)
-}
-
-/// Puts back a receive taken by [`take_recv`] that was not used.
+/// Puts back a receive taken by `take_recv_locked` that was not used.
 fn untake_recv(b: &EpInner, rq: &mut RecvQueue, wr: RecvWr) {
     match (&b.srq, &b.recv_evd) {
         (Some(srq), Some(evd)) => {

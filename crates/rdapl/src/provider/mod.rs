@@ -9,22 +9,45 @@
 //! moves connection-management messages and data, and reports back through
 //! the endpoint's methods (`complete`, `connection_event`, `break_connection`).
 //!
-//! The in-process [`loopback`] provider is the embedded default. A network
-//! provider (TCP/iWARP) plugs in the same way: its progress thread drives
-//! connection setup and the wire, resolves remote keys against the IA's
-//! registration table when a write or read request arrives, and completes
-//! work requests from that thread; nothing here assumes that both endpoints
-//! live in one process except inside `loopback`.
+//! The in-process [`loopback`] provider is the embedded default.
+//!
+//! # Writing a provider
+//!
+//! A provider in another crate implements [`Provider`] (attributes, and
+//! `open`, which makes a [`Transport`] for one IA) and [`Transport`] with
+//! the public methods of the objects it is handed (the provider's view,
+//! module `view`): it completes work requests with
+//! [`EpInner::complete`] / [`EpInner::complete_recv`], reports connections
+//! with [`EpInner::established`], [`EpInner::connect_failed`] and
+//! [`EpInner::ended`], delivers requests with [`SpInner::request`], takes
+//! receives with [`EpInner::take_recv`], and moves bytes with
+//! [`EpInner::gather`], [`EpInner::scatter`], [`EpInner::remote_write`]
+//! and [`EpInner::remote_read`], which check every key, right and bound.
+//! Requests may complete on the provider's own thread, in any order
+//! across queues and in post order within one. `tests/provider_public.rs`
+//! is a whole provider written that way (a progress thread, every
+//! completion asynchronous), run through the object model's flows. Its
+//! IAs are opened with [`crate::Ia::open_provider`], or by name once it is
+//! in a [`Registry`].
+//!
+//! (The loopback provider still reaches into crate-private state for its
+//! in-process fast paths; moving it behind this interface into a crate of
+//! its own is the next step.)
 
 pub mod loopback;
 mod registry;
+mod view;
 
+pub use crate::ep::{EpCore, EpInner, NewWr, RecvWr, Wr};
+pub use crate::sp::{CrInner, CrState, SpInner};
 pub use registry::Registry;
+pub use view::WrKind;
 
-use crate::ep::{EpCore, EpInner, NewWr};
+/// An endpoint's state, locked (what [`Transport::submit`] is handed).
+pub type EpLock<'a> = MutexGuard<'a, EpCore>;
+
 use crate::error::Result;
 use crate::ia::{IaAttr, ProviderAttr};
-use crate::sp::{CrInner, SpInner};
 use parking_lot::MutexGuard;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -43,8 +66,9 @@ pub trait Provider: Send + Sync + 'static {
 /// One IA's view of a provider. Every method but [`Transport::submit`] (which
 /// gets the posting endpoint's lock) is called with no object-model lock
 /// held; the transport may call back into the endpoint at once or later
-/// from its own thread.
-#[allow(missing_docs)]
+/// from its own thread, through the methods of the provider's view
+/// (module docs of `view`, summarised in [`EpInner`]'s: `complete`,
+/// `established`, `ended`, `take_recv`, `gather`, `remote_write`, ...).
 pub trait Transport: Send + Sync + 'static {
     /// The IA's address.
     fn address(&self) -> IpAddr;
@@ -52,7 +76,9 @@ pub trait Transport: Send + Sync + 'static {
     fn listen(&self, sp: &Arc<SpInner>) -> Result<()>;
     /// Stop listening.
     fn unlisten(&self, sp: &SpInner);
-    /// Start an active connection; the outcome arrives as a connection event.
+    /// Start an active connection (`ep` is `ActiveConnectionPending`); the
+    /// outcome arrives later: [`EpInner::established`] or
+    /// [`EpInner::connect_failed`]. An error here leaves `ep` unconnected.
     fn connect(
         &self,
         ep: &Arc<EpInner>,
@@ -61,12 +87,30 @@ pub trait Transport: Send + Sync + 'static {
         private_data: Vec<u8>,
         timeout: Option<Duration>,
     ) -> Result<()>;
-    /// Accept a connection request on `ep`.
+    /// Accept a connection request on `ep` (`PassiveConnectionPending`):
+    /// settle it ([`CrInner::settle_as`]), answer the peer, and call
+    /// [`EpInner::established`] on `ep` once the connection is up. An error
+    /// here returns `ep` to `Unconnected`.
     fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()>;
-    /// Reject a connection request.
+    /// Reject a connection request: settle it and tell the peer.
     fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()>;
-    /// Tear the connection of `ep` down (both sides get `Disconnected`).
+    /// Tear the connection of `ep` down (`DisconnectPending`): tell the
+    /// peer, flush what the provider holds, and [`EpInner::ended`] with
+    /// `Disconnected` (the peer's side likewise, when it learns).
     fn disconnect(&self, ep: &Arc<EpInner>, graceful: bool);
+    /// `ep` is being freed (`Ep::free`, an abrupt IA close) in whatever
+    /// state: if it is connected, end its connection as an abrupt
+    /// disconnect does, so that the peer is told. The core then flushes
+    /// what it holds. The default does what `disconnect` does for a
+    /// connected endpoint.
+    fn ep_destroy(&self, ep: &Arc<EpInner>) {
+        if matches!(
+            ep.lock().state(),
+            crate::EpState::Connected | crate::EpState::DisconnectPending
+        ) {
+            self.disconnect(ep, false);
+        }
+    }
     /// New work was queued on `ep`: on its request queue (`recv == false`:
     /// progress it) or its receive queue (`recv == true`: a peer request
     /// waiting for a receive may go on).
@@ -79,8 +123,8 @@ pub trait Transport: Send + Sync + 'static {
     /// ([`NewWr::into_wr`](crate::ep::NewWr)) and go on as
     /// [`Transport::kick`] would, under that lock or after releasing it.
     /// The default queues, unlocks and kicks.
-    fn submit(&self, ep: &Arc<EpInner>, mut core: MutexGuard<'_, EpCore>, wr: NewWr<'_>) {
-        core.sends.push_back(wr.into_wr());
+    fn submit(&self, ep: &Arc<EpInner>, mut core: EpLock<'_>, wr: NewWr<'_>) {
+        core.push_send(wr.queued());
         drop(core);
         self.kick(ep, false);
     }

@@ -1,0 +1,425 @@
+//! The provider's view of the object model: the public methods a provider
+//! (in this crate or another) calls on what the core hands it through
+//! [`Transport`](super::Transport): endpoints ([`EpInner`]), their locked
+//! state ([`EpCore`]), work requests ([`Wr`], [`NewWr`], [`RecvWr`]),
+//! service points ([`SpInner`]) and connection requests ([`CrInner`]).
+//!
+//! # What the core keeps, what the provider does
+//!
+//! The core has checked every post (state, flags, lists, sizes) and
+//! reserved its completion before the provider sees it. The provider moves
+//! the data and reports back, only through these methods:
+//!
+//! * **Completions.** [`EpInner::complete`] and [`EpInner::complete_recv`]
+//!   complete a work request exactly once, with its status (the DAT
+//!   completion-flag rules are applied here, not by the provider).
+//! * **Connections.** [`EpInner::established`] when a connection is up on
+//!   this side (it returns the connection's number), [`EpInner::connect_failed`]
+//!   when an active attempt fails, [`EpInner::ended`] when a connection ends
+//!   or breaks: the core moves the state, flushes what it holds (queued
+//!   sends, posted receives) exactly once and raises the event. The
+//!   provider flushes the requests it holds itself (in flight on a wire).
+//! * **Requests.** [`SpInner::request`] delivers an arriving connection
+//!   request; [`CrInner::settle_as`] answers or withdraws one.
+//! * **Memory.** [`EpInner::gather`] and [`EpInner::scatter`] read and
+//!   write the endpoint's own registered memory through a local list;
+//!   [`EpInner::remote_write`] and [`EpInner::remote_read`] check a peer's
+//!   access (key of this endpoint's protection zone, rights, bounds) and
+//!   move bytes only if it passes.
+//! * **Receives.** [`EpInner::take_recv`] takes the oldest posted receive
+//!   (of the endpoint, or of its shared receive queue) for a connection.
+
+use crate::buf::Buf;
+use crate::ep::{CompletionFlags, EpAttr, EpCore, EpInner, EpState, NewWr, RecvWr, Wr, WrOp};
+use crate::error::Result;
+use crate::event::{ConnectionEventKind, CrHandle, DtoStatus, EpHandle, PzHandle, SpHandle};
+use crate::mem::{self, LmrTriplet, MemPriv, RmrTriplet, Span, SpanRef};
+use crate::sp::{CrInner, CrState, SpInner};
+use parking_lot::MutexGuard;
+use std::net::IpAddr;
+use std::sync::{Arc, Weak};
+
+/// What a work request asks of the provider.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum WrKind {
+    /// A send (its data: [`Wr::data`] or the local list).
+    Send,
+    /// An RDMA write to the peer's memory.
+    RdmaWrite(RmrTriplet),
+    /// An RDMA read of the peer's memory.
+    RdmaRead(RmrTriplet),
+    /// A memory operation (bind, fast registration, invalidate): the
+    /// provider runs it in order with [`EpInner::execute_local`].
+    Local,
+}
+
+fn kind_of(op: &WrOp) -> WrKind {
+    match op {
+        WrOp::Send | WrOp::Recv => WrKind::Send,
+        WrOp::RdmaWrite(r) => WrKind::RdmaWrite(*r),
+        WrOp::RdmaRead(r) => WrKind::RdmaRead(*r),
+        WrOp::Local(_) => WrKind::Local,
+    }
+}
+
+impl Wr {
+    /// What the request asks.
+    pub fn kind(&self) -> WrKind {
+        kind_of(&self.op)
+    }
+    /// Its local scatter/gather list (empty for an owned buffer's request).
+    pub fn iov(&self) -> &[LmrTriplet] {
+        &self.iov
+    }
+    /// The bytes it sends from its owned buffer, if it has one.
+    pub fn data(&self) -> Option<&[u8]> {
+        self.buf.as_ref().map(|b| &b[..self.buf_len])
+    }
+    /// The consumer's cookie.
+    pub fn cookie(&self) -> u64 {
+        self.cookie
+    }
+    /// Its completion flags.
+    pub fn flags(&self) -> CompletionFlags {
+        self.flags
+    }
+}
+
+impl NewWr<'_> {
+    /// What the request asks.
+    pub fn kind(&self) -> WrKind {
+        kind_of(&self.op)
+    }
+    /// The request as queued (its list copied), to keep past the call.
+    pub fn queued(self) -> Wr {
+        self.into_wr()
+    }
+}
+
+impl RecvWr {
+    /// Its local scatter list (empty for an owned buffer's receive).
+    pub fn iov(&self) -> &[LmrTriplet] {
+        &self.iov
+    }
+    /// The consumer's cookie.
+    pub fn cookie(&self) -> u64 {
+        self.cookie
+    }
+}
+
+impl EpCore {
+    /// The endpoint's DAT state.
+    pub fn state(&self) -> EpState {
+        self.state
+    }
+    /// The connection the endpoint is in (0: none), as
+    /// [`EpInner::established`] returned it.
+    pub fn connection(&self) -> u64 {
+        self.conn
+    }
+    /// Queues `wr` at the tail of the endpoint's send queue (flushed by the
+    /// core when the connection ends).
+    pub fn push_send(&mut self, wr: Wr) {
+        self.sends.push_back(wr);
+    }
+    /// Puts `wr` back at the head of the send queue.
+    pub fn unpop_send(&mut self, wr: Wr) {
+        self.sends.push_front(wr);
+    }
+    /// Takes the oldest queued request.
+    pub fn pop_send(&mut self) -> Option<Wr> {
+        self.sends.pop_front()
+    }
+    /// The oldest queued request.
+    pub fn front_send(&self) -> Option<&Wr> {
+        self.sends.front()
+    }
+}
+
+/// The status of a failed local access (`LocalProtection`, or
+/// `LocalLength` for a receive too short).
+fn local_access(iov: &[LmrTriplet], right: MemPriv, ep: &EpInner) -> Result<mem::Spans, DtoStatus> {
+    ep.ia.mem.resolve_local(iov, right, ep.pz.inner.id)
+}
+
+impl EpInner {
+    /// The endpoint's handle.
+    pub fn handle(&self) -> EpHandle {
+        self.id
+    }
+    /// The endpoint's protection zone.
+    pub fn pz_handle(&self) -> PzHandle {
+        self.pz.inner.id
+    }
+    /// The endpoint's attributes.
+    pub fn attr(&self) -> &EpAttr {
+        &self.attr
+    }
+    /// Locks the endpoint's state (the lock [`super::Transport::submit`]
+    /// is called under).
+    pub fn lock(&self) -> MutexGuard<'_, EpCore> {
+        self.core.lock()
+    }
+
+    /// The connection is up on this side: `Connected`, `remote` recorded,
+    /// `Established` raised (with `peer_private`, the accept's private data,
+    /// on the active side). Returns the connection's number (never 0), or
+    /// `None` if the endpoint is no longer connecting (it gave up, was
+    /// freed or reset).
+    pub fn established(&self, remote: (IpAddr, u64), peer_private: Option<&[u8]>) -> Option<u64> {
+        let conn = {
+            let mut c = self.core.lock();
+            if !matches!(
+                c.state,
+                EpState::ActiveConnectionPending | EpState::PassiveConnectionPending
+            ) || self.is_freed()
+            {
+                return None;
+            }
+            let conn = crate::ep::next_conn();
+            self.rq.lock().conn = conn;
+            c.conn = conn;
+            self.set_state(&mut c, EpState::Connected);
+            c.remote = Some(remote);
+            c.pending_cr = None;
+            c.peer_private = peer_private.map(Box::from);
+            conn
+        };
+        self.connection_event(
+            ConnectionEventKind::Established,
+            peer_private.map(Box::from),
+        );
+        Some(conn)
+    }
+
+    /// An active connection attempt failed with `kind` (`PeerRejected`
+    /// with the reject's private data, `NonPeerRejected`, `Unreachable`,
+    /// `TimedOut`): `Disconnected`, everything posted flushed, the event
+    /// raised. False if the endpoint was not connecting.
+    pub fn connect_failed(&self, kind: ConnectionEventKind, private: Option<&[u8]>) -> bool {
+        {
+            let mut c = self.core.lock();
+            if c.state != EpState::ActiveConnectionPending {
+                return false;
+            }
+            self.set_state(&mut c, EpState::Disconnected);
+            c.pending_cr = None;
+        }
+        self.flush_all();
+        self.connection_event(kind, private.map(Box::from));
+        true
+    }
+
+    /// The connection of this side ended (`Disconnected`) or broke
+    /// (`Broken`), or an accept could not complete: the state moves to
+    /// `Disconnected`, what the core holds (queued sends, posted receives)
+    /// is flushed, and `kind` is raised, once. False if there was nothing
+    /// to end.
+    pub fn ended(&self, kind: ConnectionEventKind) -> bool {
+        let state = self.core.lock().state;
+        match state {
+            EpState::Connected | EpState::DisconnectPending => {
+                let was = self.leave_locked(&mut self.core.lock());
+                if was {
+                    self.flush_all();
+                    self.connection_event(kind, None);
+                }
+                was
+            }
+            EpState::PassiveConnectionPending => {
+                {
+                    let mut c = self.core.lock();
+                    if c.state != EpState::PassiveConnectionPending {
+                        return false;
+                    }
+                    self.set_state(&mut c, EpState::Disconnected);
+                }
+                self.flush_all();
+                self.connection_event(kind, None);
+                true
+            }
+            EpState::ActiveConnectionPending => self.connect_failed(kind, None),
+            _ => false,
+        }
+    }
+
+    /// Takes the oldest posted receive for connection `conn` (of this
+    /// endpoint, or of its shared receive queue, its completion then
+    /// reserved on the receive EVD now). `None` if there is none, or the
+    /// endpoint is no longer in that connection.
+    pub fn take_recv(&self, conn: u64) -> Option<RecvWr> {
+        let mut rq = self.rq.lock();
+        if conn == 0 || rq.conn != conn {
+            return None;
+        }
+        rq.refill(self, false);
+        let r = self.take_recv_locked(&mut rq);
+        self.publish_taken(&rq);
+        r
+    }
+
+    /// Copies the bytes a send or RDMA write gathers (its owned buffer, or
+    /// its local list, checked for local read) to the end of `out`.
+    /// `LocalProtection` if a key does not allow it (nothing is copied).
+    pub fn gather(&self, wr: &Wr, out: &mut Vec<u8>) -> std::result::Result<(), DtoStatus> {
+        if let Some(d) = wr.data() {
+            out.extend_from_slice(d);
+            return Ok(());
+        }
+        self.read_local(&wr.iov, out)
+    }
+
+    fn read_local(
+        &self,
+        iov: &[LmrTriplet],
+        out: &mut Vec<u8>,
+    ) -> std::result::Result<(), DtoStatus> {
+        let spans = local_access(iov, MemPriv::LOCAL_READ, self)?;
+        let refs: Vec<SpanRef<'_>> = spans.iter().map(Span::as_ref).collect();
+        let start = out.len();
+        out.resize(start + mem::total(&refs), 0);
+        mem::copy_into_buf(&refs, &mut out[start..])
+            .map(|_| ())
+            .map_err(|_| DtoStatus::LocalProtection)
+    }
+
+    /// Writes `data` into the memory of a receive (its owned buffer, or
+    /// its list, checked for local write), from its start. Returns the
+    /// bytes written; `LocalLength` if `data` does not fit, `LocalProtection`
+    /// if a key does not allow it (nothing is written either way).
+    pub fn scatter(&self, r: &mut RecvWr, data: &[u8]) -> std::result::Result<u64, DtoStatus> {
+        if let Some(b) = r.buf.as_mut() {
+            return fill_buf(b, data);
+        }
+        self.write_local(&r.iov, data)
+    }
+
+    /// Writes `data` into the local list of an RDMA read `wr` (the read's
+    /// response), as [`EpInner::scatter`] does.
+    pub fn scatter_read(&self, wr: &Wr, data: &[u8]) -> std::result::Result<u64, DtoStatus> {
+        self.write_local(&wr.iov, data)
+    }
+
+    fn write_local(&self, iov: &[LmrTriplet], data: &[u8]) -> std::result::Result<u64, DtoStatus> {
+        let spans = local_access(iov, MemPriv::LOCAL_WRITE, self)?;
+        let refs: Vec<SpanRef<'_>> = spans.iter().map(Span::as_ref).collect();
+        if data.len() > mem::total(&refs) {
+            return Err(DtoStatus::LocalLength);
+        }
+        mem::copy_from_buf(data, &refs)
+            .map(|n| n as u64)
+            .map_err(|_| DtoStatus::LocalProtection)
+    }
+
+    /// A peer's RDMA write of `data` into this endpoint's memory at
+    /// `target` (its key, address; the length is `data`'s): the key must be
+    /// of this endpoint's protection zone and grant remote write over the
+    /// whole range, or `RemoteAccess` and no byte moves.
+    pub fn remote_write(
+        &self,
+        target: RmrTriplet,
+        data: &[u8],
+    ) -> std::result::Result<(), DtoStatus> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let span = self.remote_span(target, data.len() as u64, MemPriv::REMOTE_WRITE)?;
+        mem::copy_from_buf(data, &[span.as_ref()])
+            .map(|_| ())
+            .map_err(|_| DtoStatus::RemoteAccess)
+    }
+
+    /// A peer's RDMA read of `out.len()` bytes of this endpoint's memory at
+    /// `source`, checked as [`EpInner::remote_write`] is (remote read).
+    pub fn remote_read(
+        &self,
+        source: RmrTriplet,
+        out: &mut [u8],
+    ) -> std::result::Result<(), DtoStatus> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let span = self.remote_span(source, out.len() as u64, MemPriv::REMOTE_READ)?;
+        mem::copy_into_buf(&[span.as_ref()], out)
+            .map(|_| ())
+            .map_err(|_| DtoStatus::RemoteAccess)
+    }
+
+    fn remote_span(
+        &self,
+        t: RmrTriplet,
+        len: u64,
+        right: MemPriv,
+    ) -> std::result::Result<Span, DtoStatus> {
+        self.ia
+            .mem
+            .resolve(
+                t.rmr_context,
+                t.target_address,
+                len,
+                right,
+                self.pz.inner.id,
+            )
+            .map_err(|_| DtoStatus::RemoteAccess)
+    }
+}
+
+fn fill_buf(b: &mut Buf, data: &[u8]) -> std::result::Result<u64, DtoStatus> {
+    let dst = b.get_mut(..data.len()).ok_or(DtoStatus::LocalLength)?;
+    dst.copy_from_slice(data);
+    Ok(data.len() as u64)
+}
+
+impl SpInner {
+    /// The service point's handle.
+    pub fn handle(&self) -> SpHandle {
+        self.id
+    }
+    /// The connection qualifier it listens on.
+    pub fn conn_qual(&self) -> u64 {
+        self.conn_qual
+    }
+    /// True once freed (or, for a reserved SP, once it took its request).
+    pub fn freed(&self) -> bool {
+        self.is_freed()
+    }
+
+    /// A connection request arrived from `remote` with `private_data`: the
+    /// core makes the request and raises `ConnectionRequest` on the CR
+    /// EVD. `QueueFull` if that EVD overflowed (the provider then rejects
+    /// the request as a non-peer reject), `InvalidHandle` if the SP is
+    /// gone. The provider keys its own state of the request by
+    /// [`CrInner::handle`].
+    pub fn request(
+        self: &Arc<Self>,
+        remote: IpAddr,
+        private_data: Vec<u8>,
+    ) -> Result<Arc<CrInner>> {
+        let cr = CrInner::new(self, private_data, remote, Weak::new());
+        self.deliver(&cr)?;
+        Ok(cr)
+    }
+}
+
+impl CrInner {
+    /// The request's handle.
+    pub fn handle(&self) -> CrHandle {
+        self.id
+    }
+    /// The active side's address.
+    pub fn remote(&self) -> IpAddr {
+        self.remote_address
+    }
+    /// The connection qualifier it arrived on.
+    pub fn qualifier(&self) -> u64 {
+        self.conn_qual
+    }
+
+    /// Settles a pending request (`Accepted` or `Rejected` when the
+    /// provider carries out the consumer's answer, `Cancelled` when the
+    /// active side gave up); false if it was no longer pending (answer
+    /// nothing then). A cancelled request releases an RSP's endpoint.
+    pub fn settle_as(&self, to: CrState) -> bool {
+        self.settle(to)
+    }
+}
