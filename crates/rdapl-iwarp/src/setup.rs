@@ -173,7 +173,8 @@ pub fn check_request(req: &MpaFrame) -> Result<ConnectRequest, (MpaError, bool)>
     })
 }
 
-/// Builds the responder's Reply. `accept = None` builds a reject.
+/// Builds the responder's Reply; `accept = false` builds a reject (R bit),
+/// which still carries the IRD/ORD block and `ulp_pd` (DAT reject data).
 /// Returns the frame and, for an accept, what was negotiated.
 pub fn build_reply(
     req: &ConnectRequest,
@@ -227,9 +228,7 @@ pub fn build_reply(
         };
         pd.extend_from_slice(&block.encode());
     }
-    if accept {
-        pd.extend_from_slice(ulp_pd);
-    }
+    pd.extend_from_slice(ulp_pd);
     let frame = MpaFrame {
         kind: FrameKind::Reply,
         markers: false,
