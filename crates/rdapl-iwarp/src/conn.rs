@@ -55,9 +55,12 @@ pub struct Config {
     pub revision: u8,
     /// Ask for CRC (it is used if either side asks).
     pub crc: bool,
-    /// Inbound RDMA Read queue depth.
+    /// Inbound RDMA Read queue depth. Under revision 2 it is exchanged
+    /// (and may be raised to the peer's ORD, at most 128); under revision 1
+    /// nothing is exchanged and the ULP must agree IRD/ORD out of band.
     pub ird: u16,
-    /// Outbound RDMA Read queue depth.
+    /// Outbound RDMA Read queue depth (lowered to the peer's IRD under
+    /// revision 2).
     pub ord: u16,
     /// Initiator: ask for peer-to-peer mode (an RTR message).
     pub peer_to_peer: bool,
@@ -420,6 +423,11 @@ impl Connection {
     /// The role.
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
     }
 
     /// The current state.

@@ -115,17 +115,22 @@ pub fn build_request(local: &Local, ulp_pd: &[u8]) -> MpaFrame {
     let mut pd = Vec::with_capacity(ulp_pd.len() + 4);
     if enhanced {
         let p2p = local.peer_to_peer;
+        let mut offer = local.rtr_offer;
+        if !(offer.write || offer.read || offer.send) {
+            // Peer-to-peer needs some RTR; offer the one siw prefers.
+            offer.write = true;
+        }
         let mut ord = clamp(local.ord);
-        if p2p && local.rtr_offer.read {
+        if p2p && offer.read {
             ord = ord.max(1);
         }
         let params = EnhancedParams {
             ird: clamp(local.ird),
             ord,
             peer_to_peer: p2p,
-            send_rtr: p2p && local.rtr_offer.send,
-            write_rtr: p2p && local.rtr_offer.write,
-            read_rtr: p2p && local.rtr_offer.read,
+            send_rtr: p2p && offer.send,
+            write_rtr: p2p && offer.write,
+            read_rtr: p2p && offer.read,
         };
         pd.extend_from_slice(&params.encode());
     }
