@@ -65,18 +65,37 @@ pub fn fuzz_fpdu_stream(data: &[u8]) {
     assert!(total_payload <= rest.len());
 }
 
-fn fuzz_memory() -> VecMemory {
+/// The memory every fuzzed connection uses: region 0x100 (remote write,
+/// 256 bytes at TO 0x1000), region 0x200 (remote read, 64 bytes at TO 0),
+/// region 0x300 (a read sink, 64 bytes at 0x3000) and receives 1 and 2 of
+/// 128 bytes.
+pub fn fuzz_memory() -> VecMemory {
     let mut m = VecMemory::default();
     m.register(0x100, 0x1000, vec![0u8; 256], true, true);
     m.register(0x200, 0, vec![7u8; 64], false, true);
+    m.register(0x300, 0x3000, vec![0u8; 64], false, false);
     m.recvs.insert(1, vec![0u8; 128]);
     m.recvs.insert(2, vec![0u8; 128]);
+    m.sends.insert(10, vec![0x5a; 64]);
     m
 }
 
-/// A whole connection fed arbitrary bytes. Byte 0 picks the role, CRC and
-/// chunk size; a responder accepts whatever request it sees; an initiator
-/// has sent its request first.
+/// The config of a fuzzed connection (`crc` from the control byte).
+pub fn fuzz_config(crc: bool) -> Config {
+    Config {
+        crc,
+        ird: 2,
+        ord: 2,
+        ..Config::default()
+    }
+}
+
+/// A whole connection fed arbitrary bytes. Byte 0 picks the role (bit 0:
+/// initiator), CRC (bit 1) and the chunk size (bits 2..). If the input
+/// starts with a whole MPA frame, that frame is fed alone first (a peer
+/// waits for the answer), so mutated valid streams reach the FPDU code.
+/// A responder accepts whatever request it sees; an initiator has sent its
+/// request and posts one send and one read once established.
 pub fn fuzz_connection(data: &[u8]) {
     let Some((&ctl, rest)) = data.split_first() else {
         return;
@@ -86,13 +105,7 @@ pub fn fuzz_connection(data: &[u8]) {
     } else {
         Role::Initiator
     };
-    let cfg = Config {
-        crc: ctl & 2 != 0,
-        ird: 2,
-        ord: 2,
-        ..Config::default()
-    };
-    let Ok(mut c) = Connection::new(role, cfg, 0) else {
+    let Ok(mut c) = Connection::new(role, fuzz_config(ctl & 2 != 0), 0) else {
         return;
     };
     let mut mem = fuzz_memory();
@@ -100,30 +113,52 @@ pub fn fuzz_connection(data: &[u8]) {
         let _ = c.connect(0, b"fuzz");
     }
     let chunk = usize::from(ctl >> 2).max(1);
-    let mut steps = 0u32;
-    for piece in rest.chunks(chunk) {
-        c.handle_input(u64::from(steps), piece, &mut mem);
-        steps += 1;
+    let (first, rest) = match mpa::decode(rest, mpa::MAX_PRIVATE_DATA_WIRE) {
+        Ok(Decoded::Frame(_, used)) => rest.split_at(used),
+        _ => (&rest[..0], rest),
+    };
+    let mut now = 0u64;
+    for piece in std::iter::once(first).chain(rest.chunks(chunk)) {
+        now += 1;
+        c.handle_input(now, piece, &mut mem);
+        drive(&mut c, &mut mem);
+    }
+    c.handle_timeout(now + 60_000);
+    c.handle_eof();
+    drive(&mut c, &mut mem);
+    assert!(c.is_closed());
+}
+
+fn drive(c: &mut Connection, mem: &mut VecMemory) {
+    for _ in 0..4 {
         while let Some(ev) = c.poll_event() {
-            if let Event::ConnectRequest(_) = ev {
-                let _ = c.accept(b"ok", None, None);
-                let _ = c.post_recv(1, 128);
-                let _ = c.post_recv(2, 128);
-            }
-            if let Event::Established { .. } = ev {
-                let _ = c.post_recv(1, 128);
+            match ev {
+                Event::ConnectRequest(_) => {
+                    let _ = c.accept(b"ok", None, None);
+                    let _ = c.post_recv(1, 128);
+                    let _ = c.post_recv(2, 128);
+                }
+                Event::Established { .. } if c.role() == Role::Initiator => {
+                    let _ = c.post_recv(1, 128);
+                    let _ = c.post_send(10, 64);
+                    let rr = ReadRequest {
+                        sink_stag: 0x300,
+                        sink_to: 0x3000,
+                        size: 32,
+                        src_stag: 1,
+                        src_to: 0,
+                    };
+                    let _ = c.post_read(11, rr);
+                }
+                _ => {}
             }
         }
         let mut n = 0;
-        while let Some(t) = c.poll_transmit(&mem) {
+        while let Some(t) = c.poll_transmit(&*mem) {
             let mut out = Vec::new();
-            let _ = t.write_to(&mem, &mut out);
+            let _ = t.write_to(&*mem, &mut out);
             n += 1;
-            if n > 10_000 {
-                panic!("unbounded transmit");
-            }
+            assert!(n <= 10_000, "unbounded transmit");
         }
     }
-    c.handle_eof();
-    while c.poll_event().is_some() {}
 }
