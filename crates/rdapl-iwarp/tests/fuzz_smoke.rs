@@ -187,37 +187,8 @@ fn conversation(crc: bool) -> (Vec<u8>, Vec<u8>) {
     (ab, ba)
 }
 
-#[test]
-fn fuzz_smoke() {
-    let start = std::time::Instant::now();
-    let mut total = 0;
-    total += run(
-        "mpa_frame",
-        fuzzing::fuzz_mpa_frame,
-        &mpa_seeds(),
-        60_000,
-        60_000,
-        600,
-    );
-
+fn all_seeds() -> Vec<(&'static str, fn(&[u8]), Vec<Vec<u8>>)> {
     let hdrs: Vec<Vec<u8>> = header_seeds().iter().map(|h| h.to_vec()).collect();
-    total += run(
-        "ddp_header",
-        fuzzing::fuzz_ddp_header,
-        &hdrs,
-        40_000,
-        40_000,
-        24,
-    );
-    total += run(
-        "rdmap_bodies",
-        fuzzing::fuzz_rdmap_bodies,
-        &body_seeds(),
-        40_000,
-        40_000,
-        60,
-    );
-
     let mut streams = Vec::new();
     for crc in [false, true] {
         let (ab, ba) = conversation(crc);
@@ -237,15 +208,6 @@ fn fuzz_smoke() {
             }
         }
     }
-    total += run(
-        "fpdu_stream",
-        fuzzing::fuzz_fpdu_stream,
-        &streams,
-        20_000,
-        40_000,
-        2000,
-    );
-
     let mut convs = Vec::new();
     for crc in [false, true] {
         let (ab, ba) = conversation(crc);
@@ -259,16 +221,50 @@ fn fuzz_smoke() {
             convs.push(v);
         }
     }
-    total += run(
-        "connection",
-        fuzzing::fuzz_connection,
-        &convs,
-        10_000,
-        30_000,
-        1200,
-    );
+    vec![
+        (
+            "mpa_frame",
+            fuzzing::fuzz_mpa_frame as fn(&[u8]),
+            mpa_seeds(),
+        ),
+        ("ddp_header", fuzzing::fuzz_ddp_header, hdrs),
+        ("rdmap_bodies", fuzzing::fuzz_rdmap_bodies, body_seeds()),
+        ("fpdu_stream", fuzzing::fuzz_fpdu_stream, streams),
+        ("connection", fuzzing::fuzz_connection, convs),
+    ]
+}
+
+#[test]
+fn fuzz_smoke() {
+    let start = std::time::Instant::now();
+    let mut total = 0;
+    for (name, f, seeds) in all_seeds() {
+        let (random, mutated, max_len) = match name {
+            "mpa_frame" => (60_000, 60_000, 600),
+            "ddp_header" | "rdmap_bodies" => (40_000, 40_000, 60),
+            "fpdu_stream" => (20_000, 40_000, 2000),
+            _ => (10_000, 30_000, 1200),
+        };
+        total += run(name, f, &seeds, random, mutated, max_len);
+    }
     println!("fuzz smoke: {total} inputs in {:?}", start.elapsed());
     assert!(total >= 300_000);
+}
+
+/// With `FUZZ_WRITE_CORPUS=<dir>`, writes the seeds as a cargo-fuzz corpus
+/// (`<dir>/<target>/seed-N`).
+#[test]
+fn write_corpus_if_asked() {
+    let Ok(dir) = std::env::var("FUZZ_WRITE_CORPUS") else {
+        return;
+    };
+    for (name, _, seeds) in all_seeds() {
+        let d = std::path::Path::new(&dir).join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        for (i, s) in seeds.iter().enumerate() {
+            std::fs::write(d.join(format!("seed-{i}")), s).unwrap();
+        }
+    }
 }
 
 #[test]
