@@ -187,7 +187,9 @@ fn conversation(crc: bool) -> (Vec<u8>, Vec<u8>) {
     (ab, ba)
 }
 
-fn all_seeds() -> Vec<(&'static str, fn(&[u8]), Vec<Vec<u8>>)> {
+type Target = (&'static str, fn(&[u8]), Vec<Vec<u8>>);
+
+fn all_seeds() -> Vec<Target> {
     let hdrs: Vec<Vec<u8>> = header_seeds().iter().map(|h| h.to_vec()).collect();
     let mut streams = Vec::new();
     for crc in [false, true] {
@@ -197,11 +199,7 @@ fn all_seeds() -> Vec<(&'static str, fn(&[u8]), Vec<Vec<u8>>)> {
             s[n..].to_vec()
         };
         for s in [skip(&ab), skip(&ba)] {
-            for ctl in [
-                u8::from(crc),
-                u8::from(crc) | 0x10,
-                u8::from(crc) | 0xfe & !1,
-            ] {
+            for ctl in [u8::from(crc), u8::from(crc) | 0x10, u8::from(crc) | 0xfe] {
                 let mut v = vec![ctl];
                 v.extend_from_slice(&s);
                 streams.push(v);
