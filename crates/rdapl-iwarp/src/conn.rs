@@ -69,8 +69,10 @@ pub struct Config {
     /// TCP MSS; every FPDU we send fits it (rounded down to 8).
     pub mss: u32,
     /// Largest inbound private data (including the 4-byte IRD/ORD block),
-    /// at most 512. Default 256, siw's limit; local ULP private data is
-    /// capped at this less 4.
+    /// at most 512 (RFC 5044). Default 256, siw's and the RDMA CM's limit
+    /// (siw refuses more); local ULP private data is capped at this less 4
+    /// under revision 2. siw's reply path keeps the ULP length in a `u8`,
+    /// so toward siw keep ULP private data at or below 251 bytes.
     pub max_private_data: u16,
     /// Initiator: how long to wait for the Reply (siw: 10 s).
     pub reply_timeout_ms: u64,

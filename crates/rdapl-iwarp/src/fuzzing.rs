@@ -5,6 +5,20 @@
 //! decodes, it also checks that encoding it again gives the same bytes, so
 //! the fuzzers test round trips as well as robustness. Allocation stays
 //! bounded by the input length or fixed caps.
+//!
+//! Running the libFuzzer targets needs a nightly toolchain and cargo-fuzz:
+//!
+//! ```text
+//! # from the repository root: write the seed corpus, then fuzz one target
+//! FUZZ_WRITE_CORPUS=$PWD/crates/rdapl-iwarp/fuzz/corpus \
+//!     cargo test -p rdapl-iwarp --test fuzz_smoke write_corpus_if_asked
+//! cd crates/rdapl-iwarp/fuzz
+//! cargo +nightly fuzz run connection corpus/connection -- -max_total_time=60
+//! ```
+//!
+//! Targets: `mpa_frame`, `ddp_header`, `rdmap_bodies`, `fpdu_stream`,
+//! `connection`. On stable, `cargo test -p rdapl-iwarp --test fuzz_smoke`
+//! runs the same functions over pseudo-random and mutated valid inputs.
 
 use crate::conn::{Config, Connection, Event, Role};
 use crate::ddp::DdpHeader;
