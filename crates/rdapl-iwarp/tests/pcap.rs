@@ -4,7 +4,8 @@
 //! headers over 127.0.0.1, and, if `tshark` is installed, checks that every
 //! frame decodes as MPA/DDP/RDMAP with good CRCs and nothing malformed.
 //! Without tshark the check is skipped with a message, unless
-//! `RDAPL_REQUIRE_EXTERNAL=1`, which makes it fail.
+//! `RDAPL_REQUIRE_EXTERNAL=1`, which makes it fail. `RDAPL_TSHARK` names
+//! another tshark binary.
 
 mod common;
 
@@ -264,7 +265,8 @@ fn capture_decodes_in_tshark() {
         nfpdu
     );
 
-    let have_tshark = Command::new("tshark")
+    let tshark = std::env::var("RDAPL_TSHARK").unwrap_or_else(|_| "tshark".into());
+    let have_tshark = Command::new(&tshark)
         .arg("-v")
         .output()
         .is_ok_and(|o| o.status.success());
