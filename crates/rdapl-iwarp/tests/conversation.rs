@@ -1,0 +1,261 @@
+//! A full conversation between two connections, in every MPA mode, and the
+//! same byte streams replayed under any split.
+
+mod common;
+
+use common::convo;
+use common::{Pair, Side};
+use proptest::prelude::*;
+use rdapl_iwarp::setup::RtrOffer;
+use rdapl_iwarp::{Config, Event, Role, Rtr};
+
+fn cfg(crc: bool, p2p: bool, offer: RtrOffer) -> Config {
+    Config {
+        crc,
+        peer_to_peer: p2p,
+        rtr_offer: offer,
+        ..Config::default()
+    }
+}
+
+fn modes() -> Vec<(Config, Config, Option<Rtr>, bool)> {
+    let w = RtrOffer {
+        write: true,
+        read: false,
+        send: false,
+    };
+    let r = RtrOffer {
+        write: false,
+        read: true,
+        send: false,
+    };
+    let s = RtrOffer {
+        write: false,
+        read: false,
+        send: true,
+    };
+    let nocrc = Config {
+        crc: false,
+        ..Config::default()
+    };
+    vec![
+        (cfg(true, false, w), cfg(true, false, w), None, true),
+        (nocrc.clone(), nocrc.clone(), None, false),
+        (cfg(true, false, w), nocrc.clone(), None, true),
+        (nocrc.clone(), cfg(true, false, w), None, true),
+        (cfg(false, true, w), nocrc.clone(), Some(Rtr::Write), false),
+        (cfg(true, true, r), nocrc.clone(), Some(Rtr::Read), true),
+        (cfg(false, true, s), nocrc.clone(), Some(Rtr::Send), false),
+        (
+            cfg(true, true, RtrOffer::default()),
+            nocrc.clone(),
+            Some(Rtr::Write),
+            true,
+        ),
+        (
+            Config {
+                revision: 1,
+                ..Config::default()
+            },
+            Config::default(),
+            None,
+            true,
+        ),
+    ]
+}
+
+#[test]
+fn conversation_in_every_mode() {
+    for (ca, cb, rtr, crc) in modes() {
+        let mut p = Pair::new(ca.clone(), cb.clone());
+        p.establish();
+        let na = *p.a.conn.negotiated().unwrap();
+        let nb = *p.b.conn.negotiated().unwrap();
+        assert_eq!(na.rtr, rtr, "{ca:?}");
+        assert_eq!(nb.rtr, rtr);
+        assert_eq!(na.crc, crc, "{ca:?} {cb:?}");
+        assert_eq!(nb.crc, crc);
+        convo::run(&mut p);
+        let ea = p.a.take_events();
+        let eb = p.b.take_events();
+        convo::check_events(&ea, &eb);
+        convo::check_memory(&p.a, &p.b);
+        assert_eq!(p.a.conn.outstanding_reads(), 0);
+    }
+}
+
+#[test]
+fn ird_ord_are_exchanged() {
+    let ca = Config {
+        ird: 3,
+        ord: 7,
+        ..Config::default()
+    };
+    let cb = Config {
+        ird: 5,
+        ord: 2,
+        ..Config::default()
+    };
+    let mut p = Pair::new(ca, cb);
+    p.establish();
+    let na = *p.a.conn.negotiated().unwrap();
+    let nb = *p.b.conn.negotiated().unwrap();
+    // b's IRD is raised to a's ORD (relaxed negotiation); each ORD is at
+    // most the peer's IRD.
+    assert_eq!((nb.ird, nb.ord), (7, 2));
+    assert_eq!((na.ird, na.ord), (3, 7));
+    assert_eq!(nb.peer_ird, Some(3));
+    assert_eq!(na.peer_ird, Some(7));
+}
+
+#[test]
+fn private_data_is_exchanged() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    p.a.conn.connect(0, b"from-a").unwrap();
+    p.pump();
+    let evs = p.b.take_events();
+    let [Event::ConnectRequest(req)] = evs.as_slice() else {
+        panic!("{evs:?}")
+    };
+    assert_eq!(req.private_data, b"from-a");
+    assert_eq!(req.revision, 2);
+    p.b.conn.accept(b"from-b", None, None).unwrap();
+    p.pump();
+    let evs = p.a.take_events();
+    let [Event::Established { private_data, .. }] = evs.as_slice() else {
+        panic!("{evs:?}")
+    };
+    assert_eq!(private_data, b"from-b");
+}
+
+#[test]
+fn reject_carries_private_data() {
+    let mut p = Pair::new(Config::default(), Config::default());
+    p.a.conn.connect(0, b"x").unwrap();
+    p.pump();
+    p.b.take_events();
+    p.b.conn.reject(b"go away").unwrap();
+    p.pump();
+    let evs = p.a.take_events();
+    assert_eq!(
+        evs[0],
+        Event::Rejected {
+            private_data: b"go away".to_vec()
+        }
+    );
+    assert!(p.a.conn.is_closed());
+    assert!(p.b.conn.is_closed());
+}
+
+/// Records a conversation, returning the two MPA frames' lengths and the
+/// a→b and b→a byte streams.
+fn record(ca: Config, cb: Config) -> (Vec<u8>, Vec<u8>, usize, usize, Vec<Event>, Vec<Event>) {
+    let mut p = Pair::new(ca, cb);
+    p.a.conn.connect(0, b"dat-pd-a").unwrap();
+    let (req, _) = p.pump();
+    p.b.take_events();
+    p.b.conn.accept(b"dat-pd-b", None, None).unwrap();
+    let (rtr, rep) = p.pump();
+    p.a.take_events();
+    p.b.take_events();
+    let (ab, ba) = convo::run(&mut p);
+    let ea = p.a.take_events();
+    let eb = p.b.take_events();
+    convo::check_events(&ea, &eb);
+    convo::check_memory(&p.a, &p.b);
+    let mut a_stream = req.clone();
+    a_stream.extend(rtr);
+    a_stream.extend(ab);
+    let mut b_stream = rep.clone();
+    b_stream.extend(ba);
+    (a_stream, b_stream, req.len(), rep.len(), ea, eb)
+}
+
+fn inbound(evs: &[Event]) -> Vec<Event> {
+    evs.iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::RecvComplete { .. } | Event::ReadComplete { .. } | Event::Error(_)
+            )
+        })
+        .cloned()
+        .collect()
+}
+
+fn feed_split(side: &mut Side, bytes: &[u8], cuts: &[u16]) {
+    let mut cuts: Vec<usize> = cuts
+        .iter()
+        .map(|c| usize::from(*c) % (bytes.len() + 1))
+        .collect();
+    cuts.sort_unstable();
+    let mut prev = 0;
+    for end in cuts.into_iter().chain([bytes.len()]) {
+        side.conn.handle_input(0, &bytes[prev..end], &mut side.mem);
+        prev = end;
+        side.drain_tx();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn same_conversation_under_any_split(
+        crc in any::<bool>(), p2p in any::<bool>(),
+        cut_req in proptest::collection::vec(any::<u16>(), 0..4),
+        cut_a in proptest::collection::vec(any::<u16>(), 0..40),
+        cut_rep in proptest::collection::vec(any::<u16>(), 0..4),
+        cut_b in proptest::collection::vec(any::<u16>(), 0..40),
+    ) {
+        let ca = Config { crc, peer_to_peer: p2p, ..Config::default() };
+        let cb = Config::default();
+        let (a_stream, b_stream, req_len, rep_len, ea, eb) = record(ca.clone(), cb.clone());
+
+        // Replay a→b into a fresh responder.
+        let mut b2 = Side::new(Role::Responder, cb);
+        let mut a_dummy = Side::new(Role::Initiator, ca.clone());
+        convo::setup_memory(&mut a_dummy, &mut b2);
+        feed_split(&mut b2, &a_stream[..req_len], &cut_req);
+        b2.collect_events();
+        prop_assert!(matches!(b2.events.as_slice(), [Event::ConnectRequest(_)]));
+        b2.conn.accept(b"dat-pd-b", None, None).unwrap();
+        b2.conn.post_recv(101, 16).unwrap();
+        b2.conn.post_recv(102, 8000).unwrap();
+        convo::post_b(&mut b2);
+        // b's Read Request went out after a's first FPDU: cut there, since a
+        // response cannot precede its request.
+        let rest = &a_stream[req_len..];
+        let ulpdu = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
+        let first = 2 + ulpdu + rdapl_iwarp::fpdu::pad_len(ulpdu) + 4;
+        feed_split(&mut b2, &rest[..first], &cut_a);
+        feed_split(&mut b2, &rest[first..], &cut_a);
+        b2.collect_events();
+        prop_assert_eq!(inbound(&b2.events), inbound(&eb));
+
+        // Replay b→a into a fresh initiator that posted the same work.
+        let mut a2 = Side::new(Role::Initiator, ca);
+        let mut b_dummy = Side::new(Role::Responder, Config::default());
+        convo::setup_memory(&mut a2, &mut b_dummy);
+        a2.conn.connect(0, b"dat-pd-a").unwrap();
+        a2.drain_tx();
+        feed_split(&mut a2, &b_stream[..rep_len], &cut_rep);
+        a2.conn.post_recv(201, 4000).unwrap();
+        a2.conn.post_recv(202, 64).unwrap();
+        convo::post_a(&mut a2);
+        a2.drain_tx();
+        feed_split(&mut a2, &b_stream[rep_len..], &cut_b);
+        a2.collect_events();
+        prop_assert_eq!(inbound(&a2.events), inbound(&ea));
+        // Same bytes placed.
+        prop_assert_eq!(&a2.mem.regions[&0x300].data, &convo_a_region(&a_stream, 0x300, &ea));
+        prop_assert_eq!(&b2.mem.regions[&0x100].data[100..3100], &convo::pattern(13, 3000)[..]);
+        prop_assert_eq!(&a2.mem.recvs[&202][..7], &convo::pattern(23, 7)[..]);
+    }
+}
+
+fn convo_a_region(_s: &[u8], _stag: u32, _e: &[Event]) -> Vec<u8> {
+    let mut v = vec![0u8; 6000];
+    v[..4000].copy_from_slice(&convo::pattern(2, 6000)[10..4010]);
+    v
+}
