@@ -288,24 +288,45 @@ impl EpInner {
     /// bytes written; `LocalLength` if `data` does not fit, `LocalProtection`
     /// if a key does not allow it (nothing is written either way).
     pub fn scatter(&self, r: &mut RecvWr, data: &[u8]) -> std::result::Result<u64, DtoStatus> {
+        self.scatter_at(r, 0, data)
+    }
+
+    /// [`EpInner::scatter`] of `data` at byte `offset` of the receive (a
+    /// segment of a longer message): `LocalLength` if `offset + data.len()`
+    /// passes the end of the receive's memory.
+    pub fn scatter_at(
+        &self,
+        r: &mut RecvWr,
+        offset: u64,
+        data: &[u8],
+    ) -> std::result::Result<u64, DtoStatus> {
         if let Some(b) = r.buf.as_mut() {
-            return fill_buf(b, data);
+            return fill_buf(b, offset, data);
         }
-        self.write_local(&r.iov, data)
+        self.write_local(&r.iov, offset, data)
     }
 
-    /// Writes `data` into the local list of an RDMA read `wr` (the read's
-    /// response), as [`EpInner::scatter`] does.
-    pub fn scatter_read(&self, wr: &Wr, data: &[u8]) -> std::result::Result<u64, DtoStatus> {
-        self.write_local(&wr.iov, data)
+    /// Writes `data` at byte `offset` of the local list of an RDMA read
+    /// `wr` (a segment of the read's response), as
+    /// [`EpInner::scatter_at`] does.
+    pub fn scatter_read(
+        &self,
+        wr: &Wr,
+        offset: u64,
+        data: &[u8],
+    ) -> std::result::Result<u64, DtoStatus> {
+        self.write_local(&wr.iov, offset, data)
     }
 
-    fn write_local(&self, iov: &[LmrTriplet], data: &[u8]) -> std::result::Result<u64, DtoStatus> {
+    fn write_local(
+        &self,
+        iov: &[LmrTriplet],
+        offset: u64,
+        data: &[u8],
+    ) -> std::result::Result<u64, DtoStatus> {
         let spans = local_access(iov, MemPriv::LOCAL_WRITE, self)?;
         let refs: Vec<SpanRef<'_>> = spans.iter().map(Span::as_ref).collect();
-        if data.len() > mem::total(&refs) {
-            return Err(DtoStatus::LocalLength);
-        }
+        let refs = skip_spans(&refs, offset, data.len()).ok_or(DtoStatus::LocalLength)?;
         mem::copy_from_buf(data, &refs)
             .map(|n| n as u64)
             .map_err(|_| DtoStatus::LocalProtection)
@@ -364,10 +385,40 @@ impl EpInner {
     }
 }
 
-fn fill_buf(b: &mut Buf, data: &[u8]) -> std::result::Result<u64, DtoStatus> {
-    let dst = b.get_mut(..data.len()).ok_or(DtoStatus::LocalLength)?;
+fn fill_buf(b: &mut Buf, offset: u64, data: &[u8]) -> std::result::Result<u64, DtoStatus> {
+    let start = usize::try_from(offset).map_err(|_| DtoStatus::LocalLength)?;
+    let end = start
+        .checked_add(data.len())
+        .ok_or(DtoStatus::LocalLength)?;
+    let dst = b.get_mut(start..end).ok_or(DtoStatus::LocalLength)?;
     dst.copy_from_slice(data);
     Ok(data.len() as u64)
+}
+
+/// The part of `spans` from byte `offset` on, `len` bytes long; `None` if
+/// the spans hold fewer than `offset + len` bytes.
+fn skip_spans<'a>(spans: &[SpanRef<'a>], offset: u64, len: usize) -> Option<Vec<SpanRef<'a>>> {
+    let mut skip = usize::try_from(offset).ok()?;
+    let mut want = len;
+    let mut out = Vec::with_capacity(spans.len());
+    for s in spans {
+        if want == 0 {
+            break;
+        }
+        if skip >= s.len {
+            skip -= s.len;
+            continue;
+        }
+        let n = (s.len - skip).min(want);
+        out.push(SpanRef {
+            region: s.region,
+            offset: s.offset + skip,
+            len: n,
+        });
+        want -= n;
+        skip = 0;
+    }
+    (want == 0).then_some(out)
 }
 
 impl SpInner {
