@@ -11,6 +11,7 @@
 //! (64 completions, then one `dequeue_batch`) or `crossbeam` (`try_send` +
 //! `try_recv`), and the number of events. Prints a checksum of the cookies
 //! received (so nothing is optimised away) and the size of an `Event`.
+use rdapl::evd::EvdProducer;
 use rdapl::{Evd, EvdFlags};
 use rdapl_bench::util::dto_event;
 fn main() {

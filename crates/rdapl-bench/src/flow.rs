@@ -24,6 +24,7 @@
 
 use crate::stats::{Summary, percentile_sorted, ratio};
 use crate::util::{Backoff, Padded, dto_event, nanos_since};
+use rdapl::evd::EvdProducer;
 use rdapl::poller::PollerStats;
 use rdapl::{Evd, EvdFlags, Event, Poller, PollerConfig, ReEnable, UpcallPolicy};
 use serde::{Deserialize, Serialize};

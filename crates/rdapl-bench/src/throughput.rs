@@ -27,6 +27,7 @@
 
 use crate::stats::{Summary, ratio};
 use crate::util::{Backoff, Padded, dto_event};
+use rdapl::evd::EvdProducer;
 use rdapl::{Evd, EvdFlags, Event};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -67,6 +67,7 @@
 //! really fails when it should.
 
 use clap::ValueEnum;
+use rdapl::evd::EvdProducer;
 use rdapl::event::EpHandle;
 use rdapl::{
     Dispatch, Dispatcher, DtoCompletion, DtoOp, DtoStatus, Error, Evd, EvdFlags, Event, Poller,

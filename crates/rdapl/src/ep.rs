@@ -17,7 +17,7 @@
 
 use crate::buf::{Buf, BufRefused};
 use crate::error::{Error, Result, Subtype};
-use crate::evd::{Evd, Feeder, Reservation};
+use crate::evd::{Evd, EvdProducer, Feeder, Reservation};
 use crate::event::{
     ConnectionEvent, ConnectionEventKind, DtoCompletion, DtoOp, DtoStatus, EpHandle, Event,
 };

@@ -21,7 +21,7 @@
 
 use crate::ep::{Ep, EpInner, EpState};
 use crate::error::{Error, Result, Subtype};
-use crate::evd::{Evd, Feeder};
+use crate::evd::{Evd, EvdProducer, Feeder};
 use crate::event::{ConnectionEventKind, CrArrival, CrHandle, Event, EventStream, SpHandle};
 use crate::ia::{Ia, IaInner};
 use parking_lot::Mutex;

@@ -17,6 +17,7 @@
 
 use crate::ep::CompletionFlags;
 use crate::error::{Error, Result, Subtype};
+use crate::evd::EvdProducer;
 use crate::event::{AsyncError, AsyncErrorKind, DatObject, Event, SrqHandle};
 use crate::ia::{Ia, IaInner};
 use crate::mem::LmrTriplet;

@@ -7,6 +7,7 @@ mod common;
 
 use common::{LIMIT, eventually, sw_evd, upcall, upcall_evd, within};
 use rdapl::error::Subtype;
+use rdapl::evd::EvdProducer;
 use rdapl::{
     AsyncErrorKind, ConnectionEventKind, Dispatcher, Error, Evd, EvdFlags, Event, Poller,
     PollerConfig, ReEnable, UpcallPolicy,

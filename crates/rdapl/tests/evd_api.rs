@@ -12,6 +12,7 @@ use common::{
     sw_values, tag, teardown_within, untag, upcall, upcall_evd, within,
 };
 use rdapl::error::Subtype;
+use rdapl::evd::EvdProducer;
 use rdapl::event::{EpHandle, RmrHandle};
 use rdapl::{
     AsyncError, AsyncErrorKind, ConnectionEventKind, DatObject, Dispatcher, DtoOp, DtoStatus,

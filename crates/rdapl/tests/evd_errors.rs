@@ -10,6 +10,7 @@ use common::{
     within,
 };
 use rdapl::error::{DatType, Subtype};
+use rdapl::evd::EvdProducer;
 use rdapl::evd::MAX_QLEN;
 use rdapl::{Cno, DatReturn, Error, Evd, EvdFlags, Event, ReEnable, UpcallPolicy};
 use std::sync::mpsc;

@@ -17,6 +17,7 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
+use rdapl::evd::EvdProducer;
 use rdapl::{
     Cno, Dispatch, DispatchRun, DtoCompletion, DtoOp, DtoStatus, Evd, EvdFlags, Event, ReEnable,
     Upcall, UpcallPolicy, event::EpHandle,

@@ -31,8 +31,8 @@
 //!   deadlocking) when called from inside this EVD's own upcall or from an
 //!   upcall that one of this EVD's upcalls waits for.
 //! * **Nothing lost silently.** DTO completions reserve their slot when the
-//!   work request is posted ([`Evd::reserve`]), so a completion always fits.
-//!   Streams that cannot be refused at the source ([`Evd::post_event`]) that
+//!   work request is posted ([`EvdProducer::reserve`]), so a completion always fits.
+//!   Streams that cannot be refused at the source ([`EvdProducer::post_event`]) that
 //!   find the EVD full are counted and reported by an `EvdOverflow` event on
 //!   the async EVD, naming this EVD, once per episode (an episode ends when
 //!   a slot is given back); the EVD stays usable. An EVD made without an
@@ -66,8 +66,11 @@ mod loom_storage;
 mod ring;
 #[cfg_attr(rdapl_loom, allow(unused_imports))]
 pub(crate) use ring::{prefetch_read, prefetch_write};
+mod producer;
 pub(crate) mod state;
 mod teardown_waits;
+
+pub use producer::EvdProducer;
 
 pub use state::{MAX_QLEN, ReEnable};
 
@@ -196,7 +199,7 @@ pub struct EvdParam {
 }
 
 /// A slot reserved for one DTO completion. Obtained at post time from
-/// [`Evd::reserve`]; consumed by [`Evd::complete`] or [`Evd::release`].
+/// [`EvdProducer::reserve`]; consumed by [`EvdProducer::complete`] or [`EvdProducer::release`].
 #[must_use = "a reservation holds EVD capacity until completed or released"]
 #[derive(Debug)]
 pub struct Reservation {
@@ -253,7 +256,7 @@ pub enum Enabled {
     },
 }
 
-/// The overflow outcome of [`Evd::post_event`].
+/// The overflow outcome of [`EvdProducer::post_event`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Overflowed {
     /// True if an `EvdOverflow` event was posted to the async EVD for this
@@ -1406,38 +1409,7 @@ impl Evd {
         drop(slot);
     }
 
-    // ----- provider-facing interface -------------------------------------
-
-    /// Reserves the slot for one DTO completion, at post time. Fails with
-    /// `InsufficientResources(ResourceTevd)` if the EVD could not take the
-    /// completion, so the work request is refused before anything happens.
-    #[inline]
-    pub fn reserve(&self) -> Result<Reservation> {
-        // A freed EVD has queue length 0, so this fails for it too.
-        if self.inner.take_slots(1) {
-            Ok(Reservation { evd: self.inner.id })
-        } else {
-            self.inner.check_live()?;
-            Err(Error::InsufficientResources {
-                resource: Subtype::ResourceTevd,
-                what: "completion EVD is full (queued plus outstanding completions)",
-            })
-        }
-    }
-
-    /// Completes a reservation with its event. Never drops: the slot was
-    /// reserved. (A completion for a freed EVD is unreachable and dropped
-    /// with it.) A reservation made on another EVD is refused in every
-    /// build, and handed back with the event ([`Misdirected`], which
-    /// converts to `InvalidParameter` for argument 1).
-    #[inline]
-    pub fn complete(&self, res: Reservation, event: Event) -> std::result::Result<(), Misdirected> {
-        if res.evd != self.inner.id {
-            return Err(Misdirected::new(res, Some(event)));
-        }
-        publish(&self.inner, event);
-        Ok(())
-    }
+    // ----- the producing side: `producer.rs` -------------------------------
 
     /// Hints that a completion is coming soon: the lines a publish
     /// writes are fetched now (see `ring::prefetch_write`). (Used by the
@@ -1448,76 +1420,7 @@ impl Evd {
         self.inner.storage.prefetch_push();
     }
 
-    /// Completes a reservation without notification: the event is queued
-    /// (dequeue, a later waiter or a later upcall run will see it) but
-    /// wakes nobody (DAT's unsignalled and solicited-wait receives).
-    /// Refused as [`Evd::complete`] is for another EVD's reservation.
-    pub fn complete_unsignalled(
-        &self,
-        res: Reservation,
-        event: Event,
-    ) -> std::result::Result<(), Misdirected> {
-        if res.evd != self.inner.id {
-            return Err(Misdirected::new(res, Some(event)));
-        }
-        self.inner.storage.push(event);
-        Ok(())
-    }
-
-    /// Returns an unused reservation (e.g. a suppressed successful
-    /// completion). Refused as [`Evd::complete`] is for another EVD's
-    /// reservation.
-    pub fn release(&self, res: Reservation) -> std::result::Result<(), Misdirected> {
-        if res.evd != self.inner.id {
-            return Err(Misdirected::new(res, None));
-        }
-        self.inner.released.fetch_add(1, Ordering::Release);
-        Ok(())
-    }
-
-    /// Posts an event of a stream that cannot be refused at the source
-    /// (connection requests, connection events, asynchronous errors). If the
-    /// EVD is full the event is counted as an overflow and, once per
-    /// overflow episode, an `EvdOverflow` naming this EVD is posted to the
-    /// async EVD. An episode ends as soon as a slot is given back (a
-    /// consumer took an event, a reservation was released) or the EVD is
-    /// resized: the next loss is reported again. Posting to a freed EVD
-    /// counts as an overflow too.
-    pub fn post_event(&self, event: Event) -> std::result::Result<(), Overflowed> {
-        let inner = &self.inner;
-        debug_assert!(
-            inner.flags.accepts(event.stream()),
-            "provider posted {:?} to an EVD without that stream",
-            event.stream()
-        );
-        if !inner.load().has(FREED) && inner.take_slots(1) {
-            publish(inner, event);
-            return Ok(());
-        }
-        inner.overflows.fetch_add(1, Ordering::SeqCst);
-        let mut reported = false;
-        // The episode is named by the slots given back so far: the first
-        // loss after a slot came back swaps in a new mark and reports.
-        let mark = inner.freed().wrapping_add(1);
-        if inner.overflow_mark.swap(mark, Ordering::SeqCst) != mark {
-            let a = inner.async_evd.lock().clone();
-            if let Some(a) = a {
-                if !Arc::ptr_eq(&a.inner, &self.inner) {
-                    reported = a.post_event(Event::evd_overflow(inner.id)).is_ok();
-                }
-            }
-        }
-        Err(Overflowed { reported })
-    }
-
-    /// Registers an endpoint or service point that feeds this EVD; `free` is
-    /// refused until the returned guard is dropped.
-    pub fn feeder(&self) -> Feeder {
-        self.inner.feeders.fetch_add(1, Ordering::SeqCst);
-        Feeder { evd: self.clone() }
-    }
-
-    /// [`Evd::feeder`] for an object of an IA whose async EVD is
+    /// [`EvdProducer::feeder`] for an object of an IA whose async EVD is
     /// `ia_async`: an EVD made without an async EVD (`Evd::create`) reports
     /// its overflows there from now on.
     #[cfg(not(rdapl_loom))]

@@ -57,7 +57,7 @@ use crate::ep::{
     CompletionFlags, EpCore, EpInner, EpState, NewWr, RecvQueue, RecvWr, Request, Wr, WrOp,
 };
 use crate::error::{Error, Result, Subtype};
-use crate::evd::{MAX_QLEN, UpcallPolicy};
+use crate::evd::{EvdProducer, MAX_QLEN, UpcallPolicy};
 use crate::event::{ConnectionEventKind, DtoStatus};
 use crate::ia::{IaAttr, ProviderAttr};
 use crate::mem::{self, KeyCache, MemPriv, Span, SpanRefs, Spans};
@@ -1247,6 +1247,7 @@ fn rnr_expired(lb: &Arc<Fabric>, a: Weak<EpInner>, deadline: Instant) {
 #[cfg(test)]
 mod tests {
     use crate::ep::test_hooks::{ABORT_GAP, BREAK_GAP, POST_RECV_GAP};
+    use crate::evd::EvdProducer;
     use crate::*;
     use std::time::Duration;
 
