@@ -805,6 +805,7 @@ impl Ep {
                 }
                 inner.flush_all();
                 inner.connection_event(ConnectionEventKind::Disconnected, None);
+                inner.ia.transport.connect_cancel(inner);
                 Ok(())
             }
             EpState::Disconnected => Ok(()),
@@ -1652,12 +1653,23 @@ impl EpInner {
         if self.freed.swap(true, Ordering::SeqCst) {
             return;
         }
-        let cr = self.core.lock().pending_cr.take();
+        let (cr, connecting) = {
+            let mut c = self.core.lock();
+            (
+                c.pending_cr.take(),
+                c.state == EpState::ActiveConnectionPending,
+            )
+        };
         if let Some(cr) = cr {
             cr.cancel();
         }
-        // The provider ends a connection (the peer is told).
+        // The provider ends a connection (the peer is told), or drops an
+        // attempt in progress.
         ia.transport.ep_destroy(self);
+        if connecting {
+            self.set_state(&mut self.core.lock(), EpState::Disconnected);
+            ia.transport.connect_cancel(self);
+        }
         // Refuse first, then flush (as `break_connection` does): a receive
         // whose post passed the liveness check before `freed` was set is
         // then either queued before the flush (and flushed) or refused,

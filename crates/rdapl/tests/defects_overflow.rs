@@ -234,6 +234,9 @@ fn connect_timeout_of_any_length_is_taken() {
 
 #[test]
 fn injected_delay_of_any_length_is_taken() {
+    if common::skip_unless_loopback("fault injection (Ep::inject_*) is the loopback's") {
+        return;
+    }
     let s = Node::new("127.0.41.32");
     let c = Node::new("127.0.41.33");
     let _psp = s.ia.psp_create(4132, &s.cr).unwrap();

@@ -309,10 +309,13 @@ impl Transport for LoopbackIa {
                 .lock()
                 .get(&remote)
                 .is_some_and(|n| *n > 0);
+            // Nobody listens on a reachable address: the connection
+            // manager refuses, not the peer consumer (as a TCP reset, and
+            // uDAPL's NON_PEER_REJECTED for a request no listener took).
             fail_active(
                 ep,
                 if reachable {
-                    ConnectionEventKind::PeerRejected
+                    ConnectionEventKind::NonPeerRejected
                 } else {
                     ConnectionEventKind::Unreachable
                 },

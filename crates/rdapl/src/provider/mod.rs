@@ -99,6 +99,15 @@ pub trait Transport: Send + Sync + 'static {
     /// peer, flush what the provider holds, and [`EpInner::ended`] with
     /// `Disconnected` (the peer's side likewise, when it learns).
     fn disconnect(&self, ep: &Arc<EpInner>, graceful: bool);
+    /// The consumer gave up an active connection attempt of `ep`
+    /// (`disconnect` while `ActiveConnectionPending`, or a free): the core
+    /// has already moved it to `Disconnected`, flushed and told it; the
+    /// provider drops the attempt and withdraws its request from the
+    /// passive side ([`CrInner::settle_as`] with `Cancelled`). Default:
+    /// nothing.
+    fn connect_cancel(&self, ep: &Arc<EpInner>) {
+        let _ = ep;
+    }
     /// `ep` is being freed (`Ep::free`, an abrupt IA close) in whatever
     /// state: if it is connected, end its connection as an abrupt
     /// disconnect does, so that the peer is told. The core then flushes

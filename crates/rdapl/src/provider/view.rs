@@ -83,6 +83,12 @@ impl Wr {
     pub fn flags(&self) -> CompletionFlags {
         self.flags
     }
+    /// A send the consumer marked solicited (`SOLICITED_WAIT` on a send):
+    /// the provider carries that to the peer (RDMAP's Send with Solicited
+    /// Event), whose receive is then marked with [`RecvWr::solicited`].
+    pub fn is_solicited(&self) -> bool {
+        self.flags.contains(CompletionFlags::SOLICITED_WAIT)
+    }
 }
 
 impl NewWr<'_> {
@@ -100,6 +106,18 @@ impl RecvWr {
     /// Its local scatter list (empty for an owned buffer's receive).
     pub fn iov(&self) -> &[LmrTriplet] {
         &self.iov
+    }
+    /// The bytes it can take (its owned buffer's length, or its list's).
+    pub fn capacity(&self) -> u64 {
+        match &self.buf {
+            Some(b) => b.len() as u64,
+            None => self.iov.iter().map(|t| t.segment_length).sum(),
+        }
+    }
+    /// The message that filled it was solicited: a receive posted with
+    /// `SOLICITED_WAIT` then notifies (DAT's solicited wait).
+    pub fn solicited(&mut self) {
+        self.flags = self.flags | CompletionFlags::SOLICITED_ARRIVAL;
     }
     /// The consumer's cookie.
     pub fn cookie(&self) -> u64 {
@@ -419,6 +437,14 @@ fn skip_spans<'a>(spans: &[SpanRef<'a>], offset: u64, len: usize) -> Option<Vec<
         skip = 0;
     }
     (want == 0).then_some(out)
+}
+
+impl crate::srq::SrqInner {
+    /// The live endpoints that take their receives from this SRQ (whose
+    /// peers' waiting sends [`super::Transport::srq_posted`] may resume).
+    pub fn takers(&self) -> Vec<Arc<EpInner>> {
+        self.endpoints()
+    }
 }
 
 impl SpInner {

@@ -12,6 +12,8 @@
 //! Every test binary compiles its own copy and uses only part of it.
 #![allow(dead_code)]
 
+pub mod pipe;
+
 use rdapl::error::Subtype;
 use rdapl::event::{CrHandle, EpHandle};
 use rdapl::{
@@ -255,9 +257,38 @@ pub fn ia_options(addr: &str) -> IaOptions {
     }
 }
 
-/// A loopback IA at `addr` (of the built-in registry's loopback fabric).
+/// The provider the tests of this process run on: `RDAPL_TEST_PROVIDER`
+/// names it (`loopback`, the default, or `pipe`, the asynchronous test
+/// provider of [`pipe`]); one instance per process, so IAs reach each other.
+pub fn provider() -> Arc<dyn rdapl::provider::Provider> {
+    static P: std::sync::OnceLock<Arc<dyn rdapl::provider::Provider>> = std::sync::OnceLock::new();
+    P.get_or_init(|| match std::env::var("RDAPL_TEST_PROVIDER").as_deref() {
+        Ok("pipe") => pipe::Pipe::new(),
+        Ok("loopback") | Err(_) => rdapl::Registry::builtin().get("loopback").unwrap(),
+        Ok(other) => panic!("RDAPL_TEST_PROVIDER={other}: unknown (loopback, pipe)"),
+    })
+    .clone()
+}
+
+/// True when the tests run on the loopback provider (tests of what only
+/// it does, such as fault injection or its RNR time, skip otherwise).
+pub fn on_loopback() -> bool {
+    provider().attr().name == "loopback"
+}
+
+/// True (after printing why) when a test of what only the loopback
+/// provider does must skip on the provider the tests run on.
+pub fn skip_unless_loopback(why: &str) -> bool {
+    if on_loopback() {
+        return false;
+    }
+    eprintln!("skipped on {}: {why}", provider().attr().name);
+    true
+}
+
+/// An IA at `addr` of the tests' provider ([`provider`]).
 pub fn open(addr: &str) -> Ia {
-    Ia::open_with("loopback", ia_options(addr)).unwrap()
+    Ia::open_provider(provider(), ia_options(addr)).unwrap()
 }
 
 /// A loopback IA at `addr` of the fabric `lb` (a test with settings of its

@@ -1,0 +1,411 @@
+//! "pipe": a provider written outside the core crate with its public
+//! provider interface alone (`rdapl::provider`). It connects IAs of one
+//! process and moves every request on a progress thread of its own, so
+//! completions arrive asynchronously, never inside the poster's call (as a
+//! network provider's do). `tests/provider_public.rs` runs it; with
+//! `RDAPL_TEST_PROVIDER=pipe` every test that opens its IAs through
+//! `common::open` runs on it (see `common::provider`).
+
+use rdapl::error::Subtype;
+use rdapl::event::{CrHandle, EpHandle};
+use rdapl::provider::{CrInner, CrState, EpInner, NewWr, Provider, SpInner, Transport, WrKind};
+use rdapl::*;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+// ----- the provider -------------------------------------------------------------
+
+pub struct Pipe {
+    fabric: Arc<Fabric>,
+}
+
+/// A request in flight: the request and its active endpoint.
+type Pending = (Arc<CrInner>, Weak<EpInner>);
+
+/// A connected endpoint's peer, the peer's connection number and its own.
+type PeerOf = (Weak<EpInner>, u64, u64);
+
+/// What the IAs of one pipe share: listeners, requests in flight, the
+/// connected pairs, and the progress thread's queue.
+struct Fabric {
+    listeners: Mutex<HashMap<(IpAddr, u64), Weak<SpInner>>>,
+    /// IAs open at each address (an address with none is unreachable).
+    addresses: Mutex<HashMap<IpAddr, usize>>,
+    /// Requests in flight: the request and its active endpoint.
+    pending: Mutex<HashMap<CrHandle, Pending>>,
+    /// Each connected endpoint: its peer, the peer's connection number and
+    /// its own.
+    peers: Mutex<HashMap<EpHandle, PeerOf>>,
+    jobs: Mutex<mpsc::Sender<Weak<EpInner>>>,
+}
+
+impl Pipe {
+    pub fn new() -> Arc<Pipe> {
+        let (tx, rx) = mpsc::channel::<Weak<EpInner>>();
+        let fabric = Arc::new(Fabric {
+            listeners: Mutex::new(HashMap::new()),
+            addresses: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            peers: Mutex::new(HashMap::new()),
+            jobs: Mutex::new(tx),
+        });
+        let f = Arc::downgrade(&fabric);
+        std::thread::spawn(move || {
+            while let Ok(ep) = rx.recv() {
+                let (Some(f), Some(ep)) = (f.upgrade(), ep.upgrade()) else {
+                    continue;
+                };
+                f.progress(&ep);
+            }
+        });
+        Arc::new(Pipe { fabric })
+    }
+}
+
+impl Provider for Pipe {
+    fn attr(&self) -> ProviderAttr {
+        ProviderAttr {
+            name: "pipe".into(),
+            description: "test provider outside the core crate".into(),
+            ..Loopback::new().attr()
+        }
+    }
+
+    fn ia_attr(&self, address: IpAddr) -> IaAttr {
+        IaAttr {
+            adapter_name: "pipe0".into(),
+            ..Loopback::new().ia_attr(address)
+        }
+    }
+
+    fn open(&self, params: &str) -> Result<Arc<dyn Transport>> {
+        let addr = params
+            .strip_prefix("addr=")
+            .and_then(|a| a.parse().ok())
+            .ok_or(Error::InvalidParameter {
+                arg: 1,
+                what: "pipe: addr=IP",
+            })?;
+        *self
+            .fabric
+            .addresses
+            .lock()
+            .unwrap()
+            .entry(addr)
+            .or_insert(0) += 1;
+        Ok(Arc::new(PipeIa {
+            f: self.fabric.clone(),
+            addr,
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }))
+    }
+}
+
+struct PipeIa {
+    f: Arc<Fabric>,
+    addr: IpAddr,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Fabric {
+    fn kick(&self, ep: &Arc<EpInner>) {
+        let _ = self.jobs.lock().unwrap().send(Arc::downgrade(ep));
+    }
+
+    fn peer(&self, ep: &EpInner) -> Option<(Arc<EpInner>, u64, u64)> {
+        let peers = self.peers.lock().unwrap();
+        let (p, pc, mc) = peers.get(&ep.handle())?;
+        Some((p.upgrade()?, *pc, *mc))
+    }
+
+    /// Ends both sides of `ep`'s connection with `kind`.
+    fn end(&self, ep: &Arc<EpInner>, kind: ConnectionEventKind) {
+        let peer = self.peers.lock().unwrap().remove(&ep.handle());
+        ep.ended(kind);
+        if let Some(p) = peer.and_then(|(p, _, _)| p.upgrade()) {
+            self.peers.lock().unwrap().remove(&p.handle());
+            p.ended(kind);
+        }
+    }
+
+    /// Executes `ep`'s queued requests in order until the queue is empty
+    /// or the head waits for a receive of the peer.
+    fn progress(&self, ep: &Arc<EpInner>) {
+        loop {
+            let Some((peer, peer_conn, my_conn)) = self.peer(ep) else {
+                return;
+            };
+            let mut core = ep.lock();
+            if core.connection() != my_conn {
+                return;
+            }
+            let Some(kind) = core.front_send().map(|w| w.kind()) else {
+                return;
+            };
+            match kind {
+                WrKind::Send => {
+                    // Waits (for a kick) until the peer posts a receive.
+                    let Some(mut r) = peer.take_recv(peer_conn) else {
+                        return;
+                    };
+                    let wr = core.pop_send().unwrap();
+                    drop(core);
+                    if wr.is_solicited() {
+                        r.solicited();
+                    }
+                    let mut data = Vec::new();
+                    if let Err(st) = ep.gather(&wr, &mut data) {
+                        ep.complete(wr, st, 0);
+                        peer.complete_recv(r, DtoStatus::Flushed, 0);
+                        return self.end(ep, ConnectionEventKind::Broken);
+                    }
+                    // Placed in segments of 5 bytes, as a wire would
+                    // deliver them (the last segment checks the length).
+                    // Too long for the receive: refused before a byte moves.
+                    let mut placed = if data.len() as u64 > r.capacity() {
+                        Err(DtoStatus::LocalLength)
+                    } else {
+                        Ok(0)
+                    };
+                    for (k, seg) in data.chunks(5).enumerate() {
+                        if placed.is_err() {
+                            break;
+                        }
+                        placed = peer.scatter_at(&mut r, 5 * k as u64, seg);
+                    }
+                    if data.is_empty() {
+                        placed = peer.scatter(&mut r, &data);
+                    }
+                    match placed.map(|_| data.len() as u64) {
+                        Ok(n) => {
+                            ep.complete(wr, DtoStatus::Success, n);
+                            peer.complete_recv(r, DtoStatus::Success, n);
+                        }
+                        Err(st) => {
+                            ep.complete(wr, DtoStatus::RemoteResponder, 0);
+                            peer.complete_recv(r, st, 0);
+                            return self.end(ep, ConnectionEventKind::Broken);
+                        }
+                    }
+                }
+                WrKind::RdmaWrite(rt) => {
+                    let wr = core.pop_send().unwrap();
+                    drop(core);
+                    let mut data = Vec::new();
+                    let moved = ep
+                        .gather(&wr, &mut data)
+                        .and_then(|()| peer.remote_write(rt, &data));
+                    match moved {
+                        Ok(()) => ep.complete(wr, DtoStatus::Success, data.len() as u64),
+                        Err(st) => {
+                            ep.complete(wr, st, 0);
+                            return self.end(ep, ConnectionEventKind::Broken);
+                        }
+                    }
+                }
+                WrKind::RdmaRead(rt) => {
+                    let wr = core.pop_send().unwrap();
+                    drop(core);
+                    let len: u64 = wr.iov().iter().map(|t| t.segment_length).sum();
+                    let mut data = vec![0; len as usize];
+                    let moved = peer
+                        .remote_read(rt, &mut data)
+                        .and_then(|()| ep.scatter_read(&wr, 0, &data));
+                    match moved {
+                        Ok(n) => ep.complete(wr, DtoStatus::Success, n),
+                        Err(st) => {
+                            ep.complete(wr, st, 0);
+                            return self.end(ep, ConnectionEventKind::Broken);
+                        }
+                    }
+                }
+                WrKind::Local => {
+                    let wr = core.pop_send().unwrap();
+                    drop(core);
+                    ep.execute_local(wr);
+                }
+            }
+        }
+    }
+}
+
+impl Transport for PipeIa {
+    fn address(&self) -> IpAddr {
+        self.addr
+    }
+
+    fn listen(&self, sp: &Arc<SpInner>) -> Result<()> {
+        let mut l = self.f.listeners.lock().unwrap();
+        let key = (self.addr, sp.conn_qual());
+        if l.get(&key)
+            .and_then(Weak::upgrade)
+            .is_some_and(|s| !s.freed())
+        {
+            return Err(Error::ConnQualInUse(sp.conn_qual()));
+        }
+        l.insert(key, Arc::downgrade(sp));
+        Ok(())
+    }
+
+    fn unlisten(&self, sp: &SpInner) {
+        let mut l = self.f.listeners.lock().unwrap();
+        let key = (self.addr, sp.conn_qual());
+        if l.get(&key).is_some_and(|w| std::ptr::eq(w.as_ptr(), sp)) {
+            l.remove(&key);
+        }
+    }
+
+    fn connect(
+        &self,
+        ep: &Arc<EpInner>,
+        remote: IpAddr,
+        conn_qual: u64,
+        private_data: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        let sp = self
+            .f
+            .listeners
+            .lock()
+            .unwrap()
+            .get(&(remote, conn_qual))
+            .and_then(Weak::upgrade);
+        let Some(sp) = sp.filter(|s| !s.freed()) else {
+            let known = self.f.addresses.lock().unwrap().get(&remote).copied();
+            let kind = if known.unwrap_or(0) > 0 {
+                ConnectionEventKind::NonPeerRejected
+            } else {
+                ConnectionEventKind::Unreachable
+            };
+            ep.connect_failed(kind, None);
+            return Ok(());
+        };
+        // Recorded before the request is visible: an accept may come at once.
+        let mut pending = self.f.pending.lock().unwrap();
+        match sp.request(self.addr, private_data) {
+            Ok(cr) => {
+                pending.insert(cr.handle(), (cr.clone(), Arc::downgrade(ep)));
+                drop(pending);
+                if let Some(t) = timeout {
+                    let (cr, ep) = (cr, Arc::downgrade(ep));
+                    let f = Arc::downgrade(&self.f);
+                    std::thread::spawn(move || {
+                        std::thread::sleep(t);
+                        if cr.settle_as(CrState::Cancelled) {
+                            if let Some(f) = f.upgrade() {
+                                f.pending.lock().unwrap().remove(&cr.handle());
+                            }
+                            if let Some(ep) = ep.upgrade() {
+                                ep.connect_failed(ConnectionEventKind::TimedOut, None);
+                            }
+                        }
+                    });
+                }
+            }
+            Err(_) => {
+                drop(pending);
+                ep.connect_failed(ConnectionEventKind::NonPeerRejected, None);
+            }
+        }
+        Ok(())
+    }
+
+    fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
+        if !cr.settle_as(CrState::Accepted) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
+        }
+        let active = self.f.pending.lock().unwrap().remove(&cr.handle());
+        let Some(active) = active.and_then(|(_, a)| a.upgrade()) else {
+            return Err(Error::Abort("the connecting endpoint went away"));
+        };
+        let passive_conn = ep
+            .established((cr.remote(), cr.qualifier()), None)
+            .ok_or(Error::Abort("the accepting endpoint went away"))?;
+        let Some(active_conn) =
+            active.established((self.addr, cr.qualifier()), Some(&private_data))
+        else {
+            ep.ended(ConnectionEventKind::Broken);
+            return Ok(());
+        };
+        let mut peers = self.f.peers.lock().unwrap();
+        peers.insert(
+            ep.handle(),
+            (Arc::downgrade(&active), active_conn, passive_conn),
+        );
+        peers.insert(
+            active.handle(),
+            (Arc::downgrade(ep), passive_conn, active_conn),
+        );
+        drop(peers);
+        // Requests may have been queued before the connection was up.
+        self.f.kick(ep);
+        self.f.kick(&active);
+        Ok(())
+    }
+
+    fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
+        if !cr.settle_as(CrState::Rejected) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
+        }
+        let active = self.f.pending.lock().unwrap().remove(&cr.handle());
+        if let Some(a) = active.and_then(|(_, a)| a.upgrade()) {
+            a.connect_failed(ConnectionEventKind::PeerRejected, Some(&private_data));
+        }
+        Ok(())
+    }
+
+    fn disconnect(&self, ep: &Arc<EpInner>, _graceful: bool) {
+        self.f.end(ep, ConnectionEventKind::Disconnected);
+    }
+
+    fn connect_cancel(&self, ep: &Arc<EpInner>) {
+        // Withdraw the request this endpoint made.
+        let mut pending = self.f.pending.lock().unwrap();
+        let mine: Vec<CrHandle> = pending
+            .iter()
+            .filter(|(_, (_, a))| std::ptr::eq(a.as_ptr(), Arc::as_ptr(ep)))
+            .map(|(h, _)| *h)
+            .collect();
+        for h in mine {
+            if let Some((cr, _)) = pending.remove(&h) {
+                cr.settle_as(CrState::Cancelled);
+            }
+        }
+    }
+
+    fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
+        if recv {
+            if let Some((p, _, _)) = self.f.peer(ep) {
+                self.f.kick(&p);
+            }
+        } else {
+            self.f.kick(ep);
+        }
+    }
+
+    fn submit(&self, ep: &Arc<EpInner>, mut core: rdapl::provider::EpLock<'_>, wr: NewWr<'_>) {
+        core.push_send(wr.queued());
+        drop(core);
+        self.f.kick(ep);
+    }
+
+    fn srq_posted(&self, srq: &rdapl::srq::SrqInner) {
+        // A peer's send may wait for a receive of this SRQ.
+        for ep in srq.takers() {
+            if let Some((p, _, _)) = self.f.peer(&ep) {
+                self.f.kick(&p);
+            }
+        }
+    }
+
+    fn close(&self) {
+        if !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            if let Some(n) = self.f.addresses.lock().unwrap().get_mut(&self.addr) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+}
