@@ -38,7 +38,9 @@ impl Scale {
             reps: 5,
             throughput: throughput::Params {
                 warmup: Duration::from_millis(10),
-                window: Duration::from_millis(50),
+                window: Duration::from_millis(40),
+                max_window: Duration::from_millis(80),
+                tick: Duration::from_millis(1),
                 capacity: 1024,
                 batch: 64,
                 // 80 trials per configuration: per-trial ratios spread
@@ -93,6 +95,8 @@ impl Scale {
             throughput: throughput::Params {
                 warmup: Duration::from_millis(5),
                 window: Duration::from_millis(20),
+                max_window: Duration::from_millis(60),
+                tick: Duration::from_millis(1),
                 capacity: 1024,
                 batch: 64,
                 trials_per_rep: 1,

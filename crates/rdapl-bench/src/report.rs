@@ -410,14 +410,22 @@ impl Results {
                 s,
                 "Producers push a DTO-completion `Event` into a queue of capacity {}; one consumer \
                  takes them out one by one or in batches of up to {}. Non-blocking calls with the \
-                 same spin-then-yield backoff on every side; {} ms window after {} ms warm-up. \
-                 {} trials per configuration, each running every queue once back to back \
-                 (rotating order). Ratio = events/s of the queue ÷ events/s of crossbeam-channel \
-                 (bounded) in the same trial (higher is better); median [min–max] over trials.\n",
+                 same backoff on every side (spin, yield after 50 µs without progress); the \
+                 consumer pinned to one CPU, the producers to the others. {} ms warm-up, then \
+                 the window runs until {} ms of it were *live* (the consumer and enough \
+                 producers running, by the threads' own clocks, in 1 ms ticks) or for {} ms. \
+                 Rate = events taken in live ticks ÷ their length. A run with less than half \
+                 the live time wanted, or live for less than half its window, is *starved*; a \
+                 trial in which the queue or crossbeam was starved gives no ratio (counted \
+                 below; each one's reason is in `results.json`). {} trials per configuration, \
+                 each running every queue once back to back (rotating order). Ratio = events/s \
+                 of the queue ÷ events/s of crossbeam-channel (bounded) in the same trial \
+                 (higher is better); median [min–max] over the trials kept.\n",
                 p.capacity,
                 p.batch,
-                p.window.as_millis(),
                 p.warmup.as_millis(),
+                p.window.as_millis(),
+                p.max_window.as_millis(),
                 m.reps * p.trials_per_rep
             );
             table(
@@ -426,7 +434,9 @@ impl Results {
                     "config",
                     "queue",
                     "ratio vs crossbeam",
+                    "trials kept",
                     "events/s (context)",
+                    "live share",
                 ],
                 self.throughput.iter().map(|r| {
                     vec![
@@ -441,7 +451,13 @@ impl Results {
                             }
                         ),
                         ratio_cell(&r.ratio_vs_peer),
+                        format!(
+                            "{} of {}",
+                            r.ratio_vs_peer.reps.len() - r.discarded.len(),
+                            r.ratio_vs_peer.reps.len()
+                        ),
                         rate(r.events_per_s.median),
+                        format!("{:.0}%", 100.0 * r.live_frac.median),
                     ]
                 }),
             );
@@ -902,7 +918,10 @@ mod tests {
             queue,
             peer: Queue::Crossbeam,
             events_per_s: Summary::of(rates),
+            raw_events_per_s: Summary::of(rates),
+            live_frac: Summary::of(&[1.0]),
             ratio_vs_peer: Summary::of(ratios),
+            discarded: Vec::new(),
         }
     }
 

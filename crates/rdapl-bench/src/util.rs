@@ -13,21 +13,41 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Spin with a growing number of `spin_loop` hints, then fall back to
+/// Spin with a growing number of `spin_loop` hints, keep spinning until
+/// [`YIELD_AFTER`] has passed without progress, then fall back to
 /// `yield_now`. Used identically by the EVD and by every peer when a queue
 /// is full (producer) or empty (consumer), so the backoff policy cannot
 /// favour one side.
+///
+/// Why the time bound: `yield_now` on a core shared with a thread that
+/// never yields (another process's compiler, a test) hands that thread a
+/// whole time slice (milliseconds; the kernel's EEVDF scheduler pushes the
+/// yielder's deadline out by one slice). A side that yielded as soon as it
+/// caught up with its peer (the old policy: after 127 hints, well under a
+/// microsecond) then moved at most one queue's worth of events per slice
+/// of the other process, about 1% of its rate, and which side caught up
+/// depended on the queue under test. The peer on another core normally
+/// makes progress within microseconds; only a peer that is not running
+/// (descheduled, or waiting for a core this thread holds) makes the wait
+/// last, and then yielding is what lets it run.
 #[derive(Debug, Default)]
 pub struct Backoff {
     step: u32,
+    since: Option<Instant>,
 }
 
 const SPIN_LIMIT: u32 = 6;
 
+/// How long a [`Backoff`] spins without progress before it yields.
+pub const YIELD_AFTER: Duration = Duration::from_micros(50);
+
 impl Backoff {
     /// A fresh backoff.
     pub fn new() -> Backoff {
-        Backoff { step: 0 }
+        Backoff {
+            step: 0,
+            since: None,
+        }
     }
 
     /// Forget past failures (call after progress).
@@ -35,13 +55,22 @@ impl Backoff {
         self.step = 0;
     }
 
-    /// Wait a little: 1, 2, 4 ... 64 spin hints, then a `yield_now` per call.
+    /// Wait a little: 1, 2, 4 ... 64 spin hints, then 64 hints per call
+    /// until [`YIELD_AFTER`] has passed since the 64-hint calls began, then
+    /// a `yield_now` per call.
     pub fn snooze(&mut self) {
         if self.step <= SPIN_LIMIT {
             for _ in 0..(1u32 << self.step) {
                 std::hint::spin_loop();
             }
             self.step += 1;
+            if self.step > SPIN_LIMIT {
+                self.since = Some(Instant::now());
+            }
+        } else if self.since.is_some_and(|t| t.elapsed() < YIELD_AFTER) {
+            for _ in 0..(1u32 << SPIN_LIMIT) {
+                std::hint::spin_loop();
+            }
         } else {
             std::thread::yield_now();
         }

@@ -199,9 +199,25 @@ fn smoke_run_writes_every_output() {
     }
 
     // Every throughput ratio against crossbeam is a number, and crossbeam's
-    // own ratio is exactly 1.
+    // own ratio is exactly 1, unless every trial was discarded as starved
+    // (a loaded machine), which the row must then say, with a reason for
+    // each trial.
     for r in v["throughput"].as_array().into_iter().flatten() {
         let m = r["ratio_vs_peer"]["median"].as_f64();
+        let trials = r["ratio_vs_peer"]["reps"].as_array().map_or(0, Vec::len);
+        let discarded = r["discarded"].as_array().expect("discarded trials listed");
+        assert!(trials > 0, "{}: no trials", r["id"]);
+        for d in discarded {
+            assert!(
+                d["reason"].as_str().is_some_and(|s| !s.is_empty()),
+                "{}: discarded without a reason",
+                r["id"]
+            );
+        }
+        if discarded.len() == trials {
+            assert_eq!(m, None, "{}: a median from discarded trials", r["id"]);
+            continue;
+        }
         assert!(m.is_some_and(|x| x > 0.0), "{}: ratio {m:?}", r["id"]);
         if r["queue"] == "crossbeam" {
             assert_eq!(m, Some(1.0));
