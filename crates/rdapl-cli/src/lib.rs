@@ -12,9 +12,12 @@
 //!   in one process, connection with private data, send/receive, RDMA write
 //!   and read, consumed by upcall, poller and wait, every byte checked.
 //! * [`info`]: the providers and their attributes (like `fi_info`).
+//! * [`perf`]: `pingpong` and `bw` between two endpoints of any provider,
+//!   reported as `fi_pingpong` does.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod demo;
 pub mod info;
+pub mod perf;
 pub mod stress;

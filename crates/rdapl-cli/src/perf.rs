@@ -1,0 +1,624 @@
+//! `rdapl pingpong` and `rdapl bw`: latency and bandwidth between two
+//! endpoints of any provider, reported as `fi_pingpong` does.
+//!
+//! A server (`-s`) listens on a connection qualifier and serves one client
+//! at a time; a client names the server's address. With the loopback
+//! provider and no server address, both run in this process.
+//!
+//! The protocol is messages only (every provider has them): before each
+//! size the client sends an 8-byte control message (`size`, `count`); for
+//! `pingpong` the server echoes `count` messages of `size` bytes, one at a
+//! time; for `bw` it takes `count` messages, which the client keeps a
+//! window of in flight, and answers with one 8-byte acknowledgement. Every
+//! message's length is checked, and the first and last bytes of each.
+//!
+//! Figures as `fi_pingpong`'s: `usec/xfer` is the one-way latency (elapsed
+//! time over twice the round trips) for `pingpong`, and the time per
+//! message for `bw`; `MB/sec` is bytes moved one way per microsecond.
+
+use rdapl::{
+    CloseFlags, CompletionFlags, ConnectionEventKind, DtoOp, DtoStatus, Evd, EvdFlags, Event, Ia,
+    IaOptions, Lmr, MemPriv, Region,
+};
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+/// Which test.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Test {
+    /// One message in flight: latency.
+    PingPong,
+    /// A window of messages in flight: bandwidth.
+    Bw,
+}
+
+/// What a run is told.
+#[derive(Clone, Debug)]
+pub struct PerfOptions {
+    /// Provider name (as `rdapl info` lists them).
+    pub provider: String,
+    /// Serve instead of connecting.
+    pub server: bool,
+    /// This side's IA address.
+    pub addr: IpAddr,
+    /// The server's address (client); `None` with loopback: both here.
+    pub remote: Option<IpAddr>,
+    /// Connection qualifier.
+    pub qual: u64,
+    /// Message sizes, in order.
+    pub sizes: Vec<usize>,
+    /// Messages per size.
+    pub iters: usize,
+    /// Wait on the EVD instead of polling it.
+    pub wait: bool,
+    /// Messages in flight (`bw`) and receives posted (both).
+    pub window: usize,
+    /// Largest message a server accepts.
+    pub max_size: usize,
+    /// Bound of every step.
+    pub timeout: Duration,
+    /// A server serves one client, then returns (else: until killed).
+    pub once: bool,
+}
+
+impl Default for PerfOptions {
+    fn default() -> Self {
+        PerfOptions {
+            provider: "loopback".into(),
+            server: false,
+            addr: "127.0.0.1".parse().unwrap(),
+            remote: None,
+            qual: 47_593,
+            sizes: vec![64],
+            iters: 1000,
+            wait: false,
+            window: 16,
+            max_size: 1 << 20,
+            timeout: Duration::from_secs(30),
+            once: false,
+        }
+    }
+}
+
+/// The sizes of `-S all`: 1 byte to 1 MiB, by powers of two.
+pub fn all_sizes() -> Vec<usize> {
+    (0..=20).map(|k| 1usize << k).collect()
+}
+
+/// One line of the report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// Message size.
+    pub bytes: usize,
+    /// Messages sent by the client.
+    pub sent: usize,
+    /// Messages it got back (`pingpong`) or acknowledged (`bw`: 1).
+    pub acked: usize,
+    /// Elapsed time.
+    pub secs: f64,
+}
+
+impl Row {
+    /// Bytes moved one way per microsecond (`MB/sec`).
+    pub fn mb_per_s(&self) -> f64 {
+        (self.bytes * self.sent) as f64 / (self.secs * 1e6)
+    }
+    /// One-way time per message in microseconds (`usec/xfer`).
+    pub fn usec_per_xfer(&self, test: Test) -> f64 {
+        let n = match test {
+            Test::PingPong => 2 * self.sent,
+            Test::Bw => self.sent,
+        };
+        self.secs * 1e6 / n as f64
+    }
+}
+
+/// The table, `fi_pingpong`'s columns.
+pub fn format(test: Test, rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<10} {:>8} {:>8} {:>10} {:>9} {:>10} {:>11} {:>11}",
+        "bytes", "#sent", "#ack", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec"
+    );
+    for r in rows {
+        let usec = r.usec_per_xfer(test);
+        let _ = writeln!(
+            out,
+            "{:<10} {:>8} {:>8} {:>10} {:>8.3}s {:>10.2} {:>11.2} {:>11.2}",
+            human(r.bytes as u64),
+            r.sent,
+            r.acked,
+            human((r.bytes * r.sent * if test == Test::PingPong { 2 } else { 1 }) as u64),
+            r.secs,
+            r.mb_per_s(),
+            usec,
+            1.0 / usec,
+        );
+    }
+    out
+}
+
+fn human(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{}g", n >> 30),
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{}m", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{}k", n >> 10),
+        n => n.to_string(),
+    }
+}
+
+/// Runs `test`: a server (until its client disconnects), a client (the
+/// rows), or both in this process (loopback without a server address).
+pub fn run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
+    if o.sizes.iter().any(|&s| s == 0 || s > o.max_size) || o.iters == 0 || o.window == 0 {
+        return Err(format!(
+            "sizes must be 1..={} bytes, iterations and window at least 1",
+            o.max_size
+        ));
+    }
+    if o.server {
+        serve(test, o).map(|()| Vec::new())
+    } else if o.remote.is_none() {
+        if o.provider != "loopback" {
+            return Err("name the server's address (or use the loopback provider)".into());
+        }
+        let server = PerfOptions {
+            server: true,
+            once: true,
+            ..o.clone()
+        };
+        let ready = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let r2 = ready.clone();
+        let h = std::thread::spawn(move || serve_then(test, &server, || {
+            r2.wait();
+        }));
+        ready.wait();
+        let client = PerfOptions {
+            addr: next_addr(o.addr),
+            remote: Some(o.addr),
+            ..o.clone()
+        };
+        let rows = client_run(test, &client);
+        let served = h.join().map_err(|_| "the server thread panicked".to_string())?;
+        let rows = rows?;
+        served?;
+        Ok(rows)
+    } else {
+        client_run(test, o)
+    }
+}
+
+fn next_addr(a: IpAddr) -> IpAddr {
+    match a {
+        IpAddr::V4(v) => IpAddr::V4(std::net::Ipv4Addr::from(u32::from(v).wrapping_add(1))),
+        v6 => v6,
+    }
+}
+
+/// One side: an IA, a zone, one EVD for everything, an endpoint, and a
+/// send and a receive region.
+struct Side {
+    ia: Ia,
+    evd: Evd,
+    ep: rdapl::Ep,
+    send: Lmr,
+    recv: Lmr,
+    slot: usize,
+    window: usize,
+    timeout: Duration,
+    wait: bool,
+}
+
+impl Side {
+    fn open(o: &PerfOptions, slot: usize) -> Result<Side, String> {
+        let ia = Ia::open_with(
+            &o.provider,
+            IaOptions {
+                params: format!("addr={}", o.addr),
+                ..Default::default()
+            },
+        )
+        .map_err(|e| format!("opening an IA of {:?} at {}: {e}", o.provider, o.addr))?;
+        let pz = ia.pz_create().map_err(|e| e.to_string())?;
+        let qlen = 4 * o.window + 16;
+        let evd = ia
+            .evd_create(
+                qlen,
+                EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR,
+            )
+            .map_err(|e| format!("creating the EVD: {e}"))?;
+        let attr = rdapl::EpAttr {
+            max_recv_dtos: o.window + 1,
+            max_request_dtos: o.window + 1,
+            max_message_size: (slot as u64).max(8),
+            ..Default::default()
+        };
+        let ep = ia
+            .ep_builder(&pz)
+            .evd(&evd)
+            .attr(attr)
+            .create()
+            .map_err(|e| format!("creating the endpoint: {e}"))?;
+        let region = |n: usize| pz.lmr_create(Region::zeroed(n), MemPriv::ALL);
+        let send = region(slot * o.window).map_err(|e| e.to_string())?;
+        let recv = region(slot * (o.window + 1)).map_err(|e| e.to_string())?;
+        Ok(Side {
+            ia,
+            evd,
+            ep,
+            send,
+            recv,
+            slot,
+            window: o.window,
+            timeout: o.timeout,
+            wait: o.wait,
+        })
+    }
+
+    /// The next event, polled or waited for, within the timeout.
+    fn next(&self) -> Result<Event, String> {
+        let end = Instant::now() + self.timeout;
+        loop {
+            let got = if self.wait {
+                match self.evd.wait(Some(Duration::from_millis(100)), 1) {
+                    Ok((ev, _)) => Some(ev),
+                    Err(rdapl::Error::TimeoutExpired { .. }) => None,
+                    Err(e) => return Err(e.to_string()),
+                }
+            } else {
+                self.evd.dequeue().map_err(|e| e.to_string())?
+            };
+            if let Some(ev) = got {
+                return Ok(ev);
+            }
+            if Instant::now() >= end {
+                return Err(format!("no event within {:?}", self.timeout));
+            }
+            if !self.wait {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    fn post_recv(&self, i: usize) -> Result<(), String> {
+        let t = self
+            .recv
+            .triplet((i * self.slot) as u64, self.slot as u64)
+            .map_err(|e| e.to_string())?;
+        self.ep
+            .post_recv(&[t], i as u64, CompletionFlags::DEFAULT)
+            .map_err(|e| format!("posting a receive: {e}"))
+    }
+
+    fn post_send(&self, i: usize, len: usize, cookie: u64) -> Result<(), String> {
+        let off = (i % self.window) * self.slot;
+        let t = self
+            .send
+            .triplet(off as u64, len as u64)
+            .map_err(|e| e.to_string())?;
+        self.ep
+            .post_send(&[t], cookie, CompletionFlags::DEFAULT)
+            .map_err(|e| format!("posting a send: {e}"))
+    }
+
+    /// Writes the first and last byte of send slot `i` for message `seq`.
+    fn stamp(&self, i: usize, len: usize, seq: u64) -> Result<(), String> {
+        let off = (i % self.window) * self.slot;
+        let b = seq as u8;
+        self.send.write_at(off, &[b]).map_err(|e| e.to_string())?;
+        if len > 1 {
+            self.send
+                .write_at(off + len - 1, &[b ^ 0xA5])
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Checks the first and last byte of receive slot `i`.
+    fn check(&self, i: usize, len: usize, seq: u64) -> Result<(), String> {
+        let mut first = [0u8];
+        let mut last = [0u8];
+        self.recv
+            .read_at(i * self.slot, &mut first)
+            .map_err(|e| e.to_string())?;
+        self.recv
+            .read_at(i * self.slot + len - 1, &mut last)
+            .map_err(|e| e.to_string())?;
+        let b = seq as u8;
+        if first[0] != b || (len > 1 && last[0] != b ^ 0xA5) {
+            return Err(format!("message {seq} of {len} bytes arrived corrupted"));
+        }
+        Ok(())
+    }
+
+    fn control(&self, size: usize, count: usize) -> Result<(), String> {
+        let mut m = [0u8; 8];
+        m[..4].copy_from_slice(&(size as u32).to_le_bytes());
+        m[4..].copy_from_slice(&(count as u32).to_le_bytes());
+        self.send.write_at(0, &m).map_err(|e| e.to_string())?;
+        self.post_send(0, 8, u64::MAX)
+    }
+
+    fn read_control(&self, i: usize) -> Result<(usize, usize), String> {
+        let mut m = [0u8; 8];
+        self.recv
+            .read_at(i * self.slot, &mut m)
+            .map_err(|e| e.to_string())?;
+        let size = u32::from_le_bytes(m[..4].try_into().unwrap()) as usize;
+        let count = u32::from_le_bytes(m[4..].try_into().unwrap()) as usize;
+        Ok((size, count))
+    }
+
+    /// The next receive's completion (slot, length), send completions
+    /// checked and skipped; `None` when the connection ended.
+    fn next_recv(&self) -> Result<Option<(usize, usize)>, String> {
+        loop {
+            match self.next()? {
+                Event::Dto(d) if d.operation == DtoOp::Receive => {
+                    if d.status != DtoStatus::Success {
+                        if d.status == DtoStatus::Flushed {
+                            return Ok(None);
+                        }
+                        return Err(format!("a receive failed: {:?}", d.status));
+                    }
+                    return Ok(Some((d.cookie as usize, d.transferred_length as usize)));
+                }
+                Event::Dto(d) => {
+                    if d.status != DtoStatus::Success {
+                        if d.status == DtoStatus::Flushed {
+                            return Ok(None);
+                        }
+                        return Err(format!("a send failed: {:?}", d.status));
+                    }
+                }
+                Event::Connection(c) => match c.kind {
+                    ConnectionEventKind::Disconnected | ConnectionEventKind::Broken => {
+                        return Ok(None);
+                    }
+                    k => return Err(format!("unexpected connection event {k:?}")),
+                },
+                other => return Err(format!("unexpected event {other:?}")),
+            }
+        }
+    }
+
+    /// Waits for `n` send completions (other events are an error).
+    fn sends_done(&self, n: usize) -> Result<(), String> {
+        for _ in 0..n {
+            match self.next()? {
+                Event::Dto(d) if d.operation == DtoOp::Send && d.status == DtoStatus::Success => {}
+                other => return Err(format!("expected a send completion, got {other:?}")),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn serve(test: Test, o: &PerfOptions) -> Result<(), String> {
+    serve_then(test, o, || {})
+}
+
+/// The server: listens, then `listening()`, then serves clients one at a
+/// time (the in-process loopback run: one client).
+fn serve_then(test: Test, o: &PerfOptions, listening: impl FnOnce()) -> Result<(), String> {
+    let side = Side::open(o, o.max_size)?;
+    let psp = side
+        .ia
+        .psp_create(o.qual, &side.evd)
+        .map_err(|e| format!("listening on {}: {e}", o.qual))?;
+    listening();
+    let r = loop {
+        let r = serve_one(test, &side);
+        if o.once || r.is_err() {
+            break r;
+        }
+        side.ep.reset().map_err(|e| e.to_string())?;
+    };
+    let _ = psp.free();
+    let _ = side.ep.free();
+    let _ = side.ia.close(CloseFlags::Abrupt);
+    r
+}
+
+fn serve_one(test: Test, s: &Side) -> Result<(), String> {
+    for i in 0..=s.window {
+        s.post_recv(i)?;
+    }
+    // A request, accepted.
+    let cr = loop {
+        match s.next_forever()? {
+            Event::ConnectionRequest(a) => break a.cr,
+            other => return Err(format!("waiting for a client: {other:?}")),
+        }
+    };
+    s.ia
+        .cr(cr)
+        .and_then(|c| c.accept(&s.ep, b""))
+        .map_err(|e| format!("accepting: {e}"))?;
+    match s.next()? {
+        Event::Connection(c) if c.kind == ConnectionEventKind::Established => {}
+        other => return Err(format!("expected Established, got {other:?}")),
+    }
+    loop {
+        let Some((i, len)) = s.next_recv()? else {
+            return Ok(());
+        };
+        if len != 8 {
+            return Err(format!("expected a control message, got {len} bytes"));
+        }
+        let (size, count) = s.read_control(i)?;
+        s.post_recv(i)?;
+        if size == 0 || size > s.slot {
+            return Err(format!("the client asked for {size}-byte messages"));
+        }
+        for seq in 0..count {
+            let Some((i, len)) = s.next_recv()? else {
+                return Ok(());
+            };
+            if len != size {
+                return Err(format!("message {seq}: {len} bytes, expected {size}"));
+            }
+            s.check(i, len, seq as u64)?;
+            s.post_recv(i)?;
+            if test == Test::PingPong {
+                s.stamp(seq, size, seq as u64)?;
+                s.post_send(seq, size, seq as u64)?;
+            }
+        }
+        if test == Test::Bw {
+            s.control(size, count)?;
+        }
+    }
+}
+
+impl Side {
+    /// `next`, but a server waits for its client as long as it takes.
+    fn next_forever(&self) -> Result<Event, String> {
+        loop {
+            match self.evd.wait(Some(Duration::from_millis(200)), 1) {
+                Ok((ev, _)) => return Ok(ev),
+                Err(rdapl::Error::TimeoutExpired { .. }) => continue,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+}
+
+fn client_run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
+    let max = o.sizes.iter().copied().max().unwrap_or(8).max(8);
+    let c = Side::open(o, max)?;
+    for i in 0..=c.window {
+        c.post_recv(i)?;
+    }
+    let remote = o.remote.ok_or("no server address")?;
+    c.ep
+        .connect(remote, o.qual, Some(o.timeout), b"")
+        .map_err(|e| format!("connecting: {e}"))?;
+    match c.next()? {
+        Event::Connection(e) if e.kind == ConnectionEventKind::Established => {}
+        Event::Connection(e) => {
+            return Err(format!("connecting to {remote} on {}: {:?}", o.qual, e.kind));
+        }
+        other => return Err(format!("expected Established, got {other:?}")),
+    }
+    let mut rows = Vec::new();
+    for &size in &o.sizes {
+        c.control(size, o.iters)?;
+        c.sends_done(1)?;
+        let t0 = Instant::now();
+        let acked = match test {
+            Test::PingPong => {
+                for seq in 0..o.iters {
+                    c.stamp(0, size, seq as u64)?;
+                    c.post_send(0, size, seq as u64)?;
+                    let (i, len) = c.next_recv()?.ok_or("the server went away")?;
+                    if len != size {
+                        return Err(format!("echo {seq}: {len} bytes, expected {size}"));
+                    }
+                    c.check(i, len, seq as u64)?;
+                    c.post_recv(i)?;
+                }
+                o.iters
+            }
+            Test::Bw => {
+                let mut in_flight = 0;
+                for seq in 0..o.iters {
+                    if in_flight == c.window {
+                        c.sends_done(1)?;
+                        in_flight -= 1;
+                    }
+                    c.stamp(seq, size, seq as u64)?;
+                    c.post_send(seq, size, seq as u64)?;
+                    in_flight += 1;
+                }
+                c.sends_done(in_flight)?;
+                let (i, len) = c.next_recv()?.ok_or("the server went away")?;
+                if len != 8 || c.read_control(i)? != (size, o.iters) {
+                    return Err("the server's acknowledgement did not match".into());
+                }
+                c.post_recv(i)?;
+                1
+            }
+        };
+        let secs = t0.elapsed().as_secs_f64();
+        rows.push(Row {
+            bytes: size,
+            sent: o.iters,
+            acked,
+            secs,
+        });
+    }
+    let _ = c.ep.disconnect(true);
+    let _ = c.ep.free();
+    let _ = c.ia.close(CloseFlags::Abrupt);
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(qual: u64, addr: &str) -> PerfOptions {
+        PerfOptions {
+            addr: addr.parse().unwrap(),
+            qual,
+            sizes: vec![1, 64, 4096, 70_000],
+            iters: 50,
+            window: 4,
+            max_size: 1 << 17,
+            timeout: Duration::from_secs(10),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pingpong_on_loopback_in_one_process() {
+        let rows = run(Test::PingPong, &opts(9101, "127.0.77.1")).unwrap();
+        assert_eq!(rows.len(), 4);
+        for r in &rows {
+            assert_eq!((r.sent, r.acked), (50, 50));
+            assert!(r.secs > 0.0 && r.mb_per_s() > 0.0);
+        }
+        let table = format(Test::PingPong, &rows);
+        assert!(table.starts_with("bytes"));
+        assert_eq!(table.lines().count(), 5);
+    }
+
+    #[test]
+    fn bw_on_loopback_in_one_process_and_waiting() {
+        let o = PerfOptions {
+            wait: true,
+            ..opts(9102, "127.0.77.3")
+        };
+        let rows = run(Test::Bw, &o).unwrap();
+        assert_eq!(rows.len(), 4);
+        assert!(rows.iter().all(|r| r.acked == 1 && r.sent == 50));
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        let mut o = opts(9103, "127.0.77.5");
+        o.sizes = vec![0];
+        assert!(run(Test::Bw, &o).is_err());
+        let mut o = opts(9103, "127.0.77.5");
+        o.provider = "tcp".into();
+        assert!(run(Test::PingPong, &o).unwrap_err().contains("server's address"));
+    }
+
+    #[test]
+    fn the_table_has_fi_pingpongs_columns() {
+        let rows = [Row {
+            bytes: 64,
+            sent: 1000,
+            acked: 1000,
+            secs: 0.01,
+        }];
+        let t = format(Test::PingPong, &rows);
+        assert!(t.contains("usec/xfer") && t.contains("MB/sec") && t.contains("Mxfers/sec"));
+        // 0.01 s over 2000 one-way transfers: 5 µs each; 64 kB over 10 ms.
+        assert!(t.contains("5.00"), "{t}");
+        assert!(t.contains("6.40"), "{t}");
+    }
+}
