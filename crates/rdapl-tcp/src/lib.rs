@@ -137,6 +137,14 @@ impl Tcp {
         &self.cfg
     }
 
+    /// How many times the progress thread woke up so far (a diagnostic:
+    /// it sleeps while nothing happens).
+    pub fn wakeups(&self) -> u64 {
+        self.core.lock().as_ref().map_or(0, |c| {
+            c.sh.wakeups.load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
     /// The progress thread, started on first use.
     fn core(&self) -> Result<Arc<Core>> {
         let mut g = self.core.lock();

@@ -81,6 +81,8 @@ pub(crate) struct Shared {
     next_token: AtomicU64,
     stop: AtomicBool,
     start: Instant,
+    /// Returns from `epoll_wait` (a diagnostic: idle means few).
+    pub wakeups: AtomicU64,
 }
 
 impl Shared {
@@ -103,6 +105,7 @@ impl Shared {
             next_token: AtomicU64::new(1),
             stop: AtomicBool::new(false),
             start: Instant::now(),
+            wakeups: AtomicU64::new(0),
         }))
     }
 
@@ -209,6 +212,7 @@ impl Driver {
                 rustix::buffer::spare_capacity(&mut events),
                 timeout.as_ref(),
             );
+            self.sh.wakeups.fetch_add(1, Ordering::Relaxed);
             let now = self.sh.now();
             let mut ready: Vec<u64> = Vec::new();
             let mut listeners: Vec<u64> = Vec::new();

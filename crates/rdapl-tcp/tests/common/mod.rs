@@ -107,13 +107,18 @@ impl Node {
     }
 
     pub fn with(ia: Ia, qlen: usize) -> Node {
+        Node::with_attr(ia, qlen, None)
+    }
+
+    /// A node whose endpoint has these attributes.
+    pub fn with_attr(ia: Ia, qlen: usize, attr: Option<EpAttr>) -> Node {
         let pz = ia.pz_create().unwrap();
         let req = ia.evd_create(qlen, EvdFlags::DTO).unwrap();
         let rcv = ia.evd_create(qlen, EvdFlags::DTO).unwrap();
-        let conn = ia.evd_create(64, EvdFlags::CONNECTION).unwrap();
-        let cr = ia.evd_create(64, EvdFlags::CR).unwrap();
+        let conn = ia.evd_create(qlen, EvdFlags::CONNECTION).unwrap();
+        let cr = ia.evd_create(qlen, EvdFlags::CR).unwrap();
         let ep = ia
-            .ep_create(&pz, Some(&rcv), Some(&req), Some(&conn), None)
+            .ep_create(&pz, Some(&rcv), Some(&req), Some(&conn), attr)
             .unwrap();
         Node {
             ia,
