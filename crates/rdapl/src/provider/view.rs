@@ -85,7 +85,7 @@ impl Wr {
     }
     /// A send the consumer marked solicited (`SOLICITED_WAIT` on a send):
     /// the provider carries that to the peer (RDMAP's Send with Solicited
-    /// Event), whose receive is then marked with [`RecvWr::solicited`].
+    /// Event), whose receive is then marked with [`RecvWr::set_solicited`].
     pub fn is_solicited(&self) -> bool {
         self.flags.contains(CompletionFlags::SOLICITED_WAIT)
     }
@@ -107,21 +107,26 @@ impl RecvWr {
     pub fn iov(&self) -> &[LmrTriplet] {
         &self.iov
     }
-    /// The bytes it can take (its owned buffer's length, or its list's).
-    pub fn capacity(&self) -> u64 {
-        match &self.buf {
-            Some(b) => b.len() as u64,
-            None => self.iov.iter().map(|t| t.segment_length).sum(),
-        }
-    }
-    /// The message that filled it was solicited: a receive posted with
-    /// `SOLICITED_WAIT` then notifies (DAT's solicited wait).
-    pub fn solicited(&mut self) {
-        self.flags = self.flags | CompletionFlags::SOLICITED_ARRIVAL;
-    }
     /// The consumer's cookie.
     pub fn cookie(&self) -> u64 {
         self.cookie
+    }
+    /// The bytes the receive can hold: its owned buffer's length, or the
+    /// sum of its list's lengths (saturating).
+    pub fn capacity(&self) -> u64 {
+        match &self.buf {
+            Some(b) => b.len() as u64,
+            None => self
+                .iov
+                .iter()
+                .fold(0u64, |n, t| n.saturating_add(t.segment_length)),
+        }
+    }
+    /// Marks the receive as filled by a solicited send (a network
+    /// provider learns it from the wire): its successful completion then
+    /// notifies even under `SOLICITED_WAIT`.
+    pub fn set_solicited(&mut self) {
+        self.flags = self.flags | CompletionFlags::SOLICITED_ARRIVAL;
     }
 }
 
@@ -382,6 +387,34 @@ impl EpInner {
         mem::copy_into_buf(&[span.as_ref()], out)
             .map(|_| ())
             .map_err(|_| DtoStatus::RemoteAccess)
+    }
+
+    /// The range (start address, length) that the key `rmr_context`
+    /// grants a peer of this endpoint for `right`: the key must be of this
+    /// endpoint's protection zone and grant `right`, or `RemoteAccess`. For
+    /// a network provider whose wire engine checks each arriving segment
+    /// against the region before placing it (iWARP's STag lookup);
+    /// [`EpInner::remote_write`] and [`EpInner::remote_read`] check every
+    /// transfer again.
+    pub fn remote_extent(
+        &self,
+        rmr_context: u32,
+        right: MemPriv,
+    ) -> std::result::Result<(u64, u64), DtoStatus> {
+        let e = self
+            .ia
+            .mem
+            .get(rmr_context)
+            .ok_or(DtoStatus::RemoteAccess)?;
+        let (start, len) = (e.start, e.len);
+        // The whole range must pass the check a transfer passes.
+        let t = RmrTriplet {
+            rmr_context,
+            target_address: start,
+            segment_length: len,
+        };
+        self.remote_span(t, len, right)?;
+        Ok((start, len))
     }
 
     fn remote_span(

@@ -154,7 +154,7 @@ impl Fabric {
                     let wr = core.pop_send().unwrap();
                     drop(core);
                     if wr.is_solicited() {
-                        r.solicited();
+                        r.set_solicited();
                     }
                     let mut data = Vec::new();
                     if let Err(st) = ep.gather(&wr, &mut data) {

@@ -1,0 +1,101 @@
+//! Connection management over TCP: listening sockets, non-blocking
+//! connects, and what a failed connect means in DAT terms.
+//!
+//! * `listen` binds one listening socket per service point, at the IA's
+//!   address and the qualifier's port (`SO_REUSEADDR`, so a port in
+//!   TIME_WAIT is reusable, but never two listeners on one port:
+//!   `ConnQualInUse`).
+//! * `connect` binds the IA's address (so the passive side sees it as the
+//!   request's remote address), starts a non-blocking connect, and MPA
+//!   follows once TCP is up. The MPA Request carries the DAT private data;
+//!   the Reply or the reject carries the passive side's.
+//! * A TCP connect that fails maps to: `ECONNREFUSED` (nobody listens):
+//!   `NonPeerRejected`; no route, unreachable host or network, an address
+//!   that cannot be used: `Unreachable`; `ETIMEDOUT` or the consumer's
+//!   timeout: `TimedOut`.
+
+use rdapl::{ConnectionEventKind, Error, Result};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+
+/// Binds a non-blocking listening socket at `addr:port`.
+pub(crate) fn listen(addr: IpAddr, port: u16, qual: u64) -> Result<TcpListener> {
+    let sa = SocketAddr::new(addr, port);
+    let s = Socket::new(Domain::for_address(sa), Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| Error::Internal(format!("tcp: socket: {e}")))?;
+    let _ = s.set_reuse_address(true);
+    s.bind(&SockAddr::from(sa)).map_err(|e| match e.kind() {
+        io::ErrorKind::AddrInUse => Error::ConnQualInUse(qual),
+        io::ErrorKind::AddrNotAvailable => {
+            Error::InvalidAddress(rdapl::error::Subtype::InvalidAddressUnreachable)
+        }
+        _ => Error::Internal(format!("tcp: bind {sa}: {e}")),
+    })?;
+    s.listen(1024)
+        .map_err(|e| Error::Internal(format!("tcp: listen {sa}: {e}")))?;
+    s.set_nonblocking(true)
+        .map_err(|e| Error::Internal(format!("tcp: nonblocking: {e}")))?;
+    Ok(s.into())
+}
+
+/// What a failed connect means.
+pub(crate) fn connect_error_kind(e: &io::Error) -> ConnectionEventKind {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset => {
+            ConnectionEventKind::NonPeerRejected
+        }
+        io::ErrorKind::TimedOut => ConnectionEventKind::TimedOut,
+        _ => ConnectionEventKind::Unreachable,
+    }
+}
+
+/// Starts a non-blocking connect from `local` to `remote`. `Ok(stream)`
+/// while in progress (or done); `Err(kind)` if it failed at once.
+pub(crate) fn start_connect(
+    local: IpAddr,
+    remote: SocketAddr,
+) -> std::result::Result<TcpStream, ConnectionEventKind> {
+    if local.is_ipv4() != remote.is_ipv4() {
+        return Err(ConnectionEventKind::Unreachable);
+    }
+    let s = Socket::new(
+        Domain::for_address(remote),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .map_err(|_| ConnectionEventKind::Unreachable)?;
+    s.set_nonblocking(true)
+        .map_err(|_| ConnectionEventKind::Unreachable)?;
+    let _ = s.set_tcp_nodelay(true);
+    s.bind(&SockAddr::from(SocketAddr::new(local, 0)))
+        .map_err(|_| ConnectionEventKind::Unreachable)?;
+    match s.connect(&SockAddr::from(remote)) {
+        Ok(()) => {}
+        Err(e)
+            if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error())
+                || e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(connect_error_kind(&e)),
+    }
+    Ok(s.into())
+}
+
+/// The outcome of a connect in progress, once the socket is writable:
+/// `Ok(true)` connected, `Ok(false)` still going, `Err(kind)` failed.
+pub(crate) fn connect_result(s: &TcpStream) -> std::result::Result<bool, ConnectionEventKind> {
+    match s.take_error() {
+        Ok(Some(e)) => Err(connect_error_kind(&e)),
+        Err(e) => Err(connect_error_kind(&e)),
+        Ok(None) => match s.peer_addr() {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(connect_error_kind(&e)),
+        },
+    }
+}
+
+/// Prepares an accepted socket.
+pub(crate) fn prepare_accepted(s: &TcpStream) -> io::Result<()> {
+    s.set_nonblocking(true)?;
+    s.set_nodelay(true)
+}

@@ -1,0 +1,1274 @@
+//! One TCP connection: its iWARP engine, its socket buffers, its requests
+//! in flight, and what the core is told.
+//!
+//! Owned and driven by the progress thread only ([`crate::progress`]).
+//!
+//! # Guarantees
+//!
+//! * **Exactly once.** Every request taken from the core (a send, an RDMA
+//!   write or read, a memory operation, a receive) is completed exactly
+//!   once: by its outcome, or `Flushed` when the connection ends first.
+//!   The core is told of the connection's end once ([`EpInner::ended`]),
+//!   after the provider's own requests are completed, so the requests of
+//!   one queue complete in post order.
+//! * **What a completion means.** A Send or RDMA Write completes when the
+//!   peer has placed it, not when it was handed to TCP (siw's meaning):
+//!   iWARP has no acknowledgement, so after a burst of Sends and Writes the
+//!   provider posts a zero-length RDMA Read (a *fence*; any RDMA Read does
+//!   it), whose response proves that the peer processed everything before
+//!   it. A remote error therefore reaches the request that caused it: the
+//!   peer's Terminate names the offending segment (STag or MSN), that
+//!   request completes with `RemoteAccess` (key, right, bounds),
+//!   `ReceiverNotReady` (no receive) or `RemoteResponder` (anything else),
+//!   those before it with `Success`, those after it `Flushed`.
+//! * **A Send that finds no receive.** The receiver stops feeding (and
+//!   then reading) that socket at the first segment of a Send while no
+//!   receive is posted, so TCP flow control holds the sender back. A
+//!   receive posted within `recv_wait_ms` lets it go on; after that the
+//!   Send is fed anyway: the engine answers with a Terminate (no buffer),
+//!   the sender's Send completes `ReceiverNotReady` and both sides break.
+//! * **Bounded memory.** At most [`MAX_INFLIGHT`] requests and
+//!   [`MAX_STAGED`] staged bytes per connection leave the core's queue;
+//!   the input and output buffers stop growing at [`IO_HIGH`] bytes.
+//!
+//! The engine is fed one FPDU at a time (its header is looked at first:
+//! whether it needs a receive, whether it is a Read Request to stage,
+//! whether tagged payload is a Write or a Read Response). A peer that
+//! sends garbage meets the engine's checks: an error, a Terminate, the
+//! connection broken, never a panic.
+
+use crate::memory::{ConnMemory, RecvState, RxOp, Sink, StagedRead};
+use crate::params::IaParams;
+use rdapl::provider::{CrInner, CrState, EpInner, SpInner, Wr, WrKind};
+use rdapl::{CompletionFlags, ConnectionEventKind, DtoStatus, RmrTriplet};
+use rdapl_iwarp::terminate::{ddp as tddp, layer, rdmap as trdmap};
+use rdapl_iwarp::{
+    Buffer, ConnError, Connection, DdpHeader, Event, Opcode, ProtocolError, ReadRequest, Role, Rtr,
+    Source, State, Terminate, Transmit, fpdu,
+};
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, TcpStream};
+use std::sync::{Arc, Weak};
+
+/// Most requests one connection takes from the core's queue at once.
+pub(crate) const MAX_INFLIGHT: usize = 512;
+/// Most gathered bytes one connection stages at once.
+pub(crate) const MAX_STAGED: usize = 16 << 20;
+/// Input and output buffer high-water mark.
+pub(crate) const IO_HIGH: usize = 256 << 10;
+
+/// The STag a fence's zero-length read names (never looked up).
+const FENCE_STAG: u32 = 1;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum SlotKind {
+    Send { msn: u32 },
+    Write { stag: u32, to: u64, len: u64 },
+    Read { msn: u32, sink: u32 },
+    Fence { msn: u32 },
+    Local,
+}
+
+/// A request taken from the core, in post order.
+struct Slot {
+    id: u64,
+    kind: SlotKind,
+    /// The request (a read's is in its sink).
+    wr: Option<Wr>,
+    len: u64,
+    /// Handed to TCP in full (Sends and Writes).
+    sent: bool,
+    status: Option<DtoStatus>,
+}
+
+/// Where the connection is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// TCP connect in progress (active side).
+    Connecting,
+    /// MPA setup and data.
+    Open,
+    /// The core was told; the last bytes drain, then the socket closes.
+    Draining,
+    /// To be dropped.
+    Dead,
+}
+
+pub(crate) struct Conn {
+    pub token: u64,
+    pub sock: TcpStream,
+    pub ia: Arc<IaParams>,
+    pub role: Role,
+    pub phase: Phase,
+    pub engine: Option<Connection>,
+    pub mem: ConnMemory,
+    pub ep: Option<Arc<EpInner>>,
+    pub cr: Option<Arc<CrInner>>,
+    pub sp: Option<Weak<SpInner>>,
+    /// The peer's address and the qualifier.
+    pub peer: (IpAddr, u64),
+    /// Active side: the private data to send once TCP is up.
+    pub connect_pd: Vec<u8>,
+    pub connect_deadline: Option<u64>,
+    /// The core's connection number (0 until established).
+    pub dat_conn: u64,
+    told: bool,
+    /// How an active attempt failed, with the reject's private data.
+    setup_fail: (ConnectionEventKind, Option<Vec<u8>>),
+    /// How an established connection ends.
+    end_kind: ConnectionEventKind,
+    // input
+    inbuf: Vec<u8>,
+    in_pos: usize,
+    /// Bytes left of the FPDU or MPA frame being fed (0: at a boundary).
+    frame_left: usize,
+    eof: bool,
+    eof_fed: bool,
+    stall_since: Option<u64>,
+    // output
+    outbuf: Vec<u8>,
+    out_pos: usize,
+    shut: bool,
+    linger_deadline: Option<u64>,
+    // requests
+    slots: VecDeque<Slot>,
+    recv_order: VecDeque<u64>,
+    free_recvs: usize,
+    next_id: u64,
+    next_sink: u32,
+    send_msn: u32,
+    read_msn: u32,
+    /// Counts every step that moved something (bytes read, fed, queued or
+    /// written; events): `pump` goes on while it moves.
+    work: u64,
+}
+
+fn total_len(wr: &Wr) -> u64 {
+    match wr.data() {
+        Some(d) => d.len() as u64,
+        None => wr
+            .iov()
+            .iter()
+            .fold(0u64, |n, t| n.saturating_add(t.segment_length)),
+    }
+}
+
+/// True if `b` is a whole number of FPDUs.
+fn whole_fpdus(mut b: &[u8]) -> bool {
+    while b.len() >= 2 {
+        let ulpdu = usize::from(u16::from_be_bytes([b[0], b[1]]));
+        let total = 2 + ulpdu + fpdu::pad_len(ulpdu) + 4;
+        if total > b.len() {
+            return false;
+        }
+        b = &b[total..];
+    }
+    b.is_empty()
+}
+
+impl Conn {
+    pub fn new(
+        token: u64,
+        sock: TcpStream,
+        ia: Arc<IaParams>,
+        role: Role,
+        peer: (IpAddr, u64),
+    ) -> Conn {
+        Conn {
+            token,
+            sock,
+            ia,
+            role,
+            phase: Phase::Open,
+            engine: None,
+            mem: ConnMemory::new(),
+            ep: None,
+            cr: None,
+            sp: None,
+            peer,
+            connect_pd: Vec::new(),
+            connect_deadline: None,
+            dat_conn: 0,
+            told: false,
+            setup_fail: (ConnectionEventKind::NonPeerRejected, None),
+            end_kind: ConnectionEventKind::Disconnected,
+            inbuf: Vec::new(),
+            in_pos: 0,
+            frame_left: 0,
+            eof: false,
+            eof_fed: false,
+            stall_since: None,
+            outbuf: Vec::new(),
+            out_pos: 0,
+            shut: false,
+            linger_deadline: None,
+            slots: VecDeque::new(),
+            recv_order: VecDeque::new(),
+            free_recvs: 0,
+            next_id: 1,
+            next_sink: 2,
+            send_msn: 1,
+            read_msn: 1,
+            work: 0,
+        }
+    }
+
+    /// The engine config for this connection's socket.
+    pub fn engine_config(&self) -> rdapl_iwarp::Config {
+        let mss = self.ia.mss.unwrap_or_else(|| {
+            socket2::SockRef::from(&self.sock)
+                .tcp_mss()
+                .unwrap_or(1460)
+                .clamp(64, 65535)
+        });
+        rdapl_iwarp::Config {
+            crc: self.ia.crc,
+            peer_to_peer: true,
+            mss,
+            ..rdapl_iwarp::Config::default()
+        }
+    }
+
+    /// Binds the endpoint whose requests and memory this connection uses.
+    pub fn bind_ep(&mut self, ep: &Arc<EpInner>) {
+        self.ep = Some(ep.clone());
+        self.mem.ep = Some(ep.clone());
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.phase == Phase::Dead
+    }
+
+    /// The earliest timer of this connection (ms).
+    pub fn deadline(&self) -> Option<u64> {
+        let stall = self
+            .stall_since
+            .map(|s| s.saturating_add(self.ia.recv_wait_ms));
+        [
+            self.engine.as_ref().and_then(|e| e.poll_timeout()),
+            self.connect_deadline,
+            stall,
+            self.linger_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// What the socket should be polled for: (readable, writable).
+    pub fn interest(&self) -> (bool, bool) {
+        match self.phase {
+            Phase::Connecting => (false, true),
+            Phase::Dead => (false, false),
+            Phase::Draining => (!self.eof, self.out_pos < self.outbuf.len()),
+            Phase::Open => (
+                !self.eof && self.inbuf.len() - self.in_pos < IO_HIGH,
+                self.out_pos < self.outbuf.len(),
+            ),
+        }
+    }
+
+    // ----- driving -------------------------------------------------------------
+
+    /// Does everything that can be done now: read, feed, post, transmit,
+    /// write, time out.
+    pub fn pump(&mut self, now: u64) {
+        if matches!(self.phase, Phase::Connecting | Phase::Dead) {
+            return;
+        }
+        loop {
+            let before = self.work;
+            self.read_socket();
+            self.feed(now);
+            self.pull();
+            self.transmit();
+            self.write_socket();
+            self.check_end(now);
+            if before == self.work || self.phase == Phase::Dead {
+                break;
+            }
+        }
+    }
+
+    /// Timers that are due at `now`.
+    pub fn on_timer(&mut self, now: u64) {
+        if let Some(d) = self.connect_deadline
+            && now >= d
+            && self.dat_conn == 0
+        {
+            self.connect_deadline = None;
+            self.setup_fail = (ConnectionEventKind::TimedOut, None);
+            match self.engine.as_mut() {
+                Some(e) => e.close(),
+                None => self.finalize(now),
+            }
+            self.events();
+        }
+        if let Some(e) = self.engine.as_mut() {
+            e.handle_timeout(now);
+        }
+        self.events();
+        if let Some(d) = self.linger_deadline
+            && now >= d
+        {
+            self.phase = Phase::Dead;
+        }
+        self.pump(now);
+    }
+
+    fn read_socket(&mut self) {
+        if self.eof || self.phase == Phase::Dead {
+            return;
+        }
+        if self.in_pos > 0 && self.in_pos == self.inbuf.len() {
+            self.inbuf.clear();
+            self.in_pos = 0;
+        }
+        let mut scratch = [0u8; 64 << 10];
+        while self.inbuf.len() - self.in_pos < IO_HIGH {
+            match self.sock.read(&mut scratch) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.work += 1;
+                    if self.phase == Phase::Draining {
+                        continue; // nothing more is fed
+                    }
+                    self.inbuf.extend_from_slice(&scratch[..n]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.eof = true;
+                    self.socket_failed();
+                    break;
+                }
+            }
+        }
+    }
+
+    fn socket_failed(&mut self) {
+        self.end_kind = ConnectionEventKind::Broken;
+        if let Some(e) = self.engine.as_mut()
+            && !e.is_closed()
+        {
+            e.handle_eof();
+        }
+        self.outbuf.clear();
+        self.out_pos = 0;
+        self.events();
+    }
+
+    fn write_socket(&mut self) {
+        while self.out_pos < self.outbuf.len() {
+            match self.sock.write(&self.outbuf[self.out_pos..]) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.out_pos += n;
+                    self.work += 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.socket_failed();
+                    break;
+                }
+            }
+        }
+        if self.out_pos == self.outbuf.len() {
+            self.outbuf.clear();
+            self.out_pos = 0;
+        } else if self.out_pos > IO_HIGH {
+            self.outbuf.drain(..self.out_pos);
+            self.out_pos = 0;
+        }
+    }
+
+    /// Feeds buffered input to the engine, one MPA frame or FPDU (part) at
+    /// a time.
+    fn feed(&mut self, now: u64) {
+        if self.phase != Phase::Open {
+            return;
+        }
+        loop {
+            let Some(state) = self.engine.as_ref().map(|e| e.state()) else {
+                return;
+            };
+            let avail = self.inbuf.len() - self.in_pos;
+            if avail == 0 {
+                break;
+            }
+            let n = match state {
+                State::Closed | State::Terminating => {
+                    self.in_pos = self.inbuf.len();
+                    break;
+                }
+                State::AwaitRequest | State::AwaitReply => {
+                    if self.frame_left == 0 {
+                        if avail < 20 && !self.eof {
+                            break;
+                        }
+                        let b = &self.inbuf[self.in_pos..];
+                        let pd = if b.len() >= 20 {
+                            usize::from(u16::from_be_bytes([b[18], b[19]]))
+                        } else {
+                            0
+                        };
+                        self.frame_left = 20 + pd;
+                    }
+                    self.frame_left.min(avail)
+                }
+                State::AwaitRtr | State::Established => {
+                    if self.frame_left == 0 {
+                        match self.fpdu_start(now) {
+                            Some(len) => self.frame_left = len,
+                            None => break,
+                        }
+                    }
+                    self.frame_left.min(avail)
+                }
+                State::Idle | State::AwaitAccept => avail,
+            };
+            let chunk = &self.inbuf[self.in_pos..self.in_pos + n];
+            if let Some(e) = self.engine.as_mut() {
+                e.handle_input(now, chunk, &mut self.mem);
+            }
+            self.in_pos += n;
+            self.work += 1;
+            self.frame_left = self.frame_left.saturating_sub(n);
+            if self.frame_left == 0 {
+                self.mem.rx_op = RxOp::Other;
+                self.mem.pending_read = None;
+            }
+            self.events();
+            if self.mem.fault {
+                self.mem.fault = false;
+                self.end_kind = ConnectionEventKind::Broken;
+                if let Some(e) = self.engine.as_mut() {
+                    e.abort();
+                }
+                self.events();
+            }
+        }
+        if self.in_pos == self.inbuf.len() {
+            self.inbuf.clear();
+            self.in_pos = 0;
+        }
+        if self.eof && self.stall_since.is_some() {
+            // The peer ended while a Send of it waited for a receive: the
+            // sender flushed it (its completion needs our fence answer),
+            // so it is dropped. A stream cut inside an FPDU is broken.
+            if !whole_fpdus(&self.inbuf[self.in_pos..]) {
+                self.end_kind = ConnectionEventKind::Broken;
+            }
+            self.inbuf.clear();
+            self.in_pos = 0;
+            self.stall_since = None;
+        }
+        if self.eof
+            && !self.eof_fed
+            && self.in_pos == self.inbuf.len()
+            && self.stall_since.is_none()
+        {
+            self.eof_fed = true;
+            if let Some(e) = self.engine.as_mut() {
+                e.handle_eof();
+            }
+            self.events();
+        }
+    }
+
+    /// At an FPDU boundary: looks at the header and returns the FPDU's
+    /// length, or `None` to wait (more bytes, or a receive).
+    fn fpdu_start(&mut self, now: u64) -> Option<usize> {
+        let b = &self.inbuf[self.in_pos..];
+        let eof = self.eof;
+        if b.len() < 3 {
+            return (eof).then_some(b.len());
+        }
+        let ulpdu = usize::from(u16::from_be_bytes([b[0], b[1]]));
+        let total = 2 + ulpdu + fpdu::pad_len(ulpdu) + 4;
+        let hlen = DdpHeader::len_for_control(b[2]);
+        if ulpdu < hlen {
+            return Some(total); // the engine refuses it
+        }
+        if b.len() < 2 + hlen {
+            return eof.then_some(total);
+        }
+        let Some(h) = DdpHeader::decode(&b[2..]) else {
+            return Some(total);
+        };
+        let op = Opcode::from_u8(h.opcode);
+        self.mem.rx_op = match (h.buffer, op) {
+            (Buffer::Tagged { .. }, Some(Opcode::Write)) => RxOp::Write,
+            (Buffer::Tagged { .. }, Some(Opcode::ReadResponse)) => RxOp::ReadResponse,
+            _ => RxOp::Other,
+        };
+        match (h.buffer, op) {
+            (
+                Buffer::Untagged { qn: 0, mo: 0, .. },
+                Some(
+                    Opcode::Send
+                    | Opcode::SendSe
+                    | Opcode::SendInvalidate
+                    | Opcode::SendSeInvalidate,
+                ),
+            ) => {
+                let rtr = self
+                    .engine
+                    .as_ref()
+                    .is_some_and(|e| e.state() == State::AwaitRtr);
+                if !rtr && !self.ensure_recv() {
+                    let since = *self.stall_since.get_or_insert(now);
+                    if now < since.saturating_add(self.ia.recv_wait_ms) {
+                        return None;
+                    }
+                    // Waited long enough: the engine refuses it (no buffer).
+                } else if !rtr {
+                    self.free_recvs -= 1;
+                }
+                self.stall_since = None;
+            }
+            (Buffer::Untagged { qn: 1, .. }, Some(Opcode::ReadRequest)) => {
+                let body = 2 + rdapl_iwarp::ddp::UNTAGGED_HEADER_LEN;
+                if b.len() < body + 28 {
+                    return eof.then_some(total);
+                }
+                if let Some(rr) = ReadRequest::decode(&b[body..body + 28])
+                    && rr.size > 0
+                {
+                    self.mem.pending_read = Some(self.stage_read(&rr));
+                }
+            }
+            _ => {}
+        }
+        Some(total)
+    }
+
+    fn stage_read(&self, rr: &ReadRequest) -> StagedRead {
+        let data = match &self.ep {
+            Some(ep) => {
+                let mut d = vec![0u8; rr.size as usize];
+                let src = RmrTriplet {
+                    rmr_context: rr.src_stag,
+                    target_address: rr.src_to,
+                    segment_length: u64::from(rr.size),
+                };
+                ep.remote_read(src, &mut d).map(|()| d)
+            }
+            None => Err(DtoStatus::RemoteAccess),
+        };
+        StagedRead {
+            stag: rr.src_stag,
+            to: rr.src_to,
+            data,
+        }
+    }
+
+    /// Makes sure the engine holds a free receive: takes one from the core
+    /// if needed. False if there is none.
+    fn ensure_recv(&mut self) -> bool {
+        if self.free_recvs > 0 {
+            return true;
+        }
+        let Some(ep) = self.ep.clone() else {
+            return false;
+        };
+        let Some(r) = ep.take_recv(self.dat_conn) else {
+            return false;
+        };
+        let id = self.next_id();
+        let cap = u32::try_from(r.capacity()).unwrap_or(u32::MAX);
+        let Some(e) = self.engine.as_mut() else {
+            ep.complete_recv(r, DtoStatus::Flushed, 0);
+            return false;
+        };
+        if e.post_recv(id, cap).is_err() {
+            ep.complete_recv(r, DtoStatus::Flushed, 0);
+            return false;
+        }
+        self.mem.recvs.insert(
+            id,
+            RecvState {
+                wr: r,
+                status: None,
+            },
+        );
+        self.recv_order.push_back(id);
+        self.free_recvs += 1;
+        true
+    }
+
+    fn next_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// A receive was posted: a stalled Send may go on.
+    pub fn recv_posted(&mut self, now: u64) {
+        if self.stall_since.is_some() {
+            self.pump(now);
+        }
+    }
+
+    // ----- requests --------------------------------------------------------------
+
+    fn established_engine(&self) -> bool {
+        self.engine
+            .as_ref()
+            .is_some_and(|e| e.state() == State::Established)
+    }
+
+    /// Takes the core's queued requests and hands them to the engine.
+    fn pull(&mut self) {
+        if self.dat_conn == 0 || self.phase != Phase::Open || !self.established_engine() {
+            return;
+        }
+        let Some(ep) = self.ep.clone() else {
+            return;
+        };
+        while self.slots.len() < MAX_INFLIGHT && self.mem.staged_bytes < MAX_STAGED {
+            let wr = {
+                let mut c = ep.lock();
+                if c.connection() != self.dat_conn {
+                    return;
+                }
+                match c.pop_send() {
+                    Some(w) => w,
+                    None => break,
+                }
+            };
+            if !self.post(&ep, wr) {
+                break;
+            }
+        }
+        self.maybe_fence();
+    }
+
+    /// Hands one request to the engine; false if the connection broke.
+    fn post(&mut self, ep: &Arc<EpInner>, wr: Wr) -> bool {
+        let id = self.next_id();
+        let kind = wr.kind();
+        let mut slot = Slot {
+            id,
+            kind: SlotKind::Local,
+            wr: None,
+            len: 0,
+            sent: false,
+            status: None,
+        };
+        let posted = match kind {
+            WrKind::Local => {
+                slot.wr = Some(wr);
+                self.slots.push_back(slot);
+                self.complete_ready();
+                return true;
+            }
+            WrKind::Send | WrKind::RdmaWrite(_) => {
+                let mut data = Vec::new();
+                if let Err(st) = ep.gather(&wr, &mut data) {
+                    slot.status = Some(st);
+                    slot.wr = Some(wr);
+                    self.slots.push_back(slot);
+                    self.break_local();
+                    return false;
+                }
+                let Ok(len) = u32::try_from(data.len()) else {
+                    slot.status = Some(DtoStatus::LocalLength);
+                    slot.wr = Some(wr);
+                    self.slots.push_back(slot);
+                    self.break_local();
+                    return false;
+                };
+                slot.len = u64::from(len);
+                self.mem.stage(id, data);
+                let Some(e) = self.engine.as_mut() else {
+                    return false;
+                };
+                let r = match kind {
+                    WrKind::RdmaWrite(rt) => {
+                        slot.kind = SlotKind::Write {
+                            stag: rt.rmr_context,
+                            to: rt.target_address,
+                            len: u64::from(len),
+                        };
+                        e.post_write(id, len, rt.rmr_context, rt.target_address)
+                    }
+                    _ => {
+                        slot.kind = SlotKind::Send { msn: self.send_msn };
+                        self.send_msn = self.send_msn.wrapping_add(1);
+                        if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
+                            e.post_send_se(id, len)
+                        } else {
+                            e.post_send(id, len)
+                        }
+                    }
+                };
+                slot.wr = Some(wr);
+                r
+            }
+            WrKind::RdmaRead(rt) => {
+                let total = total_len(&wr);
+                let Ok(size) = u32::try_from(total) else {
+                    slot.status = Some(DtoStatus::LocalLength);
+                    slot.wr = Some(wr);
+                    self.slots.push_back(slot);
+                    self.break_local();
+                    return false;
+                };
+                let sink = self.alloc_sink();
+                slot.kind = SlotKind::Read {
+                    msn: self.read_msn,
+                    sink,
+                };
+                self.read_msn = self.read_msn.wrapping_add(1);
+                slot.len = total;
+                self.mem.sinks.insert(
+                    sink,
+                    Sink {
+                        wr,
+                        len: total,
+                        status: None,
+                    },
+                );
+                let rr = ReadRequest {
+                    sink_stag: sink,
+                    sink_to: 0,
+                    size,
+                    src_stag: rt.rmr_context,
+                    src_to: rt.target_address,
+                };
+                match self.engine.as_mut() {
+                    Some(e) => e.post_read(id, rr),
+                    None => return false,
+                }
+            }
+        };
+        let ok = posted.is_ok();
+        if !ok {
+            slot.status = Some(DtoStatus::LocalEp);
+        }
+        self.slots.push_back(slot);
+        if !ok {
+            self.break_local();
+        }
+        ok
+    }
+
+    fn alloc_sink(&mut self) -> u32 {
+        loop {
+            let s = self.next_sink;
+            self.next_sink = self.next_sink.wrapping_add(1).max(2);
+            if !self.mem.sinks.contains_key(&s) {
+                return s;
+            }
+        }
+    }
+
+    /// Posts a zero-length read behind Sends and Writes that no read
+    /// covers, unless a read is outstanding (its response leads to the
+    /// next fence).
+    fn maybe_fence(&mut self) {
+        let mut uncovered = false;
+        for s in self.slots.iter().rev() {
+            match s.kind {
+                SlotKind::Read { .. } | SlotKind::Fence { .. } => {
+                    if s.status.is_none() {
+                        return; // outstanding: its completion fences again
+                    }
+                    break;
+                }
+                SlotKind::Send { .. } | SlotKind::Write { .. } if s.status.is_none() => {
+                    uncovered = true
+                }
+                _ => {}
+            }
+        }
+        if !uncovered {
+            return;
+        }
+        let id = self.next_id();
+        let rr = ReadRequest {
+            sink_stag: FENCE_STAG,
+            sink_to: 0,
+            size: 0,
+            src_stag: FENCE_STAG,
+            src_to: 0,
+        };
+        let Some(e) = self.engine.as_mut() else {
+            return;
+        };
+        if e.post_read(id, rr).is_ok() {
+            self.slots.push_back(Slot {
+                id,
+                kind: SlotKind::Fence { msn: self.read_msn },
+                wr: None,
+                len: 0,
+                sent: false,
+                status: None,
+            });
+            self.read_msn = self.read_msn.wrapping_add(1);
+        }
+    }
+
+    /// Completes requests from the head while their outcome is known (a
+    /// memory operation runs when it reaches the head).
+    fn complete_ready(&mut self) {
+        let Some(ep) = self.ep.clone() else {
+            return;
+        };
+        while let Some(s) = self.slots.front() {
+            if s.kind == SlotKind::Local && s.status.is_none() {
+                let mut s = self.slots.pop_front().expect("front exists");
+                if let Some(wr) = s.wr.take() {
+                    ep.execute_local(wr);
+                }
+                continue;
+            }
+            if s.status.is_none() {
+                break;
+            }
+            let mut s = self.slots.pop_front().expect("front exists");
+            let st = s.status.unwrap_or(DtoStatus::Flushed);
+            let len = if st == DtoStatus::Success { s.len } else { 0 };
+            let wr = match s.kind {
+                SlotKind::Read { sink, .. } => self.mem.sinks.remove(&sink).map(|k| k.wr),
+                _ => s.wr.take(),
+            };
+            if let Some(wr) = wr {
+                ep.complete(wr, st, len);
+            }
+        }
+    }
+
+    fn slot_mut(&mut self, id: u64) -> Option<(usize, &mut Slot)> {
+        self.slots.iter_mut().enumerate().find(|(_, s)| s.id == id)
+    }
+
+    /// A read (or fence) came back: it and everything before it is done.
+    fn read_done(&mut self, id: u64) {
+        let Some(i) = self.slots.iter().position(|s| s.id == id) else {
+            return;
+        };
+        let mut failed = false;
+        let st = match self.slots[i].kind {
+            SlotKind::Read { sink, .. } => {
+                let st = self
+                    .mem
+                    .sinks
+                    .get(&sink)
+                    .and_then(|k| k.status)
+                    .unwrap_or(DtoStatus::Success);
+                failed = st != DtoStatus::Success;
+                st
+            }
+            _ => DtoStatus::Success,
+        };
+        self.slots[i].status = Some(st);
+        for s in self.slots.iter_mut().take(i) {
+            if matches!(s.kind, SlotKind::Send { .. } | SlotKind::Write { .. })
+                && s.status.is_none()
+            {
+                s.status = Some(DtoStatus::Success);
+            }
+        }
+        self.complete_ready();
+        if failed {
+            self.break_local();
+        } else {
+            self.maybe_fence();
+        }
+    }
+
+    /// A local error: Terminate, both sides break.
+    fn break_local(&mut self) {
+        self.end_kind = ConnectionEventKind::Broken;
+        if let Some(e) = self.engine.as_mut() {
+            e.abort();
+        }
+        self.events();
+    }
+
+    /// The peer's Terminate names the request that failed.
+    fn terminated(&mut self, t: &Terminate) {
+        let h = t.ddp.as_ref().and_then(|d| DdpHeader::decode(&d.header));
+        let culprit = h.and_then(|h| {
+            self.slots.iter().position(|s| {
+                s.status.is_none()
+                    && match (h.buffer, s.kind) {
+                        (
+                            Buffer::Tagged { stag, to },
+                            SlotKind::Write {
+                                stag: s2,
+                                to: t2,
+                                len,
+                            },
+                        ) => stag == s2 && to >= t2 && to <= t2.saturating_add(len),
+                        (Buffer::Untagged { qn: 0, msn, .. }, SlotKind::Send { msn: m }) => {
+                            msn == m
+                        }
+                        (
+                            Buffer::Untagged { qn: 1, msn, .. },
+                            SlotKind::Read { msn: m, .. } | SlotKind::Fence { msn: m },
+                        ) => msn == m,
+                        _ => false,
+                    }
+            })
+        });
+        let Some(i) = culprit else {
+            return;
+        };
+        let c = t.code;
+        let st = if (c.layer == layer::RDMAP && c.etype == trdmap::ETYPE_REMOTE_PROTECTION)
+            || (c.layer == layer::DDP && c.etype == tddp::ETYPE_TAGGED)
+        {
+            DtoStatus::RemoteAccess
+        } else if c.layer == layer::DDP
+            && c.etype == tddp::ETYPE_UNTAGGED
+            && c.ecode == tddp::UT_MSN_NOBUF
+        {
+            DtoStatus::ReceiverNotReady
+        } else {
+            DtoStatus::RemoteResponder
+        };
+        for s in self.slots.iter_mut().take(i) {
+            if matches!(s.kind, SlotKind::Send { .. } | SlotKind::Write { .. })
+                && s.status.is_none()
+                && s.sent
+            {
+                s.status = Some(DtoStatus::Success);
+            }
+        }
+        self.slots[i].status = Some(st);
+    }
+
+    // ----- transmit and events ---------------------------------------------------
+
+    fn transmit(&mut self) {
+        if self.phase == Phase::Dead {
+            return;
+        }
+        while self.outbuf.len() - self.out_pos < IO_HIGH {
+            let Some(e) = self.engine.as_mut() else {
+                return;
+            };
+            let Some(t) = e.poll_transmit(&self.mem) else {
+                break;
+            };
+            self.work += 1;
+            if !t.write_to(&self.mem, &mut self.outbuf) {
+                // The engine checked the source; this does not happen.
+                self.break_local();
+            }
+            if let Transmit::Fpdu {
+                payload: Some(Source::Region { stag, to, len }),
+                ..
+            } = t
+            {
+                self.mem.response_sent(stag, to, len);
+            }
+            self.events();
+        }
+    }
+
+    /// Handles the engine's events.
+    fn events(&mut self) {
+        loop {
+            let Some(ev) = self.engine.as_mut().and_then(|e| e.poll_event()) else {
+                return;
+            };
+            self.work += 1;
+            self.event(ev);
+        }
+    }
+
+    fn event(&mut self, ev: Event) {
+        match ev {
+            Event::ConnectRequest(req) => {
+                let sp = self
+                    .sp
+                    .as_ref()
+                    .and_then(Weak::upgrade)
+                    .filter(|s| !s.freed());
+                match sp.map(|sp| sp.request(self.peer.0, req.private_data)) {
+                    Some(Ok(cr)) => self.cr = Some(cr),
+                    // Nobody to take it: drop the TCP connection (the
+                    // active side sees a non-peer reject).
+                    _ => {
+                        if let Some(e) = self.engine.as_mut() {
+                            e.close();
+                        }
+                    }
+                }
+            }
+            Event::Established { private_data, .. } => {
+                self.connect_deadline = None;
+                let Some(ep) = self.ep.clone() else {
+                    return self.abort_engine();
+                };
+                let pd = (self.role == Role::Initiator).then_some(&private_data[..]);
+                match ep.established(self.peer, pd) {
+                    Some(c) => {
+                        self.dat_conn = c;
+                        self.told = true;
+                        if let Some(n) = self.engine.as_ref().and_then(|e| e.negotiated()) {
+                            if n.rtr == Some(Rtr::Send) {
+                                self.send_msn = 2;
+                            }
+                            if n.rtr == Some(Rtr::Read) {
+                                self.read_msn = 2;
+                            }
+                        }
+                    }
+                    None => {
+                        self.told = true;
+                        self.abort_engine();
+                    }
+                }
+            }
+            Event::Rejected { private_data } => {
+                self.setup_fail = (ConnectionEventKind::PeerRejected, Some(private_data));
+            }
+            Event::RecvComplete {
+                wr_id,
+                len,
+                solicited,
+                ..
+            } => {
+                self.recv_order.retain(|&i| i != wr_id);
+                if let Some(mut r) = self.mem.recvs.remove(&wr_id) {
+                    let st = r.status.unwrap_or(DtoStatus::Success);
+                    if solicited {
+                        r.wr.set_solicited();
+                    }
+                    let n = if st == DtoStatus::Success {
+                        u64::from(len)
+                    } else {
+                        0
+                    };
+                    if let Some(ep) = &self.ep {
+                        ep.complete_recv(r.wr, st, n);
+                    }
+                    if st != DtoStatus::Success {
+                        self.break_local();
+                    }
+                }
+            }
+            Event::SendComplete { wr_id } => {
+                self.mem.unstage(wr_id);
+                if let Some((_, s)) = self.slot_mut(wr_id) {
+                    s.sent = true;
+                }
+            }
+            Event::ReadComplete { wr_id, .. } => self.read_done(wr_id),
+            Event::Flushed { wr_id } => {
+                self.mem.unstage(wr_id);
+                if let Some(r) = self.mem.recvs.remove(&wr_id) {
+                    self.recv_order.retain(|&i| i != wr_id);
+                    let st = r.status.unwrap_or(DtoStatus::Flushed);
+                    if let Some(ep) = &self.ep {
+                        ep.complete_recv(r.wr, st, 0);
+                    }
+                } else if let Some((_, s)) = self.slot_mut(wr_id)
+                    && s.status.is_none()
+                {
+                    s.status = Some(DtoStatus::Flushed);
+                }
+            }
+            Event::TerminateReceived(t) => {
+                self.end_kind = ConnectionEventKind::Broken;
+                self.terminated(&t);
+            }
+            Event::Error(e) => {
+                self.end_kind = ConnectionEventKind::Broken;
+                match e {
+                    ConnError::Mpa(rdapl_iwarp::MpaError::Timeout) => {
+                        self.setup_fail = (ConnectionEventKind::TimedOut, None)
+                    }
+                    ConnError::Protocol(ProtocolError::MessageTooLong { .. }) => {
+                        if let Some(&id) = self.recv_order.front()
+                            && let Some(r) = self.mem.recvs.get_mut(&id)
+                        {
+                            r.status.get_or_insert(DtoStatus::LocalLength);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Event::Closed => {
+                let now = 0; // finalize does not read the clock
+                self.finalize(now);
+            }
+        }
+    }
+
+    fn abort_engine(&mut self) {
+        if let Some(e) = self.engine.as_mut() {
+            e.abort();
+        }
+    }
+
+    /// Ends this side on the consumer's word (disconnect or free).
+    pub fn close_local(&mut self, now: u64) {
+        if self.phase == Phase::Connecting {
+            self.finalize(now);
+            return;
+        }
+        if let Some(e) = self.engine.as_mut() {
+            if !e.is_closed() {
+                e.close();
+            }
+        } else {
+            self.finalize(now);
+        }
+        self.events();
+        self.pump(now);
+    }
+
+    /// Accept (passive side): answer the request.
+    pub fn accept(&mut self, ep: &Arc<EpInner>, pd: &[u8], now: u64) -> bool {
+        self.bind_ep(ep);
+        self.cr = None;
+        let ok = self
+            .engine
+            .as_mut()
+            .is_some_and(|e| e.accept(pd, None, None).is_ok());
+        if !ok {
+            self.end_kind = ConnectionEventKind::AcceptCompletionError;
+            self.close_local(now);
+        }
+        self.events();
+        self.pump(now);
+        ok
+    }
+
+    /// Reject (passive side): answer the request with the reject.
+    pub fn reject(&mut self, pd: &[u8], now: u64) {
+        self.cr = None;
+        if let Some(e) = self.engine.as_mut()
+            && e.reject(pd).is_err()
+        {
+            e.close();
+        }
+        self.events();
+        self.pump(now);
+    }
+
+    /// The engine closed (or never started): complete what is in flight,
+    /// tell the core, and drain the socket.
+    pub fn finalize(&mut self, _now: u64) {
+        if matches!(self.phase, Phase::Draining | Phase::Dead) {
+            return;
+        }
+        self.phase = Phase::Draining;
+        self.connect_deadline = None;
+        self.stall_since = None;
+        for s in self.slots.iter_mut() {
+            s.status.get_or_insert(DtoStatus::Flushed);
+        }
+        self.complete_ready();
+        // A memory operation at the head ran; the rest are flushed.
+        let ep = self.ep.clone();
+        while let Some(mut s) = self.slots.pop_front() {
+            let wr = match s.kind {
+                SlotKind::Read { sink, .. } => self.mem.sinks.remove(&sink).map(|k| k.wr),
+                _ => s.wr.take(),
+            };
+            if let (Some(wr), Some(ep)) = (wr, &ep) {
+                ep.complete(wr, DtoStatus::Flushed, 0);
+            }
+        }
+        while let Some(id) = self.recv_order.pop_front() {
+            if let (Some(r), Some(ep)) = (self.mem.recvs.remove(&id), &ep) {
+                ep.complete_recv(r.wr, r.status.unwrap_or(DtoStatus::Flushed), 0);
+            }
+        }
+        self.mem.staged.clear();
+        self.mem.staged_bytes = 0;
+        self.mem.responses.clear();
+        if let Some(ep) = ep {
+            if self.dat_conn != 0 {
+                if ep.lock().connection() == self.dat_conn {
+                    ep.ended(self.end_kind);
+                }
+            } else if !self.told {
+                match self.role {
+                    Role::Initiator => {
+                        let (k, pd) = self.setup_fail.clone();
+                        ep.connect_failed(k, pd.as_deref());
+                    }
+                    Role::Responder => {
+                        ep.ended(ConnectionEventKind::AcceptCompletionError);
+                    }
+                }
+            }
+        }
+        self.told = true;
+        if let Some(cr) = self.cr.take() {
+            cr.settle_as(CrState::Cancelled);
+        }
+        self.ep = None;
+        self.mem.ep = None;
+    }
+
+    /// Draining: once the output is out, half-close; once the peer's end
+    /// is seen (or the linger time passes), the connection is dead.
+    fn check_end(&mut self, now: u64) {
+        if self.phase != Phase::Draining {
+            return;
+        }
+        if self.linger_deadline.is_none() {
+            self.linger_deadline = Some(now.saturating_add(self.ia.linger_ms));
+        }
+        if self.out_pos == self.outbuf.len() && !self.shut {
+            self.shut = true;
+            let _ = self.sock.shutdown(Shutdown::Write);
+        }
+        if self.shut && self.eof {
+            self.phase = Phase::Dead;
+        }
+    }
+
+    /// The pending connection request, for the driver's maps.
+    pub fn cr_handle(&self) -> Option<rdapl::event::CrHandle> {
+        self.cr.as_ref().map(|c| c.handle())
+    }
+
+    /// The endpoint, for the driver's maps.
+    pub fn ep_handle(&self) -> Option<rdapl::event::EpHandle> {
+        self.ep.as_ref().map(|e| e.handle())
+    }
+
+    /// TCP connected (active side): start MPA.
+    pub fn start_mpa(&mut self, now: u64) {
+        self.phase = Phase::Open;
+        let cfg = self.engine_config();
+        match Connection::new(Role::Initiator, cfg, now) {
+            Ok(mut e) => {
+                let ok = e.connect(now, &self.connect_pd).is_ok();
+                self.engine = Some(e);
+                if !ok {
+                    self.close_local(now);
+                    return;
+                }
+            }
+            Err(_) => {
+                self.finalize(now);
+                return;
+            }
+        }
+        self.pump(now);
+    }
+
+    /// An active attempt failed before MPA (refused, unreachable).
+    pub fn connect_failed(&mut self, kind: ConnectionEventKind, now: u64) {
+        self.setup_fail = (kind, None);
+        self.phase = Phase::Open;
+        self.finalize(now);
+        self.phase = Phase::Dead;
+    }
+}

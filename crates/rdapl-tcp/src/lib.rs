@@ -1,0 +1,330 @@
+//! rdapl's TCP provider: DAT between processes and machines over standard
+//! iWARP (MPA revision 2 with RFC 6581 enhanced setup, DDP, RDMAP), the
+//! wire protocol Linux soft-iWARP (siw) speaks.
+//!
+//! [`Tcp`] is a [`Provider`] named `"tcp"`: a plain value with its own
+//! progress thread and its own settings ([`TcpConfig`]); there is no
+//! process-global state. Each IA opened from it is one local IP address.
+//! The protocol itself is [`rdapl_iwarp`], an I/O-free engine; this crate
+//! adds the sockets, the thread and the mapping to the DAT object model,
+//! through the core's provider view alone.
+//!
+//! # What it does
+//!
+//! * **Addresses.** An IA's parameters ([`params`]) name its address
+//!   (`addr=`, default `127.0.0.1`); the DAT connection qualifier `q` is
+//!   TCP port `port_base + q` (`port_base=`, default 0: the qualifier is
+//!   the port). A qualifier outside the ports is `InvalidParameter`.
+//! * **Connections** ([`cm`]). A service point is a listening socket; a
+//!   connect is a non-blocking TCP connect, then the MPA Request with the
+//!   DAT private data (at most [`MAX_PRIVATE_DATA`] bytes, reported in the
+//!   IA attributes). Accept and reject answer with the MPA Reply or reject,
+//!   with private data. Nobody listening: `NonPeerRejected`; no route:
+//!   `Unreachable`; the consumer's timeout or MPA's: `TimedOut`.
+//!   Peer-to-peer mode is always asked for, so the active side speaks
+//!   first (a zero-length RDMA Write) and either side may send at once.
+//! * **Data** ([`conn`]). Sends (solicited or not), RDMA Writes and RDMA
+//!   Reads, segmented at one TCP MSS per FPDU, CRC32c on by default
+//!   (`crc=0` turns it off unless the peer asks). Completions are in post
+//!   order per queue; a Send or Write completes once the peer has placed
+//!   it (a zero-length read fences each burst), so a remote protection
+//!   error completes the guilty request with `RemoteAccess`.
+//! * **Protection** ([`memory`]). An arriving RDMA Write or Read Request is
+//!   checked on the target: the STag must be of the endpoint's protection
+//!   zone, with the right and the bounds, or no byte moves, a Terminate
+//!   goes out and both sides see `Broken`.
+//! * **A Send with no receive posted** waits: the receiver stops reading
+//!   that socket (TCP flow control holds the sender back) for up to
+//!   `recv_wait_ms` (5 s), then breaks the connection (`ReceiverNotReady`
+//!   on the sender).
+//! * **Endings.** Disconnect (graceful or abrupt), free, peer EOF,
+//!   Terminate or a socket error end the connection on each side as it
+//!   learns: every outstanding request completes exactly once (`Flushed`
+//!   if it did not finish), then `Disconnected` (a clean end) or `Broken`.
+//! * **Threading** ([`progress`]). One thread per [`Tcp`] value, waiting in
+//!   epoll on non-blocking sockets and an eventfd; nothing spins when idle.
+//!
+//! Not yet: payload is gathered into and placed from staging buffers (one
+//! copy each way) rather than straight from and into registered memory.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use rdapl::*;
+//! use rdapl_tcp::Tcp;
+//! use std::time::Duration;
+//!
+//! let tcp = Tcp::new();
+//! let open = |addr: &str| {
+//!     let opts = IaOptions { params: format!("addr={addr}"), ..Default::default() };
+//!     Ia::open_provider(tcp.clone(), opts).unwrap()
+//! };
+//! let (server, client) = (open("127.0.0.1"), open("127.0.0.1"));
+//! let evd = |ia: &Ia, f| ia.evd_create(16, f).unwrap();
+//! let cr = evd(&server, EvdFlags::CR);
+//! let _psp = server.psp_create(18515, &cr).unwrap(); // TCP port 18515
+//! let (spz, cpz) = (server.pz_create().unwrap(), client.pz_create().unwrap());
+//! let (sdto, sconn) = (evd(&server, EvdFlags::DTO), evd(&server, EvdFlags::CONNECTION));
+//! let (cdto, cconn) = (evd(&client, EvdFlags::DTO), evd(&client, EvdFlags::CONNECTION));
+//! let sep = server.ep_create(&spz, Some(&sdto), Some(&sdto), Some(&sconn), None).unwrap();
+//! let cep = client.ep_create(&cpz, Some(&cdto), Some(&cdto), Some(&cconn), None).unwrap();
+//! let t = Some(Duration::from_secs(5));
+//! cep.connect(server.address(), 18515, t, b"hello").unwrap();
+//! let Event::ConnectionRequest(req) = cr.wait(t, 1).unwrap().0 else { panic!() };
+//! server.cr(req.cr).unwrap().accept(&sep, b"welcome").unwrap();
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod cm;
+pub mod conn;
+pub mod memory;
+pub mod params;
+pub mod progress;
+
+pub use params::TcpConfig;
+
+use params::IaParams;
+use parking_lot::Mutex;
+use progress::{Cmd, Listener, Shared};
+use rdapl::error::Subtype;
+use rdapl::provider::{CrInner, CrState, EpInner, Provider, SpInner, Transport};
+use rdapl::{Error, IaAttr, Loopback, ProviderAttr, Result};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The largest private data of a connect, accept or reject, in bytes: it
+/// fits an MPA revision 2 frame toward siw (at most 251 ULP bytes there,
+/// 256 with the IRD/ORD block) with room to spare, as iWARP RDMA CM
+/// consumers expect (196, the InfiniBand REQ's limit).
+pub const MAX_PRIVATE_DATA: usize = 196;
+
+/// The progress thread's handle: when the last one goes, the thread stops.
+struct Core {
+    sh: Arc<Shared>,
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        self.sh.stop();
+    }
+}
+
+/// The TCP provider: a value, with its own progress thread and settings.
+pub struct Tcp {
+    cfg: TcpConfig,
+    core: Mutex<Option<Arc<Core>>>,
+}
+
+impl Tcp {
+    /// A provider with the default settings.
+    pub fn new() -> Arc<Tcp> {
+        Tcp::with_config(TcpConfig::default())
+    }
+
+    /// A provider with these settings (the defaults of its IAs).
+    pub fn with_config(cfg: TcpConfig) -> Arc<Tcp> {
+        Arc::new(Tcp {
+            cfg,
+            core: Mutex::new(None),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &TcpConfig {
+        &self.cfg
+    }
+
+    /// How many times the progress thread woke up so far (a diagnostic:
+    /// it sleeps while nothing happens).
+    pub fn wakeups(&self) -> u64 {
+        self.core.lock().as_ref().map_or(0, |c| {
+            c.sh.wakeups.load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
+    /// The progress thread, started on first use.
+    fn core(&self) -> Result<Arc<Core>> {
+        let mut g = self.core.lock();
+        if let Some(c) = g.as_ref() {
+            return Ok(c.clone());
+        }
+        let sh = Shared::new()?;
+        progress::spawn(sh.clone())
+            .map_err(|e| Error::Internal(format!("tcp: progress thread: {e}")))?;
+        let c = Arc::new(Core { sh });
+        *g = Some(c.clone());
+        Ok(c)
+    }
+}
+
+impl Provider for Tcp {
+    fn attr(&self) -> ProviderAttr {
+        ProviderAttr {
+            name: "tcp".into(),
+            description: "iWARP (MPA/DDP/RDMAP) over TCP sockets".into(),
+            max_private_data_size: MAX_PRIVATE_DATA,
+            ..Loopback::new().attr()
+        }
+    }
+
+    fn ia_attr(&self, address: IpAddr) -> IaAttr {
+        IaAttr {
+            adapter_name: "tcp0".into(),
+            max_rdma_read_per_ep: 16,
+            max_message_size: 1 << 30,
+            max_rdma_size: 1 << 30,
+            max_private_data_size: MAX_PRIVATE_DATA,
+            ..Loopback::new().ia_attr(address)
+        }
+    }
+
+    fn open(&self, params: &str) -> Result<Arc<dyn Transport>> {
+        let p = IaParams::parse(params, &self.cfg)?;
+        Ok(Arc::new(TcpIa {
+            core: self.core()?,
+            p: Arc::new(p),
+            listening: Mutex::new(Vec::new()),
+        }))
+    }
+}
+
+/// One IA of the TCP provider.
+struct TcpIa {
+    core: Arc<Core>,
+    p: Arc<IaParams>,
+    /// This IA's listening sockets: (epoll key, service point).
+    listening: Mutex<Vec<(u64, usize)>>,
+}
+
+impl TcpIa {
+    fn sh(&self) -> &Shared {
+        &self.core.sh
+    }
+}
+
+impl Transport for TcpIa {
+    fn address(&self) -> IpAddr {
+        self.p.addr
+    }
+
+    fn listen(&self, sp: &Arc<SpInner>) -> Result<()> {
+        let qual = sp.conn_qual();
+        let port = self.p.port(qual)?;
+        let sock = cm::listen(self.p.addr, port, qual)?;
+        let token = self.sh().add_listener(Listener {
+            sock,
+            sp: Arc::downgrade(sp),
+            ia: self.p.clone(),
+        })?;
+        self.listening
+            .lock()
+            .push((token, Arc::as_ptr(sp) as usize));
+        Ok(())
+    }
+
+    fn unlisten(&self, sp: &SpInner) {
+        let key = sp as *const SpInner as usize;
+        let mut l = self.listening.lock();
+        let mut ls = self.sh().listeners.lock();
+        l.retain(|&(t, k)| {
+            if k == key {
+                // Closing the socket takes it out of epoll.
+                ls.remove(&t);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    fn connect(
+        &self,
+        ep: &Arc<EpInner>,
+        remote: IpAddr,
+        conn_qual: u64,
+        private_data: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        let port = self.p.port(conn_qual)?;
+        if private_data.len() > MAX_PRIVATE_DATA {
+            return Err(Error::InvalidParameter {
+                arg: 4,
+                what: "tcp: private data too long",
+            });
+        }
+        self.sh().send(Cmd::Connect {
+            ep: ep.clone(),
+            ia: self.p.clone(),
+            remote: SocketAddr::new(remote, port),
+            qual: conn_qual,
+            pd: private_data,
+            timeout,
+        });
+        Ok(())
+    }
+
+    fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
+        if private_data.len() > MAX_PRIVATE_DATA {
+            return Err(Error::InvalidParameter {
+                arg: 3,
+                what: "tcp: private data too long",
+            });
+        }
+        if !cr.settle_as(CrState::Accepted) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
+        }
+        self.sh().send(Cmd::Accept {
+            cr: cr.clone(),
+            ep: ep.clone(),
+            pd: private_data,
+        });
+        Ok(())
+    }
+
+    fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
+        if private_data.len() > MAX_PRIVATE_DATA {
+            return Err(Error::InvalidParameter {
+                arg: 2,
+                what: "tcp: private data too long",
+            });
+        }
+        if !cr.settle_as(CrState::Rejected) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
+        }
+        self.sh().send(Cmd::Reject {
+            cr: cr.clone(),
+            pd: private_data,
+        });
+        Ok(())
+    }
+
+    fn disconnect(&self, ep: &Arc<EpInner>, _graceful: bool) {
+        self.sh().send(Cmd::Disconnect { ep: ep.clone() });
+    }
+
+    fn ep_destroy(&self, ep: &Arc<EpInner>) {
+        self.sh().send(Cmd::Disconnect { ep: ep.clone() });
+    }
+
+    fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
+        self.sh().send(Cmd::Kick {
+            ep: ep.clone(),
+            recv,
+        });
+    }
+
+    fn srq_posted(&self, _srq: &rdapl::srq::SrqInner) {
+        self.sh().send(Cmd::KickAll);
+    }
+
+    fn close(&self) {
+        let mut l = self.listening.lock();
+        let mut ls = self.sh().listeners.lock();
+        for (t, _) in l.drain(..) {
+            ls.remove(&t);
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The engine's view of one connection's memory ([`rdapl_iwarp::Memory`]).
+//!
+//! The iWARP engine names bytes by work-request id and STag; this module
+//! turns those names into the endpoint's registered memory, through the
+//! provider's view of the core only:
+//!
+//! * outbound Sends and RDMA Writes: bytes gathered into a staging buffer
+//!   when the request is handed to the engine (freed once transmitted);
+//! * inbound Sends: placed at their offset with `scatter_at`;
+//! * inbound RDMA Writes: the STag's extent comes from `remote_extent`
+//!   (key, protection zone, right), the engine checks each segment against
+//!   it, and `remote_write` checks every chunk again before a byte moves;
+//! * inbound RDMA Read Requests: the source is checked and copied with
+//!   `remote_read` when the request arrives (staged until the response has
+//!   gone out); a refused source fails the engine's STag lookup, so a
+//!   Terminate goes out and nothing is sent;
+//! * Read Responses: placed into the read's local list with `scatter_read`.
+//!
+//! Zero-copy placement straight into registered regions is a later step.
+//! Nothing here panics on what the wire says: every range is checked.
+
+use rdapl::provider::{EpInner, RecvWr, Wr};
+use rdapl::{DtoStatus, MemPriv, RmrTriplet};
+use rdapl_iwarp::{Access, Memory, Place, Region, Source, StagError};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// What the FPDU being fed to the engine is (tagged placements are told
+/// apart by it).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RxOp {
+    Other,
+    Write,
+    ReadResponse,
+}
+
+/// A posted receive the engine holds.
+pub(crate) struct RecvState {
+    pub wr: RecvWr,
+    /// The first placement error, if any.
+    pub status: Option<DtoStatus>,
+}
+
+/// A checked and copied RDMA Read source.
+pub(crate) struct StagedRead {
+    pub stag: u32,
+    pub to: u64,
+    pub data: Result<Vec<u8>, DtoStatus>,
+}
+
+/// An RDMA read of ours in flight: its request and the first placement
+/// error of its response.
+pub(crate) struct Sink {
+    pub wr: Wr,
+    pub len: u64,
+    pub status: Option<DtoStatus>,
+}
+
+/// One connection's memory, as the engine sees it.
+pub(crate) struct ConnMemory {
+    pub ep: Option<Arc<EpInner>>,
+    /// Gathered bytes of Sends and Writes, by engine id.
+    pub staged: HashMap<u64, Vec<u8>>,
+    pub staged_bytes: usize,
+    /// Receives handed to the engine, by engine id.
+    pub recvs: HashMap<u64, RecvState>,
+    /// Our reads in flight, by sink STag.
+    pub sinks: HashMap<u32, Sink>,
+    /// The FPDU being fed.
+    pub rx_op: RxOp,
+    /// The source of the Read Request being fed.
+    pub pending_read: Option<StagedRead>,
+    /// Sources of accepted Read Requests, in response order.
+    pub responses: VecDeque<StagedRead>,
+    /// An inbound RDMA Write the core refused at placement (the engine's
+    /// own check passed): the connection must break.
+    pub fault: bool,
+}
+
+impl ConnMemory {
+    pub fn new() -> ConnMemory {
+        ConnMemory {
+            ep: None,
+            staged: HashMap::new(),
+            staged_bytes: 0,
+            recvs: HashMap::new(),
+            sinks: HashMap::new(),
+            rx_op: RxOp::Other,
+            pending_read: None,
+            responses: VecDeque::new(),
+            fault: false,
+        }
+    }
+
+    /// Stages the bytes of Send or Write `id`.
+    pub fn stage(&mut self, id: u64, data: Vec<u8>) {
+        self.staged_bytes += data.len();
+        self.staged.insert(id, data);
+    }
+
+    /// Drops the bytes of `id` (transmitted or flushed).
+    pub fn unstage(&mut self, id: u64) {
+        if let Some(d) = self.staged.remove(&id) {
+            self.staged_bytes -= d.len();
+        }
+    }
+
+    /// A Read Response segment from `stag` at `to`, `len` bytes long, was
+    /// written out: the staged source goes once its last byte has.
+    pub fn response_sent(&mut self, stag: u32, to: u64, len: u32) {
+        if let Some(f) = self.responses.front()
+            && f.stag == stag
+        {
+            let end =
+                f.to.saturating_add(f.data.as_ref().map_or(0, |d| d.len() as u64));
+            if to.saturating_add(u64::from(len)) >= end {
+                self.responses.pop_front();
+            }
+        }
+    }
+}
+
+fn slice(data: &[u8], offset: u64, len: u32) -> Option<&[u8]> {
+    let s = usize::try_from(offset).ok()?;
+    data.get(s..s.checked_add(usize::try_from(len).ok()?)?)
+}
+
+impl Memory for ConnMemory {
+    fn lookup(&mut self, stag: u32, access: Access) -> Result<Region, StagError> {
+        match access {
+            Access::RemoteWrite => {
+                let ep = self.ep.as_ref().ok_or(StagError::Invalid)?;
+                let (base, len) = ep
+                    .remote_extent(stag, MemPriv::REMOTE_WRITE)
+                    .map_err(|_| StagError::Invalid)?;
+                Ok(Region { base, len })
+            }
+            Access::RemoteRead => {
+                let Some(p) = self.pending_read.take().filter(|p| p.stag == stag) else {
+                    return Err(StagError::Invalid);
+                };
+                match &p.data {
+                    Ok(d) => {
+                        let r = Region {
+                            base: p.to,
+                            len: d.len() as u64,
+                        };
+                        self.responses.push_back(p);
+                        Ok(r)
+                    }
+                    Err(_) => Err(StagError::Access),
+                }
+            }
+            Access::LocalWrite => self
+                .sinks
+                .get(&stag)
+                .map(|s| Region {
+                    base: 0,
+                    len: s.len,
+                })
+                .ok_or(StagError::Invalid),
+        }
+    }
+
+    fn source(&self, src: &Source) -> Option<&[u8]> {
+        match *src {
+            Source::Local { wr_id, offset, len } => {
+                slice(self.staged.get(&wr_id)?, u64::from(offset), len)
+            }
+            Source::Region { stag, to, len } => {
+                let f = self.responses.iter().find(|r| r.stag == stag)?;
+                let d = f.data.as_ref().ok()?;
+                slice(d, to.checked_sub(f.to)?, len)
+            }
+        }
+    }
+
+    fn place(&mut self, dst: &Place, data: &[u8]) {
+        let Some(ep) = self.ep.as_ref() else {
+            self.fault = true;
+            return;
+        };
+        match *dst {
+            Place::Recv { wr_id, offset } => {
+                if let Some(r) = self.recvs.get_mut(&wr_id)
+                    && r.status.is_none()
+                    && let Err(st) = ep.scatter_at(&mut r.wr, u64::from(offset), data)
+                {
+                    r.status = Some(st);
+                }
+            }
+            Place::Tagged { stag, to } => match self.rx_op {
+                RxOp::Write => {
+                    let t = RmrTriplet {
+                        rmr_context: stag,
+                        target_address: to,
+                        segment_length: data.len() as u64,
+                    };
+                    if ep.remote_write(t, data).is_err() {
+                        self.fault = true;
+                    }
+                }
+                RxOp::ReadResponse => {
+                    if let Some(s) = self.sinks.get_mut(&stag)
+                        && s.status.is_none()
+                        && let Err(st) = ep.scatter_read(&s.wr, to, data)
+                    {
+                        s.status = Some(st);
+                    }
+                }
+                RxOp::Other => self.fault = true,
+            },
+        }
+    }
+}

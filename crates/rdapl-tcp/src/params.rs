@@ -1,0 +1,145 @@
+//! IA parameters and the mapping of DAT connection qualifiers to TCP ports.
+//!
+//! `Ia::open` hands the provider a parameter string of `key=value` words,
+//! separated by spaces or commas. Every key is optional:
+//!
+//! | key | meaning | default |
+//! |---|---|---|
+//! | `addr` | the IA's IP address: listeners bind it, connections start from it | `127.0.0.1` |
+//! | `port_base` | TCP port of qualifier 0: qualifier `q` is port `port_base + q` | `0` |
+//! | `crc` | ask for MPA CRC32c (`1`/`0`, `on`/`off`); used if either side asks | the instance's (on) |
+//! | `mss` | largest FPDU in bytes (64..=65535) | the socket's MSS |
+//! | `recv_wait_ms` | how long an arriving Send may wait for a receive | the instance's (5000) |
+//!
+//! A qualifier whose port falls outside 1..=65535 is refused with
+//! `InvalidParameter`, at `listen` and at `connect`. Both sides must use
+//! the same `port_base` to meet.
+
+use rdapl::{Error, Result};
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Settings of one [`crate::Tcp`] instance: the defaults of its IAs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// Ask for MPA CRC32c (RFC 5044). On by default.
+    pub crc: bool,
+    /// How long, in milliseconds, an arriving Send waits for a posted
+    /// receive before the connection breaks (`ReceiverNotReady` on the
+    /// sender). While it waits, the receiver stops reading that socket, so
+    /// TCP flow control holds the sender back.
+    pub recv_wait_ms: u64,
+    /// How long, in milliseconds, a closed socket may take to drain its
+    /// last bytes and see the peer's end before it is dropped.
+    pub linger_ms: u64,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            crc: true,
+            recv_wait_ms: 5_000,
+            linger_ms: 1_000,
+        }
+    }
+}
+
+/// The settings of one IA.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct IaParams {
+    pub addr: IpAddr,
+    pub port_base: u64,
+    pub crc: bool,
+    pub mss: Option<u32>,
+    pub recv_wait_ms: u64,
+    pub linger_ms: u64,
+}
+
+fn bad(what: &'static str) -> Error {
+    Error::InvalidParameter { arg: 1, what }
+}
+
+fn flag(v: &str) -> Option<bool> {
+    match v {
+        "1" | "on" | "true" | "yes" => Some(true),
+        "0" | "off" | "false" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+impl IaParams {
+    /// Parses `params` over the defaults of `cfg`.
+    pub fn parse(params: &str, cfg: &TcpConfig) -> Result<IaParams> {
+        let mut p = IaParams {
+            addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port_base: 0,
+            crc: cfg.crc,
+            mss: None,
+            recv_wait_ms: cfg.recv_wait_ms,
+            linger_ms: cfg.linger_ms,
+        };
+        for kv in params.split([' ', ',']).filter(|s| !s.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or(bad("tcp: parameters are key=value"))?;
+            match k {
+                "addr" => p.addr = v.parse().map_err(|_| bad("tcp: addr= is not an IP"))?,
+                "port_base" => {
+                    p.port_base = v
+                        .parse::<u16>()
+                        .map_err(|_| bad("tcp: port_base= is not a port number"))?
+                        .into()
+                }
+                "crc" => p.crc = flag(v).ok_or(bad("tcp: crc= is 1 or 0"))?,
+                "mss" => {
+                    let m: u32 = v.parse().map_err(|_| bad("tcp: mss= is not a number"))?;
+                    if !(64..=65535).contains(&m) {
+                        return Err(bad("tcp: mss= must be in 64..=65535"));
+                    }
+                    p.mss = Some(m);
+                }
+                "recv_wait_ms" => {
+                    p.recv_wait_ms = v
+                        .parse()
+                        .map_err(|_| bad("tcp: recv_wait_ms= is not a number"))?
+                }
+                _ => return Err(bad("tcp: unknown parameter")),
+            }
+        }
+        Ok(p)
+    }
+
+    /// The TCP port of connection qualifier `qual`.
+    pub fn port(&self, qual: u64) -> Result<u16> {
+        self.port_base
+            .checked_add(qual)
+            .filter(|p| (1..=65535).contains(p))
+            .map(|p| p as u16)
+            .ok_or(Error::InvalidParameter {
+                arg: 2,
+                what: "tcp: the qualifier maps outside TCP ports 1..=65535",
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_maps_ports() {
+        let c = TcpConfig::default();
+        let p = IaParams::parse("addr=127.0.0.5, port_base=1000 crc=off mss=9000", &c).unwrap();
+        assert_eq!(p.addr, "127.0.0.5".parse::<IpAddr>().unwrap());
+        assert!(!p.crc);
+        assert_eq!(p.mss, Some(9000));
+        assert_eq!(p.port(5).unwrap(), 1005);
+        assert!(p.port(64536).is_err());
+        assert!(p.port(u64::MAX).is_err());
+        let d = IaParams::parse("", &c).unwrap();
+        assert_eq!(d.port(80).unwrap(), 80);
+        assert!(d.port(0).is_err());
+        assert!(IaParams::parse("addr=nope", &c).is_err());
+        assert!(IaParams::parse("color=red", &c).is_err());
+        assert!(IaParams::parse("mss=10", &c).is_err());
+    }
+}

@@ -1,0 +1,217 @@
+//! Helpers of the TCP provider's tests: IAs on 127.x addresses, nodes (an
+//! IA, a PZ, one EVD per stream, an endpoint), listening on a free port,
+//! and "the next event within T" helpers. Every wait is bounded.
+#![allow(dead_code)]
+
+use rdapl::*;
+use rdapl_tcp::Tcp;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The bound of every wait for an event.
+pub const T: Duration = Duration::from_secs(10);
+pub const D: CompletionFlags = CompletionFlags::DEFAULT;
+
+/// An IA of `tcp` at `addr` with extra `params`.
+pub fn ia(tcp: &Arc<Tcp>, addr: &str, params: &str) -> Ia {
+    let opts = IaOptions {
+        params: format!("addr={addr} {params}"),
+        ..Default::default()
+    };
+    Ia::open_provider(tcp.clone(), opts).unwrap()
+}
+
+/// A port this process has not used yet (a per-process base, so that
+/// test binaries running at once rarely meet; `listen` retries anyway).
+pub fn next_port() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    20_000 + (u64::from(std::process::id() % 400) * 100 + n) % 40_000
+}
+
+/// A PSP of `ia` on a free qualifier (= port), retrying while in use.
+pub fn listen(ia: &Ia, cr: &Evd) -> (Psp, u64) {
+    for _ in 0..200 {
+        let q = next_port();
+        match ia.psp_create(q, cr) {
+            Ok(p) => return (p, q),
+            Err(Error::ConnQualInUse(_)) => continue,
+            Err(e) => panic!("psp_create: {e:?}"),
+        }
+    }
+    panic!("no free port");
+}
+
+pub fn next(evd: &Evd) -> Event {
+    evd.wait(Some(T), 1).expect("an event within the timeout").0
+}
+
+pub fn next_dto(evd: &Evd) -> DtoCompletion {
+    match next(evd) {
+        Event::Dto(d) => d,
+        e => panic!("expected a DTO completion, got {e:?}"),
+    }
+}
+
+pub fn conn_ev(evd: &Evd) -> ConnectionEvent {
+    match next(evd) {
+        Event::Connection(c) => c,
+        e => panic!("expected a connection event, got {e:?}"),
+    }
+}
+
+pub fn conn_kind(evd: &Evd) -> ConnectionEventKind {
+    conn_ev(evd).kind
+}
+
+pub fn next_cr(ia: &Ia, cr: &Evd) -> Cr {
+    match next(cr) {
+        Event::ConnectionRequest(a) => ia.cr(a.cr).unwrap(),
+        e => panic!("expected a connection request, got {e:?}"),
+    }
+}
+
+pub fn empty(evd: &Evd) {
+    assert_eq!(evd.dequeue().unwrap(), None, "no further event expected");
+}
+
+/// Expects `Flushed` completions with these cookies, in order, and nothing else.
+pub fn flushed(evd: &Evd, cookies: &[u64]) {
+    for &k in cookies {
+        let d = next_dto(evd);
+        assert_eq!((d.cookie, d.status), (k, DtoStatus::Flushed), "{d:?}");
+    }
+    empty(evd);
+}
+
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ ((i >> 8) as u8))
+        .collect()
+}
+
+pub struct Node {
+    pub ia: Ia,
+    pub pz: Pz,
+    pub req: Evd,
+    pub rcv: Evd,
+    pub conn: Evd,
+    pub cr: Evd,
+    pub ep: Ep,
+}
+
+impl Node {
+    pub fn new(tcp: &Arc<Tcp>, addr: &str, params: &str) -> Node {
+        Node::with(ia(tcp, addr, params), 256)
+    }
+
+    pub fn with(ia: Ia, qlen: usize) -> Node {
+        Node::with_attr(ia, qlen, None)
+    }
+
+    /// A node whose endpoint has these attributes.
+    pub fn with_attr(ia: Ia, qlen: usize, attr: Option<EpAttr>) -> Node {
+        let pz = ia.pz_create().unwrap();
+        let req = ia.evd_create(qlen, EvdFlags::DTO).unwrap();
+        let rcv = ia.evd_create(qlen, EvdFlags::DTO).unwrap();
+        let conn = ia.evd_create(qlen, EvdFlags::CONNECTION).unwrap();
+        let cr = ia.evd_create(qlen, EvdFlags::CR).unwrap();
+        let ep = ia
+            .ep_create(&pz, Some(&rcv), Some(&req), Some(&conn), attr)
+            .unwrap();
+        Node {
+            ia,
+            pz,
+            req,
+            rcv,
+            conn,
+            cr,
+            ep,
+        }
+    }
+
+    pub fn ep2(&self) -> Ep {
+        self.ia
+            .ep_create(
+                &self.pz,
+                Some(&self.rcv),
+                Some(&self.req),
+                Some(&self.conn),
+                None,
+            )
+            .unwrap()
+    }
+
+    pub fn buf(&self, len: usize) -> Lmr {
+        self.pz
+            .lmr_create(Region::zeroed(len), MemPriv::ALL)
+            .unwrap()
+    }
+
+    pub fn lmr(&self, data: Vec<u8>) -> Lmr {
+        self.pz.lmr_create_from(data, MemPriv::ALL).unwrap()
+    }
+
+    pub fn recv(&self, lmr: &Lmr, off: u64, len: u64, cookie: u64) {
+        self.ep
+            .post_recv(&[lmr.triplet(off, len).unwrap()], cookie, D)
+            .unwrap();
+    }
+
+    pub fn send(&self, lmr: &Lmr, off: u64, len: u64, cookie: u64) {
+        self.ep
+            .post_send(&[lmr.triplet(off, len).unwrap()], cookie, D)
+            .unwrap();
+    }
+}
+
+/// A client and a server listening on a free port.
+pub struct Pair {
+    pub c: Node,
+    pub s: Node,
+    pub psp: Psp,
+    pub qual: u64,
+}
+
+impl Pair {
+    pub fn new(c: Node, s: Node) -> Pair {
+        let (psp, qual) = listen(&s.ia, &s.cr);
+        Pair { c, s, psp, qual }
+    }
+
+    /// Two IAs of one provider at `client`/`server`, connected.
+    pub fn connected(tcp: &Arc<Tcp>, client: &str, server: &str, params: &str) -> Pair {
+        let p = Pair::new(
+            Node::new(tcp, client, params),
+            Node::new(tcp, server, params),
+        );
+        p.connect();
+        p
+    }
+
+    pub fn connect(&self) {
+        self.c
+            .ep
+            .connect(self.s.ia.address(), self.qual, Some(T), b"")
+            .unwrap();
+        next_cr(&self.s.ia, &self.s.cr)
+            .accept(&self.s.ep, b"")
+            .unwrap();
+        assert_eq!(conn_kind(&self.s.conn), ConnectionEventKind::Established);
+        assert_eq!(conn_kind(&self.c.conn), ConnectionEventKind::Established);
+    }
+
+    pub fn expect_end(&self, kind: ConnectionEventKind) {
+        assert_eq!(conn_kind(&self.c.conn), kind, "client");
+        assert_eq!(conn_kind(&self.s.conn), kind, "server");
+        assert_eq!(self.c.ep.state(), EpState::Disconnected);
+        assert_eq!(self.s.ep.state(), EpState::Disconnected);
+    }
+
+    pub fn reconnect(&self) {
+        self.c.ep.reset().unwrap();
+        self.s.ep.reset().unwrap();
+        self.connect();
+    }
+}

@@ -1,0 +1,451 @@
+//! The object model's flows (those of the core's `provider_public.rs`
+//! "pipe" provider) over real sockets, two IAs of one process on
+//! 127.x addresses: connection management with private data, ordered
+//! sends with every byte checked, RDMA writes and reads, protection
+//! errors, disconnect and free flushing exactly once, CRC on and off.
+
+mod common;
+
+use common::*;
+use rdapl::*;
+use rdapl_tcp::Tcp;
+
+#[test]
+fn the_provider_is_named_and_reports_its_limits() {
+    let tcp = Tcp::new();
+    let ia = ia(&tcp, "127.0.3.1", "");
+    let (attr, pattr) = ia.query().unwrap();
+    assert_eq!(pattr.name, "tcp");
+    assert_eq!(attr.adapter_name, "tcp0");
+    assert_eq!(attr.max_private_data_size, rdapl_tcp::MAX_PRIVATE_DATA);
+    let reg = Registry::with_builtin();
+    reg.register(tcp.clone()).unwrap();
+    assert!(reg.names().contains(&"tcp".to_string()));
+    // A qualifier that maps outside the TCP ports is refused.
+    let cr = ia.evd_create(4, EvdFlags::CR).unwrap();
+    assert!(matches!(
+        ia.psp_create(70_000, &cr),
+        Err(Error::InvalidParameter { .. })
+    ));
+    let based = common::ia(&tcp, "127.0.3.2", "port_base=65000");
+    assert!(matches!(
+        based.psp_create(600, &cr),
+        Err(Error::InvalidParameter { .. })
+    ));
+    // The same port twice: in use.
+    let (_psp, q) = listen(&ia, &cr);
+    assert!(matches!(
+        ia.psp_create(q, &cr),
+        Err(Error::ConnQualInUse(_))
+    ));
+    assert!(
+        Ia::open_provider(
+            tcp.clone(),
+            IaOptions {
+                params: "addr=oops".into(),
+                ..Default::default()
+            }
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn connect_accept_and_reject_carry_private_data() {
+    let tcp = Tcp::new();
+    let (c, s) = (
+        Node::new(&tcp, "127.0.4.1", ""),
+        Node::new(&tcp, "127.0.4.2", ""),
+    );
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    c.ep.connect(s.ia.address(), q, Some(T), b"hello").unwrap();
+    let cr = next_cr(&s.ia, &s.cr);
+    assert_eq!(cr.private_data(), b"hello");
+    assert_eq!(cr.remote_address(), c.ia.address());
+    cr.reject(b"no").unwrap();
+    let e = conn_ev(&c.conn);
+    assert_eq!(e.kind, ConnectionEventKind::PeerRejected);
+    assert_eq!(e.private_data.as_deref(), Some(&b"no"[..]));
+    assert!(cr.accept(&s.ep, b"").is_err(), "a settled request");
+    c.ep.reset().unwrap();
+    let big = pattern(rdapl_tcp::MAX_PRIVATE_DATA, 1);
+    c.ep.connect(s.ia.address(), q, Some(T), &big).unwrap();
+    let cr = next_cr(&s.ia, &s.cr);
+    assert_eq!(cr.private_data(), &big[..]);
+    cr.accept(&s.ep, b"welcome").unwrap();
+    assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+    let e = conn_ev(&c.conn);
+    assert_eq!(e.kind, ConnectionEventKind::Established);
+    assert_eq!(e.private_data.as_deref(), Some(&b"welcome"[..]));
+    assert_eq!(
+        c.ep.query().unwrap().peer_private_data.as_deref(),
+        Some(&b"welcome"[..])
+    );
+    // Too much private data is refused at the call.
+    let c3 = c.ep2();
+    assert!(
+        c3.connect(
+            s.ia.address(),
+            q,
+            Some(T),
+            &pattern(rdapl_tcp::MAX_PRIVATE_DATA + 1, 0)
+        )
+        .is_err()
+    );
+    // Nobody listens on the next port.
+    let c2 = c.ep2();
+    let (psp2, q2) = listen(&s.ia, &s.cr);
+    psp2.free().unwrap();
+    c2.connect(s.ia.address(), q2, Some(T), b"").unwrap();
+    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::NonPeerRejected);
+}
+
+#[test]
+fn a_connect_nobody_answers_times_out() {
+    // A TCP listener that never speaks MPA.
+    let raw = std::net::TcpListener::bind("127.0.5.2:0").unwrap();
+    let port = raw.local_addr().unwrap().port();
+    let tcp = Tcp::new();
+    let c = Node::new(&tcp, "127.0.5.1", "");
+    let t0 = std::time::Instant::now();
+    c.ep.connect(
+        "127.0.5.2".parse().unwrap(),
+        u64::from(port),
+        Some(std::time::Duration::from_millis(300)),
+        b"",
+    )
+    .unwrap();
+    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::TimedOut);
+    assert!(t0.elapsed() < T);
+    assert_eq!(c.ep.state(), EpState::Disconnected);
+    drop(raw);
+}
+
+#[test]
+fn an_unusable_address_is_unreachable() {
+    let tcp = Tcp::new();
+    let c = Node::new(&tcp, "127.0.5.3", "");
+    // An IPv4 IA cannot reach an IPv6 address.
+    c.ep.connect("::1".parse().unwrap(), 5000, Some(T), b"")
+        .unwrap();
+    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Unreachable);
+}
+
+fn ordered_sends(params: &str, a: &str, b: &str) {
+    let tcp = Tcp::new();
+    let p = Pair::connected(&tcp, a, b, params);
+    let sizes = [0usize, 1, 64, 4096, 64 << 10, 1 << 20];
+    let total: usize = sizes.iter().sum();
+    let rbuf = p.s.buf(total);
+    let msgs: Vec<u8> = sizes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &n)| pattern(n, i as u8 * 7 + 1))
+        .collect();
+    let src = p.c.lmr(msgs.clone());
+    let mut off = 0u64;
+    // Half the sends before their receives (they wait), half after.
+    let offs: Vec<u64> = sizes
+        .iter()
+        .map(|&n| {
+            let o = off;
+            off += n as u64;
+            o
+        })
+        .collect();
+    for (i, &n) in sizes.iter().enumerate().take(3) {
+        p.c.send(&src, offs[i], n as u64, i as u64);
+    }
+    for (i, &n) in sizes.iter().enumerate() {
+        p.s.recv(&rbuf, offs[i], n as u64, 100 + i as u64);
+    }
+    for (i, &n) in sizes.iter().enumerate().skip(3) {
+        p.c.send(&src, offs[i], n as u64, i as u64);
+    }
+    for (i, &n) in sizes.iter().enumerate() {
+        let d = next_dto(&p.c.req);
+        assert_eq!(
+            (d.cookie, d.status, d.transferred_length),
+            (i as u64, DtoStatus::Success, n as u64)
+        );
+        let r = next_dto(&p.s.rcv);
+        assert_eq!(
+            (r.cookie, r.status, r.transferred_length, r.operation),
+            (100 + i as u64, DtoStatus::Success, n as u64, DtoOp::Receive)
+        );
+    }
+    assert!(rbuf.to_vec().unwrap() == msgs, "every byte in place");
+    empty(&p.c.req);
+    empty(&p.s.rcv);
+    // And the other way, solicited.
+    let back = p.s.lmr(pattern(300, 9));
+    let cbuf = p.c.buf(300);
+    p.c.recv(&cbuf, 0, 300, 7);
+    p.s.ep
+        .post_send(
+            &[back.triplet(0, 300).unwrap()],
+            8,
+            CompletionFlags::SOLICITED_WAIT,
+        )
+        .unwrap();
+    assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
+    let r = next_dto(&p.c.rcv);
+    assert_eq!(
+        (r.cookie, r.status, r.transferred_length),
+        (7, DtoStatus::Success, 300)
+    );
+    assert_eq!(cbuf.to_vec().unwrap(), pattern(300, 9));
+}
+
+#[test]
+fn sends_land_in_order_with_every_byte_crc_on() {
+    ordered_sends("crc=1", "127.0.6.1", "127.0.6.2");
+}
+
+#[test]
+fn sends_land_in_order_with_every_byte_crc_off() {
+    ordered_sends("crc=0", "127.0.6.3", "127.0.6.4");
+}
+
+#[test]
+fn sends_land_in_order_with_small_fpdus() {
+    // Many FPDUs per message (one per 512 bytes).
+    ordered_sends("mss=512", "127.0.6.5", "127.0.6.6");
+}
+
+#[test]
+fn many_small_sends_keep_their_order() {
+    let tcp = Tcp::new();
+    let p = Pair::connected(&tcp, "127.0.7.1", "127.0.7.2", "");
+    const N: u64 = 200;
+    let rbuf = p.s.buf(64 * N as usize);
+    let src =
+        p.c.lmr((0..N as usize).flat_map(|i| pattern(64, i as u8)).collect());
+    for i in 0..N {
+        p.s.recv(&rbuf, i * 64, 64, 1000 + i);
+    }
+    for i in 0..N {
+        p.c.send(&src, i * 64, 64, i);
+    }
+    for i in 0..N {
+        let d = next_dto(&p.c.req);
+        assert_eq!((d.cookie, d.status), (i, DtoStatus::Success));
+        let r = next_dto(&p.s.rcv);
+        assert_eq!((r.cookie, r.status), (1000 + i, DtoStatus::Success));
+    }
+    assert_eq!(rbuf.to_vec().unwrap(), src.to_vec().unwrap());
+}
+
+#[test]
+fn rdma_write_and_read_move_exactly_the_range() {
+    let tcp = Tcp::new();
+    let p = Pair::connected(&tcp, "127.0.8.1", "127.0.8.2", "mss=1024");
+    let target = p.s.lmr(pattern(256 << 10, 9));
+    let before = target.to_vec().unwrap();
+    let n = 100_000u64;
+    let src = p.c.lmr(pattern(n as usize, 1));
+    let remote = target.rmr_triplet(32, n).unwrap();
+    p.c.ep
+        .post_rdma_write(&[src.triplet(0, n).unwrap()], remote, 1, D)
+        .unwrap();
+    let d = next_dto(&p.c.req);
+    assert_eq!(
+        (d.status, d.transferred_length, d.operation),
+        (DtoStatus::Success, n, DtoOp::RdmaWrite)
+    );
+    // The write completed: the peer placed it.
+    let after = target.to_vec().unwrap();
+    assert!(after[32..32 + n as usize] == pattern(n as usize, 1)[..]);
+    assert_eq!(&after[..32], &before[..32]);
+    assert!(after[32 + n as usize..] == before[32 + n as usize..]);
+    let sink = p.c.buf(200_000);
+    let m = 150_000u64;
+    p.c.ep
+        .post_rdma_read(
+            &[sink.triplet(10, m).unwrap()],
+            target.rmr_triplet(100, m).unwrap(),
+            2,
+            D,
+        )
+        .unwrap();
+    let d = next_dto(&p.c.req);
+    assert_eq!(
+        (d.status, d.transferred_length, d.operation),
+        (DtoStatus::Success, m, DtoOp::RdmaRead)
+    );
+    let got = sink.to_vec().unwrap();
+    assert!(got[10..10 + m as usize] == after[100..100 + m as usize]);
+    assert!(
+        got[..10]
+            .iter()
+            .chain(&got[10 + m as usize..])
+            .all(|&b| b == 0)
+    );
+    // Writes, a read and a send in one burst complete in post order.
+    let rbuf = p.s.buf(8);
+    p.s.recv(&rbuf, 0, 8, 50);
+    for k in 0..4 {
+        p.c.ep
+            .post_rdma_write(
+                &[src.triplet(k * 8, 8).unwrap()],
+                target.rmr_triplet(k * 8, 8).unwrap(),
+                10 + k,
+                D,
+            )
+            .unwrap();
+    }
+    p.c.ep
+        .post_rdma_read(
+            &[sink.triplet(0, 8).unwrap()],
+            target.rmr_triplet(0, 8).unwrap(),
+            14,
+            D,
+        )
+        .unwrap();
+    p.c.send(&src, 0, 8, 15);
+    for k in 10..16 {
+        let d = next_dto(&p.c.req);
+        assert_eq!((d.cookie, d.status), (k, DtoStatus::Success));
+    }
+    assert_eq!(next_dto(&p.s.rcv).status, DtoStatus::Success);
+}
+
+#[test]
+fn a_forged_key_moves_nothing_and_breaks_both_sides() {
+    let tcp = Tcp::new();
+    let p = Pair::connected(&tcp, "127.0.9.1", "127.0.9.2", "");
+    let target = p.s.lmr(vec![5; 64]);
+    let rbuf = p.s.buf(16);
+    p.s.recv(&rbuf, 0, 16, 9);
+    let src = p.c.lmr(vec![1; 64]);
+    let mut forged = target.rmr_triplet(0, 64).unwrap();
+    forged.rmr_context ^= 0xFF;
+    p.c.ep
+        .post_rdma_write(&[src.triplet(0, 64).unwrap()], forged, 1, D)
+        .unwrap();
+    let d = next_dto(&p.c.req);
+    assert_eq!(
+        (d.status, d.transferred_length),
+        (DtoStatus::RemoteAccess, 0)
+    );
+    p.expect_end(ConnectionEventKind::Broken);
+    flushed(&p.s.rcv, &[9]);
+    assert_eq!(target.to_vec().unwrap(), vec![5; 64]);
+    // Out of range with the right key: refused too.
+    p.reconnect();
+    let t = target.rmr_triplet(0, 1).unwrap();
+    let past = RmrTriplet {
+        rmr_context: t.rmr_context,
+        target_address: t.target_address + 60,
+        segment_length: 8,
+    };
+    p.c.ep
+        .post_rdma_write(&[src.triplet(0, 8).unwrap()], past, 2, D)
+        .unwrap();
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::RemoteAccess);
+    p.expect_end(ConnectionEventKind::Broken);
+    assert_eq!(target.to_vec().unwrap(), vec![5; 64]);
+    // A read of a forged key, and of a region without remote read.
+    p.reconnect();
+    let sink = p.c.buf(64);
+    p.c.ep
+        .post_rdma_read(&[sink.triplet(0, 64).unwrap()], forged, 3, D)
+        .unwrap();
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::RemoteAccess);
+    p.expect_end(ConnectionEventKind::Broken);
+    p.reconnect();
+    let private =
+        p.s.pz
+            .lmr_create_from(vec![7; 64], MemPriv::LOCAL_READ | MemPriv::LOCAL_WRITE)
+            .unwrap();
+    let no_rights = private.rmr_triplet(0, 64).unwrap();
+    p.c.ep
+        .post_rdma_read(&[sink.triplet(0, 64).unwrap()], no_rights, 4, D)
+        .unwrap();
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::RemoteAccess);
+    p.expect_end(ConnectionEventKind::Broken);
+    assert!(sink.to_vec().unwrap().iter().all(|&b| b == 0));
+}
+
+#[test]
+fn disconnect_and_free_flush_everything_once_and_tell_the_peer() {
+    let tcp = Tcp::new();
+    let p = Pair::connected(&tcp, "127.0.10.1", "127.0.10.2", "");
+    let rbuf = p.s.buf(64);
+    let cbuf = p.c.buf(64);
+    for i in 0..4 {
+        p.s.recv(&rbuf, i * 16, 16, 10 + i);
+        p.c.recv(&cbuf, i * 16, 16, 20 + i);
+    }
+    p.c.ep.disconnect(true).unwrap();
+    p.expect_end(ConnectionEventKind::Disconnected);
+    flushed(&p.s.rcv, &[10, 11, 12, 13]);
+    flushed(&p.c.rcv, &[20, 21, 22, 23]);
+    // Abrupt, with requests in flight (a send waiting for a receive).
+    p.reconnect();
+    let src = p.c.lmr(vec![3; 64]);
+    p.c.send(&src, 0, 64, 30);
+    p.c.send(&src, 0, 64, 31);
+    p.c.ep.disconnect(false).unwrap();
+    p.expect_end(ConnectionEventKind::Disconnected);
+    flushed(&p.c.req, &[30, 31]);
+    empty(&p.s.rcv);
+    // Freeing a connected endpoint reaches the provider: the peer is told.
+    p.reconnect();
+    p.s.recv(&rbuf, 0, 16, 40);
+    p.c.ep.free().unwrap();
+    assert_eq!(conn_kind(&p.s.conn), ConnectionEventKind::Disconnected);
+    flushed(&p.s.rcv, &[40]);
+    assert_eq!(p.s.ep.state(), EpState::Disconnected);
+}
+
+#[test]
+fn a_message_in_segments_fills_a_scatter_list_in_order() {
+    let tcp = Tcp::new();
+    let p = Pair::connected(&tcp, "127.0.11.1", "127.0.11.2", "mss=64");
+    let rbuf = p.s.buf(400);
+    let list = [
+        rbuf.triplet(300, 70).unwrap(),
+        rbuf.triplet(0, 30).unwrap(),
+        rbuf.triplet(100, 130).unwrap(),
+    ];
+    p.s.ep.post_recv(&list, 1, D).unwrap();
+    let msg = pattern(230, 3);
+    let src = p.c.lmr(msg.clone());
+    p.c.send(&src, 0, 230, 2);
+    let r = next_dto(&p.s.rcv);
+    assert_eq!((r.status, r.transferred_length), (DtoStatus::Success, 230));
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+    let got = rbuf.to_vec().unwrap();
+    assert_eq!(&got[300..370], &msg[..70]);
+    assert_eq!(&got[0..30], &msg[70..100]);
+    assert_eq!(&got[100..230], &msg[100..]);
+    // One byte too many for the list: LocalLength on the receive, the
+    // sender is told (RemoteResponder), both break.
+    p.s.ep.post_recv(&list, 3, D).unwrap();
+    let big = p.c.lmr(pattern(231, 4));
+    p.c.send(&big, 0, 231, 4);
+    assert_eq!(next_dto(&p.s.rcv).status, DtoStatus::LocalLength);
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::RemoteResponder);
+    p.expect_end(ConnectionEventKind::Broken);
+}
+
+#[test]
+fn a_send_waits_for_its_receive_then_times_out() {
+    let tcp = Tcp::new();
+    let p = Pair::connected(&tcp, "127.0.12.1", "127.0.12.2", "recv_wait_ms=400");
+    let src = p.c.lmr(pattern(5000, 2));
+    let rbuf = p.s.buf(5000);
+    p.c.send(&src, 0, 5000, 1);
+    // No receive yet: the send waits (it does not complete).
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    empty(&p.c.req);
+    p.s.recv(&rbuf, 0, 5000, 2);
+    assert_eq!(next_dto(&p.s.rcv).status, DtoStatus::Success);
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+    assert_eq!(rbuf.to_vec().unwrap(), pattern(5000, 2));
+    // Never a receive: past recv_wait_ms the connection breaks.
+    p.c.send(&src, 0, 10, 3);
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::ReceiverNotReady);
+    p.expect_end(ConnectionEventKind::Broken);
+}

@@ -1,0 +1,219 @@
+//! A raw TCP client (the rdapl-iwarp engine over a plain socket, so it can
+//! set up a connection and then misbehave) sends garbage, a truncated
+//! frame, a huge length, a bad CRC, an unknown opcode and a forged STag:
+//! each time the server's endpoint breaks, a Terminate comes back where
+//! framing allows, nothing panics, and the server keeps serving a good
+//! connection made before.
+
+mod common;
+
+use common::*;
+use rdapl::*;
+use rdapl_iwarp::rdmap::{tagged_header, untagged_header};
+use rdapl_iwarp::{
+    Buffer, Config, Connection, DdpHeader, Event as IwEvent, Opcode, Role, VecMemory,
+};
+use rdapl_tcp::Tcp;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::Duration;
+
+struct Raw {
+    sock: TcpStream,
+    conn: Connection,
+    mem: VecMemory,
+}
+
+impl Raw {
+    /// Sets up an iWARP connection with the server's `ep` (a receive of
+    /// 16 bytes posted on it first).
+    fn connect(s: &Node, q: u64, ep: &Ep, rbuf: &Lmr) -> Raw {
+        let sock = TcpStream::connect((s.ia.address(), q as u16)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let cfg = Config {
+            peer_to_peer: true,
+            ..Config::default()
+        };
+        let mut conn = Connection::new(Role::Initiator, cfg, 0).unwrap();
+        conn.connect(0, b"raw").unwrap();
+        let mut raw = Raw {
+            sock,
+            conn,
+            mem: VecMemory::default(),
+        };
+        raw.flush();
+        ep.post_recv(&[rbuf.triplet(0, 16).unwrap()], 1, D).unwrap();
+        next_cr(&s.ia, &s.cr).accept(ep, b"").unwrap();
+        let end = std::time::Instant::now() + T;
+        while !raw
+            .events()
+            .iter()
+            .any(|e| matches!(e, IwEvent::Established { .. }))
+        {
+            assert!(std::time::Instant::now() < end, "no MPA reply");
+            raw.read_some();
+        }
+        raw.flush(); // the RTR
+        assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+        raw
+    }
+
+    fn flush(&mut self) {
+        let mut out = Vec::new();
+        while let Some(t) = self.conn.poll_transmit(&self.mem) {
+            assert!(t.write_to(&self.mem, &mut out));
+        }
+        self.sock.write_all(&out).unwrap();
+    }
+
+    fn read_some(&mut self) -> bool {
+        let mut b = [0u8; 4096];
+        match self.sock.read(&mut b) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.conn.handle_input(0, &b[..n], &mut self.mem);
+                true
+            }
+            Err(_) => true,
+        }
+    }
+
+    fn events(&mut self) -> Vec<IwEvent> {
+        std::iter::from_fn(|| self.conn.poll_event()).collect()
+    }
+
+    /// Reads until the server closes; true if a Terminate came.
+    fn terminated(&mut self) -> bool {
+        let end = std::time::Instant::now() + T;
+        let mut term = false;
+        while std::time::Instant::now() < end {
+            let more = self.read_some();
+            term |= self
+                .events()
+                .iter()
+                .any(|e| matches!(e, IwEvent::TerminateReceived(_)));
+            if !more || term {
+                break;
+            }
+        }
+        term
+    }
+}
+
+fn fpdu(h: DdpHeader, payload: &[u8]) -> Vec<u8> {
+    rdapl_iwarp::fpdu::encode_fpdu(&h, &[], payload, true).unwrap()
+}
+
+#[test]
+fn bad_clients_get_a_terminate_and_the_server_keeps_serving() {
+    let tcp = Tcp::new();
+    let s = Node::new(&tcp, "127.0.40.2", "");
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    // A good connection first.
+    let c = Node::new(&tcp, "127.0.40.1", "");
+    c.ep.connect(s.ia.address(), q, Some(T), b"").unwrap();
+    let good = s.ep2();
+    next_cr(&s.ia, &s.cr).accept(&good, b"").unwrap();
+    assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
+
+    // Garbage instead of an MPA request: no request reaches the consumer.
+    let mut g = TcpStream::connect((s.ia.address(), q as u16)).unwrap();
+    g.write_all(&[0xAB; 300]).unwrap();
+    g.set_read_timeout(Some(T)).unwrap();
+    let mut b = [0u8; 64];
+    assert!(
+        matches!(g.read(&mut b), Ok(0) | Err(_)),
+        "the server hangs up"
+    );
+    empty(&s.cr);
+
+    let rbuf = s.buf(16);
+    // (what, the bytes, a Terminate expected, the posted receive's status)
+    let bad: Vec<(&str, Vec<u8>, bool, DtoStatus)> = vec![
+        // A truncated FPDU, then the end of the stream.
+        (
+            "truncated",
+            fpdu(untagged_header(Opcode::Send, true, 0, 1, 0), b"0123456789")[..9].to_vec(),
+            false,
+            DtoStatus::Flushed,
+        ),
+        // A huge length: far more than the posted receive.
+        (
+            "huge",
+            {
+                let mut v = fpdu(untagged_header(Opcode::Send, true, 0, 1, 0), &[7; 65000]);
+                v.truncate(2000);
+                v
+            },
+            true,
+            DtoStatus::LocalLength,
+        ),
+        // A bad CRC.
+        (
+            "crc",
+            {
+                let mut v = fpdu(untagged_header(Opcode::Send, true, 0, 1, 0), b"abcd");
+                let n = v.len();
+                v[n - 1] ^= 0xFF;
+                v
+            },
+            true,
+            DtoStatus::Flushed,
+        ),
+        // An unknown opcode.
+        (
+            "opcode",
+            fpdu(
+                DdpHeader::new(
+                    9,
+                    true,
+                    Buffer::Untagged {
+                        rsvd_ulp: 0,
+                        qn: 0,
+                        msn: 1,
+                        mo: 0,
+                    },
+                ),
+                b"x",
+            ),
+            true,
+            DtoStatus::Flushed,
+        ),
+        // A forged STag.
+        (
+            "stag",
+            fpdu(
+                tagged_header(Opcode::Write, true, 0xDEAD_BEEF, 0x1000),
+                &[1; 32],
+            ),
+            true,
+            DtoStatus::Flushed,
+        ),
+    ];
+    for (what, bytes, want_term, recv_status) in bad {
+        let ep = s.ep2();
+        let mut raw = Raw::connect(&s, q, &ep, &rbuf);
+        raw.sock.write_all(&bytes).unwrap();
+        if !want_term {
+            raw.sock.shutdown(Shutdown::Write).unwrap();
+        }
+        assert_eq!(raw.terminated(), want_term, "{what}: a Terminate");
+        assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Broken, "{what}");
+        assert_eq!(next_dto(&s.rcv).status, recv_status, "{what}");
+        assert_eq!(ep.state(), EpState::Disconnected, "{what}");
+        ep.free().unwrap();
+    }
+
+    // The good connection still works.
+    let gbuf = s.buf(64);
+    good.post_recv(&[gbuf.triplet(0, 64).unwrap()], 9, D)
+        .unwrap();
+    let src = c.lmr(pattern(64, 3));
+    c.send(&src, 0, 64, 1);
+    let r = next_dto(&s.rcv);
+    assert_eq!((r.cookie, r.status), (9, DtoStatus::Success));
+    assert_eq!(gbuf.to_vec().unwrap(), pattern(64, 3));
+    assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
+}

@@ -1,0 +1,273 @@
+//! Across processes: the server runs in a child process (this test binary
+//! re-executed with `RDAPL_TCP_CHILD` set, running only `child_server`),
+//! the client in the test. Data moves both ways with every byte checked;
+//! then the child is killed (SIGKILL) with 1000 requests in flight and the
+//! survivor must see every one flushed, exactly once, and the connection
+//! broken within 1 s.
+
+mod common;
+
+use common::*;
+use rdapl::*;
+use rdapl_tcp::Tcp;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const ENV: &str = "RDAPL_TCP_CHILD";
+
+/// The child's side. Without the variable set, it does nothing.
+#[test]
+fn child_server() {
+    let Ok(mode) = std::env::var(ENV) else {
+        return;
+    };
+    let (mode, addr) = mode.split_once(',').expect("mode,addr");
+    let tcp = Tcp::new();
+    let s = Node::new(&tcp, addr, "");
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    println!("\nPORT {q}");
+    let cr = next_cr(&s.ia, &s.cr);
+    let target = s.lmr(pattern(1 << 16, 77));
+    match mode {
+        "echo" => {
+            // Four messages come in; each goes back as it came.
+            let rbuf = s.buf(2 << 20);
+            let sizes = [1u64, 4096, 100_000, 1 << 20];
+            let mut off = 0;
+            for (i, &n) in sizes.iter().enumerate() {
+                s.recv(&rbuf, off, n, i as u64);
+                off += n;
+            }
+            // The accept tells the client where it may write and read.
+            let t = target.rmr_triplet(0, 1 << 16).unwrap();
+            let mut pd = Vec::new();
+            pd.extend_from_slice(&t.rmr_context.to_be_bytes());
+            pd.extend_from_slice(&t.target_address.to_be_bytes());
+            cr.accept(&s.ep, &pd).unwrap();
+            assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+            let mut off = 0;
+            for (i, &n) in sizes.iter().enumerate() {
+                let r = next_dto(&s.rcv);
+                assert_eq!(
+                    (r.cookie, r.status, r.transferred_length),
+                    (i as u64, DtoStatus::Success, n)
+                );
+                s.send(&rbuf, off, n, 100 + i as u64);
+                assert_eq!(next_dto(&s.req).status, DtoStatus::Success);
+                off += n;
+            }
+            assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Disconnected);
+            println!("DONE");
+        }
+        "sink" => {
+            // Accepts and never posts a receive: the client's sends pile up.
+            cr.accept(&s.ep, b"").unwrap();
+            assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+            println!("READY");
+            std::thread::sleep(Duration::from_secs(30));
+        }
+        m => panic!("unknown mode {m}"),
+    }
+}
+
+/// Starts the child in `mode` at `addr`; returns it, its stdout lines,
+/// and the port it listens on.
+fn spawn(mode: &str, addr: &str) -> (Child, mpsc::Receiver<String>, u64) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["child_server", "--exact", "--nocapture", "--test-threads=1"])
+        .env(ENV, format!("{mode},{addr}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let port = expect_line(&rx, "PORT ").parse().expect("a port number");
+    (child, rx, port)
+}
+
+/// The rest of the child's next line starting with `prefix`, within T.
+fn expect_line(rx: &mpsc::Receiver<String>, prefix: &str) -> String {
+    let end = Instant::now() + T;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("the child never said {prefix:?}"));
+        // (libtest may print "test child_server ... " first.)
+        if let Some(at) = line.find(prefix) {
+            return line[at + prefix.len()..].trim().to_string();
+        }
+    }
+}
+
+/// Kills the child if the test fails early.
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_server_in_another_process_echoes_every_byte() {
+    let (child, rx, port) = spawn("echo", "127.0.20.2");
+    let mut child = Reap(child);
+    let tcp = Tcp::new();
+    let c = Node::new(&tcp, "127.0.20.1", "");
+    let sizes = [1u64, 4096, 100_000, 1 << 20];
+    let cbuf = c.buf(2 << 20);
+    let mut off = 0;
+    for (i, &n) in sizes.iter().enumerate() {
+        c.recv(&cbuf, off, n, 200 + i as u64);
+        off += n;
+    }
+    c.ep.connect("127.0.20.2".parse().unwrap(), port, Some(T), b"hi")
+        .unwrap();
+    let e = conn_ev(&c.conn);
+    assert_eq!(e.kind, ConnectionEventKind::Established);
+    let pd = e.private_data.expect("the accept's private data");
+    let ctx = u32::from_be_bytes(pd[0..4].try_into().unwrap());
+    let addr = u64::from_be_bytes(pd[4..12].try_into().unwrap());
+    // RDMA read of the child's region, then a write into it, read back.
+    let sink = c.buf(1 << 16);
+    let whole = RmrTriplet {
+        rmr_context: ctx,
+        target_address: addr,
+        segment_length: 1 << 16,
+    };
+    c.ep.post_rdma_read(&[sink.triplet(0, 1 << 16).unwrap()], whole, 1, D)
+        .unwrap();
+    assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
+    assert!(sink.to_vec().unwrap() == pattern(1 << 16, 77));
+    let w = c.lmr(pattern(1000, 5));
+    let at = RmrTriplet {
+        target_address: addr + 500,
+        segment_length: 1000,
+        ..whole
+    };
+    c.ep.post_rdma_write(&[w.triplet(0, 1000).unwrap()], at, 2, D)
+        .unwrap();
+    assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
+    c.ep.post_rdma_read(
+        &[sink.triplet(0, 2000).unwrap()],
+        RmrTriplet {
+            segment_length: 2000,
+            ..whole
+        },
+        3,
+        D,
+    )
+    .unwrap();
+    assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
+    let got = sink.to_vec().unwrap();
+    let mut want = pattern(1 << 16, 77)[..2000].to_vec();
+    want[500..1500].copy_from_slice(&pattern(1000, 5));
+    assert_eq!(&got[..2000], &want[..]);
+    // Four messages there and back.
+    let msgs: Vec<u8> = sizes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &n)| pattern(n as usize, 31 * i as u8))
+        .collect();
+    let src = c.lmr(msgs.clone());
+    let mut off = 0;
+    for (i, &n) in sizes.iter().enumerate() {
+        c.send(&src, off, n, 10 + i as u64);
+        off += n;
+    }
+    for (i, &n) in sizes.iter().enumerate() {
+        let d = next_dto(&c.req);
+        assert_eq!((d.cookie, d.status), (10 + i as u64, DtoStatus::Success));
+        let r = next_dto(&c.rcv);
+        assert_eq!(
+            (r.cookie, r.status, r.transferred_length),
+            (200 + i as u64, DtoStatus::Success, n)
+        );
+    }
+    assert!(
+        cbuf.to_vec().unwrap()[..msgs.len()] == msgs[..],
+        "every byte back"
+    );
+    c.ep.disconnect(true).unwrap();
+    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Disconnected);
+    expect_line(&rx, "DONE");
+    let end = Instant::now() + T;
+    loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            assert!(st.success(), "the child failed: {st:?}");
+            break;
+        }
+        assert!(Instant::now() < end, "the child did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_killed_peer_flushes_1000_requests_once_and_breaks_within_a_second() {
+    let (child, rx, port) = spawn("sink", "127.0.21.2");
+    let mut child = Reap(child);
+    let tcp = Tcp::new();
+    let attr = EpAttr {
+        max_request_dtos: 1024,
+        ..EpAttr::default()
+    };
+    let c = Node::with_attr(common::ia(&tcp, "127.0.21.1", ""), 4096, Some(attr));
+    c.ep.connect("127.0.21.2".parse().unwrap(), port, Some(T), b"")
+        .unwrap();
+    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
+    expect_line(&rx, "READY");
+    const N: u64 = 1000;
+    let src = c.lmr(pattern(4096, 1));
+    for i in 0..N {
+        c.send(&src, 0, 4096, i);
+    }
+    // Some sends are on the wire, the rest queued; none can complete.
+    std::thread::sleep(Duration::from_millis(100));
+    empty(&c.req);
+    child.0.kill().unwrap();
+    let killed = Instant::now();
+    let _ = child.0.wait();
+    let mut seen = vec![0u32; N as usize];
+    let mut ended = None;
+    let limit = Duration::from_secs(1);
+    while seen.contains(&0) || ended.is_none() {
+        let left = limit.saturating_sub(killed.elapsed());
+        assert!(
+            !left.is_zero(),
+            "not everything ended within 1 s: {ended:?}, {} flushed",
+            seen.iter().filter(|&&n| n > 0).count()
+        );
+        if ended.is_none()
+            && let Ok(Some(Event::Connection(e))) = c.conn.dequeue()
+        {
+            ended = Some(e.kind);
+        }
+        match c.req.wait(Some(left.min(Duration::from_millis(20))), 1) {
+            Ok((Event::Dto(d), _)) => {
+                assert_eq!(d.status, DtoStatus::Flushed, "{d:?}");
+                seen[d.cookie as usize] += 1;
+            }
+            Ok((e, _)) => panic!("unexpected {e:?}"),
+            Err(Error::TimeoutExpired { .. }) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(seen.iter().all(|&n| n == 1), "each flushed exactly once");
+    assert_eq!(ended, Some(ConnectionEventKind::Broken));
+    assert_eq!(c.ep.state(), EpState::Disconnected);
+    std::thread::sleep(Duration::from_millis(50));
+    empty(&c.req);
+    empty(&c.conn);
+}
