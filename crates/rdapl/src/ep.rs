@@ -1719,7 +1719,14 @@ impl EpInner {
     /// receive that is put back.
     #[inline]
     pub(crate) fn publish_taken(&self, rq: &RecvQueue) {
-        self.taken.store(rq.taken, Ordering::Release);
+        self.publish_taken_count(rq.taken);
+    }
+
+    /// [`EpInner::publish_taken`] of the count `taken` (read under the
+    /// receive queue's lock).
+    #[inline]
+    pub(crate) fn publish_taken_count(&self, taken: u64) {
+        self.taken.store(taken, Ordering::Release);
     }
 
     /// Receives posted and not yet taken by a send, flushed or reset.

@@ -871,7 +871,7 @@ fn send_locked<R: Request>(
                     rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
                 }
                 // The receiver waits for its completion: it goes first.
-                b.complete_recv(rwr, DtoStatus::Success, n);
+                complete_taken(b, rq.taken, rwr, DtoStatus::Success, n);
                 wr.complete(a, DtoStatus::Success, n);
                 return Ok(Step::Next);
             }
@@ -899,7 +899,7 @@ fn send_locked<R: Request>(
             if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
                 rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
             }
-            b.complete_recv(rwr, DtoStatus::Success, n);
+            complete_taken(b, rq.taken, rwr, DtoStatus::Success, n);
             wr.complete(a, DtoStatus::Success, n);
             return Ok(Step::Next);
         }
@@ -929,7 +929,7 @@ fn send_locked<R: Request>(
         Ok(d) => d,
         Err(st) => {
             wr.complete(a, DtoStatus::RemoteResponder, 0);
-            b.complete_recv(rwr, st, 0);
+            complete_taken(b, rq.taken, rwr, st, 0);
             return Ok(Step::Broken);
         }
     };
@@ -944,7 +944,7 @@ fn send_locked<R: Request>(
         .map_or_else(|| mem::total(&dst), |d| d.len());
     if len > room {
         wr.complete(a, DtoStatus::RemoteResponder, 0);
-        b.complete_recv(rwr, DtoStatus::LocalLength, 0);
+        complete_taken(b, rq.taken, rwr, DtoStatus::LocalLength, 0);
         return Ok(Step::Broken);
     }
     let copied = match (wr.src_buf(), rwr.buf.as_deref_mut()) {
@@ -959,7 +959,7 @@ fn send_locked<R: Request>(
     drop(dst);
     match copied {
         Ok(_) => {
-            b.complete_recv(rwr, DtoStatus::Success, len as u64);
+            complete_taken(b, rq.taken, rwr, DtoStatus::Success, len as u64);
             wr.complete(a, DtoStatus::Success, len as u64);
             Ok(Step::Next)
         }
@@ -973,7 +973,7 @@ fn send_locked<R: Request>(
         // ...or the receiver's.
         Err(_) => {
             wr.complete(a, DtoStatus::RemoteResponder, 0);
-            b.complete_recv(rwr, DtoStatus::LocalProtection, 0);
+            complete_taken(b, rq.taken, rwr, DtoStatus::LocalProtection, 0);
             Ok(Step::Broken)
         }
     }
@@ -1049,7 +1049,7 @@ fn send_fast<R: Request>(
         rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
     }
     // The receiver waits for its completion: it goes first.
-    b.complete_recv(rwr, DtoStatus::Success, n);
+    complete_taken(b, rq.taken, rwr, DtoStatus::Success, n);
     // The next head receive's owned buffer: its lines as hints too (read
     // only now, the receiver already on its way).
     ca.peer_read_hint = 0;
@@ -1062,6 +1062,17 @@ fn send_fast<R: Request>(
     drop(guard);
     wr.complete(a, DtoStatus::Success, n);
     Ok(())
+}
+
+/// Completes a receive taken for good from `b`'s queue, whose count of
+/// receives taken (`RecvQueue::taken`, its lock held) is `taken`: the
+/// count is published first, so a consumer that sees the completion and
+/// posts the receive again is never refused for a queue full of a receive
+/// that already left it.
+#[inline]
+fn complete_taken(b: &EpInner, taken: u64, rwr: RecvWr, status: DtoStatus, n: u64) {
+    b.publish_taken_count(taken);
+    b.complete_recv(rwr, status, n);
 }
 
 /// A send of `a` found a receive of `b`: `b` no longer waits for one, and

@@ -1,0 +1,79 @@
+//! A receive whose completion the consumer has seen has left the queue: it
+//! may be posted again at once, on a queue that was full, whatever the
+//! peer's thread is doing. (Found by `rdapl pingpong`: the loopback
+//! published its count of receives taken only after it had published the
+//! receive's completion, so a fast consumer's re-post was refused with a
+//! full queue.)
+
+mod common;
+
+use common::{D, LIMIT, pair_with};
+use rdapl::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+#[test]
+fn a_completed_receive_can_be_posted_again_at_once() {
+    // (The asynchronous test provider moves each message through a thread
+    // hand-off: fewer rounds keep it within the time bound.)
+    let rounds: u64 = if common::on_loopback() {
+        200_000
+    } else {
+        5_000
+    };
+    let attr = EpAttr {
+        max_recv_dtos: 2,
+        max_request_dtos: 2,
+        ..Default::default()
+    };
+    let p = pair_with("127.0.62.1", "127.0.62.2", 6200, Some(attr), 64, 64);
+    let rb = p.s.lmr(vec![0; 16]);
+    let sb = p.c.lmr(vec![7; 8]);
+    // The server's queue is full from the start.
+    p.s.recv(&rb, 0, 8, 0);
+    p.s.recv(&rb, 8, 8, 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = {
+        let (ep, rcv, rb, stop) = (p.s.ep.clone(), p.s.rcv.clone(), rb.clone(), stop.clone());
+        std::thread::spawn(move || -> std::result::Result<u64, String> {
+            let end = Instant::now() + LIMIT * 4;
+            let mut got = 0;
+            while got < rounds {
+                if Instant::now() > end || stop.load(Ordering::Relaxed) {
+                    return Err(format!("stopped after {got} receives"));
+                }
+                let Some(ev) = rcv.dequeue().map_err(|e| e.to_string())? else {
+                    std::hint::spin_loop();
+                    continue;
+                };
+                let d = ev.as_dto().ok_or("not a DTO")?.clone();
+                if d.status != DtoStatus::Success {
+                    return Err(format!("receive {got}: {:?}", d.status));
+                }
+                got += 1;
+                // At once, into the queue the receive just left.
+                let slot = d.cookie;
+                ep.post_recv(&[rb.triplet(slot * 8, 8).unwrap()], slot, D)
+                    .map_err(|e| format!("re-post {got} refused: {e}"))?;
+            }
+            Ok(got)
+        })
+    };
+    let end = Instant::now() + LIMIT * 4;
+    let mut sent = 0;
+    while sent < rounds && !server.is_finished() {
+        assert!(Instant::now() < end, "the sender stalled at {sent}");
+        match p.c.ep.post_send(&[sb.triplet(0, 8).unwrap()], sent, D) {
+            Ok(()) => sent += 1,
+            Err(Error::InsufficientResources { .. }) => {}
+            Err(e) => panic!("send {sent}: {e:?}"),
+        }
+        while let Some(ev) = p.c.req.dequeue().unwrap() {
+            assert_eq!(ev.as_dto().unwrap().status, DtoStatus::Success);
+        }
+    }
+    let r = server.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(r, Ok(rounds));
+}
