@@ -15,6 +15,7 @@ use std::fmt::Write;
 
 /// Builds the report of every provider.
 pub fn run() -> String {
+    crate::register_providers();
     let providers = rdapl::Registry::builtin().providers();
     let mut out = String::new();
     let _ = writeln!(out, "{} provider(s)", providers.len());

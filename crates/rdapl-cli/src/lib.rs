@@ -17,6 +17,15 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+/// Adds the providers this tool is built with beyond the core's (the TCP
+/// provider) to the registry `rdapl::Ia::open` uses, once.
+pub fn register_providers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rdapl::Registry::builtin().register(rdapl_tcp::Tcp::new());
+    });
+}
+
 pub mod demo;
 pub mod info;
 pub mod perf;

@@ -1,6 +1,7 @@
 //! `rdapl`: the rdapl command-line tool.
 
 use clap::{Args, Parser, Subcommand};
+use rdapl_cli::perf::{self, PerfOptions, Test};
 use rdapl_cli::stress::{self, DEFAULT_EVENTS, Mode, StressConfig};
 use rdapl_cli::{demo, info};
 use std::process::ExitCode;
@@ -25,6 +26,113 @@ enum Command {
     Demo(DemoArgs),
     /// List every provider with its provider and IA attributes.
     Info,
+    /// Latency: one message in flight between a server (-s) and a client
+    /// (names the server's address; loopback without one: both here).
+    Pingpong(PerfArgs),
+    /// Bandwidth: a window of messages in flight from the client.
+    Bw(PerfArgs),
+}
+
+#[derive(Args, Debug)]
+struct PerfArgs {
+    /// Serve (listen on the qualifier) instead of connecting.
+    #[arg(short = 's', long)]
+    server: bool,
+    /// Provider (`rdapl info` lists them).
+    #[arg(short = 'p', long, default_value = "loopback")]
+    provider: String,
+    /// This side's IA address.
+    #[arg(short = 'a', long, default_value = "127.0.0.1")]
+    addr: std::net::IpAddr,
+    /// Connection qualifier (with tcp: the TCP port).
+    #[arg(short = 'q', long, default_value_t = 47_593)]
+    qual: u64,
+    /// Message size in bytes (k/m suffixes), or `all` (1 B to 1 MiB).
+    #[arg(short = 'S', long, default_value = "64")]
+    size: String,
+    /// Messages per size.
+    #[arg(short = 'I', long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    iters: u32,
+    /// Wait on the EVD instead of polling it.
+    #[arg(short = 'w', long)]
+    wait: bool,
+    /// Messages in flight (bw) and receives posted.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    window: u32,
+    /// Largest message a server accepts.
+    #[arg(long, default_value = "1m")]
+    max_size: String,
+    /// Bound of every step, in seconds.
+    #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
+    timeout: f64,
+    /// A server serves one client, then exits.
+    #[arg(long)]
+    once: bool,
+    /// The server's address (client).
+    server_addr: Option<std::net::IpAddr>,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let (num, mul) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 1 << 10),
+        Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .filter(|&n| n > 0 && n <= 1 << 30)
+        .ok_or_else(|| format!("{s:?} is not a size of 1 byte to 1 GiB"))
+}
+
+fn perf_cmd(test: Test, a: &PerfArgs) -> ExitCode {
+    let name = if test == Test::PingPong {
+        "pingpong"
+    } else {
+        "bw"
+    };
+    let sizes = if a.size == "all" {
+        Ok(perf::all_sizes())
+    } else {
+        parse_size(&a.size).map(|s| vec![s])
+    };
+    let (sizes, max_size) = match (sizes, parse_size(&a.max_size)) {
+        (Ok(s), Ok(m)) => {
+            let top = s.iter().copied().max().unwrap_or(0);
+            (s, m.max(top))
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("rdapl {name}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    rdapl_cli::register_providers();
+    let o = PerfOptions {
+        provider: a.provider.clone(),
+        server: a.server,
+        addr: a.addr,
+        remote: a.server_addr,
+        qual: a.qual,
+        sizes,
+        iters: a.iters as usize,
+        wait: a.wait,
+        window: a.window as usize,
+        max_size,
+        timeout: Duration::from_secs_f64(a.timeout),
+        once: a.once,
+    };
+    match perf::run(test, &o) {
+        Ok(rows) => {
+            if !a.server {
+                print!("{}", perf::format(test, &rows));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rdapl {name}: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -189,5 +297,7 @@ fn main() -> ExitCode {
             print!("{}", info::run());
             ExitCode::SUCCESS
         }
+        Command::Pingpong(a) => perf_cmd(Test::PingPong, &a),
+        Command::Bw(a) => perf_cmd(Test::Bw, &a),
     }
 }

@@ -24,13 +24,18 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+/// Bytes of a control message.
+const CONTROL: usize = 16;
+/// The first word of a control message (`rdap`).
+const MAGIC: u32 = 0x7061_6472;
+
 /// Which test.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Test {
     /// One message in flight: latency.
-    PingPong,
+    PingPong = 0,
     /// A window of messages in flight: bandwidth.
-    Bw,
+    Bw = 1,
 }
 
 /// What a run is told.
@@ -159,7 +164,7 @@ pub fn run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
         ));
     }
     if o.server {
-        serve(test, o).map(|()| Vec::new())
+        serve(o).map(|()| Vec::new())
     } else if o.remote.is_none() {
         if o.provider != "loopback" {
             return Err("name the server's address (or use the loopback provider)".into());
@@ -171,9 +176,11 @@ pub fn run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
         };
         let ready = std::sync::Arc::new(std::sync::Barrier::new(2));
         let r2 = ready.clone();
-        let h = std::thread::spawn(move || serve_then(test, &server, || {
-            r2.wait();
-        }));
+        let h = std::thread::spawn(move || {
+            serve_then(&server, || {
+                r2.wait();
+            })
+        });
         ready.wait();
         let client = PerfOptions {
             addr: next_addr(o.addr),
@@ -181,7 +188,9 @@ pub fn run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
             ..o.clone()
         };
         let rows = client_run(test, &client);
-        let served = h.join().map_err(|_| "the server thread panicked".to_string())?;
+        let served = h
+            .join()
+            .map_err(|_| "the server thread panicked".to_string())?;
         let rows = rows?;
         served?;
         Ok(rows)
@@ -224,10 +233,7 @@ impl Side {
         let pz = ia.pz_create().map_err(|e| e.to_string())?;
         let qlen = 4 * o.window + 16;
         let evd = ia
-            .evd_create(
-                qlen,
-                EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR,
-            )
+            .evd_create(qlen, EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR)
             .map_err(|e| format!("creating the EVD: {e}"))?;
         let attr = rdapl::EpAttr {
             max_recv_dtos: o.window + 1,
@@ -289,7 +295,12 @@ impl Side {
             .map_err(|e| e.to_string())?;
         self.ep
             .post_recv(&[t], i as u64, CompletionFlags::DEFAULT)
-            .map_err(|e| format!("posting a receive: {e}"))
+            .map_err(|e| {
+                format!(
+                    "posting receive {i} (slot {}, window {}): {e}",
+                    self.slot, self.window
+                )
+            })
     }
 
     fn post_send(&self, i: usize, len: usize, cookie: u64) -> Result<(), String> {
@@ -333,22 +344,54 @@ impl Side {
         Ok(())
     }
 
-    fn control(&self, size: usize, count: usize) -> Result<(), String> {
-        let mut m = [0u8; 8];
-        m[..4].copy_from_slice(&(size as u32).to_le_bytes());
-        m[4..].copy_from_slice(&(count as u32).to_le_bytes());
+    /// Sends the control message of a phase: `count` messages of `size`
+    /// bytes, of `test` (16 bytes: a magic number, the test, size, count).
+    fn control(&self, test: Test, size: usize, count: usize) -> Result<(), String> {
+        let mut m = [0u8; CONTROL];
+        m[..4].copy_from_slice(&MAGIC.to_le_bytes());
+        m[4..8].copy_from_slice(&(test as u32).to_le_bytes());
+        m[8..12].copy_from_slice(&(size as u32).to_le_bytes());
+        m[12..].copy_from_slice(&(count as u32).to_le_bytes());
         self.send.write_at(0, &m).map_err(|e| e.to_string())?;
-        self.post_send(0, 8, u64::MAX)
+        self.post_send(0, CONTROL, u64::MAX)
     }
 
-    fn read_control(&self, i: usize) -> Result<(usize, usize), String> {
-        let mut m = [0u8; 8];
+    /// Reads the control message in receive slot `i` (`len` bytes).
+    fn read_control(&self, i: usize, len: usize) -> Result<(Test, usize, usize), String> {
+        let mut m = [0u8; CONTROL];
+        if len != CONTROL {
+            return Err(format!("expected a control message, got {len} bytes"));
+        }
         self.recv
             .read_at(i * self.slot, &mut m)
             .map_err(|e| e.to_string())?;
-        let size = u32::from_le_bytes(m[..4].try_into().unwrap()) as usize;
-        let count = u32::from_le_bytes(m[4..].try_into().unwrap()) as usize;
-        Ok((size, count))
+        let word = |k: usize| u32::from_le_bytes(m[4 * k..4 * k + 4].try_into().unwrap());
+        let test = match (word(0), word(1)) {
+            (MAGIC, 0) => Test::PingPong,
+            (MAGIC, 1) => Test::Bw,
+            _ => return Err("not an rdapl pingpong/bw peer".into()),
+        };
+        Ok((test, word(2) as usize, word(3) as usize))
+    }
+
+    /// True once the endpoint's connection is over (a post then fails).
+    fn ended(&self) -> bool {
+        self.ep.state() != rdapl::EpState::Connected
+    }
+
+    /// Takes what the connection's end brings (flushed requests) up to its
+    /// event.
+    fn drain_to_end(&self) -> Result<(), String> {
+        loop {
+            if let Event::Connection(c) = self.next()? {
+                if matches!(
+                    c.kind,
+                    ConnectionEventKind::Disconnected | ConnectionEventKind::Broken
+                ) {
+                    return Ok(());
+                }
+            }
+        }
     }
 
     /// The next receive's completion (slot, length), send completions
@@ -356,20 +399,17 @@ impl Side {
     fn next_recv(&self) -> Result<Option<(usize, usize)>, String> {
         loop {
             match self.next()? {
+                // The connection is ending: its requests come back flushed,
+                // then its event (which ends the wait).
+                Event::Dto(d) if d.status == DtoStatus::Flushed => {}
                 Event::Dto(d) if d.operation == DtoOp::Receive => {
                     if d.status != DtoStatus::Success {
-                        if d.status == DtoStatus::Flushed {
-                            return Ok(None);
-                        }
                         return Err(format!("a receive failed: {:?}", d.status));
                     }
                     return Ok(Some((d.cookie as usize, d.transferred_length as usize)));
                 }
                 Event::Dto(d) => {
                     if d.status != DtoStatus::Success {
-                        if d.status == DtoStatus::Flushed {
-                            return Ok(None);
-                        }
                         return Err(format!("a send failed: {:?}", d.status));
                     }
                 }
@@ -396,13 +436,14 @@ impl Side {
     }
 }
 
-fn serve(test: Test, o: &PerfOptions) -> Result<(), String> {
-    serve_then(test, o, || {})
+fn serve(o: &PerfOptions) -> Result<(), String> {
+    serve_then(o, || {})
 }
 
 /// The server: listens, then `listening()`, then serves clients one at a
-/// time (the in-process loopback run: one client).
-fn serve_then(test: Test, o: &PerfOptions, listening: impl FnOnce()) -> Result<(), String> {
+/// time, each `pingpong` or `bw` as its control messages say (with
+/// `once`: one client).
+fn serve_then(o: &PerfOptions, listening: impl FnOnce()) -> Result<(), String> {
     let side = Side::open(o, o.max_size)?;
     let psp = side
         .ia
@@ -410,7 +451,7 @@ fn serve_then(test: Test, o: &PerfOptions, listening: impl FnOnce()) -> Result<(
         .map_err(|e| format!("listening on {}: {e}", o.qual))?;
     listening();
     let r = loop {
-        let r = serve_one(test, &side);
+        let r = serve_one(&side);
         if o.once || r.is_err() {
             break r;
         }
@@ -422,34 +463,36 @@ fn serve_then(test: Test, o: &PerfOptions, listening: impl FnOnce()) -> Result<(
     r
 }
 
-fn serve_one(test: Test, s: &Side) -> Result<(), String> {
+fn serve_one(s: &Side) -> Result<(), String> {
     for i in 0..=s.window {
         s.post_recv(i)?;
     }
     // A request, accepted.
-    let cr = loop {
-        match s.next_forever()? {
-            Event::ConnectionRequest(a) => break a.cr,
-            other => return Err(format!("waiting for a client: {other:?}")),
-        }
+    let cr = match s.next_forever()? {
+        Event::ConnectionRequest(a) => a.cr,
+        other => return Err(format!("waiting for a client: {other:?}")),
     };
-    s.ia
-        .cr(cr)
+    s.ia.cr(cr)
         .and_then(|c| c.accept(&s.ep, b""))
         .map_err(|e| format!("accepting: {e}"))?;
     match s.next()? {
         Event::Connection(c) if c.kind == ConnectionEventKind::Established => {}
         other => return Err(format!("expected Established, got {other:?}")),
     }
+    // A post refused because the client went away ends the connection.
+    let gone = |r: Result<(), String>| match r {
+        Err(_) if s.ended() => s.drain_to_end().map(|()| true),
+        Err(e) => Err(e),
+        Ok(()) => Ok(false),
+    };
     loop {
         let Some((i, len)) = s.next_recv()? else {
             return Ok(());
         };
-        if len != 8 {
-            return Err(format!("expected a control message, got {len} bytes"));
+        let (test, size, count) = s.read_control(i, len)?;
+        if gone(s.post_recv(i))? {
+            return Ok(());
         }
-        let (size, count) = s.read_control(i)?;
-        s.post_recv(i)?;
         if size == 0 || size > s.slot {
             return Err(format!("the client asked for {size}-byte messages"));
         }
@@ -461,14 +504,18 @@ fn serve_one(test: Test, s: &Side) -> Result<(), String> {
                 return Err(format!("message {seq}: {len} bytes, expected {size}"));
             }
             s.check(i, len, seq as u64)?;
-            s.post_recv(i)?;
+            if gone(s.post_recv(i))? {
+                return Ok(());
+            }
             if test == Test::PingPong {
                 s.stamp(seq, size, seq as u64)?;
-                s.post_send(seq, size, seq as u64)?;
+                if gone(s.post_send(seq, size, seq as u64))? {
+                    return Ok(());
+                }
             }
         }
-        if test == Test::Bw {
-            s.control(size, count)?;
+        if test == Test::Bw && gone(s.control(test, size, count))? {
+            return Ok(());
         }
     }
 }
@@ -493,19 +540,25 @@ fn client_run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
         c.post_recv(i)?;
     }
     let remote = o.remote.ok_or("no server address")?;
-    c.ep
-        .connect(remote, o.qual, Some(o.timeout), b"")
+    c.ep.connect(remote, o.qual, Some(o.timeout), b"")
         .map_err(|e| format!("connecting: {e}"))?;
-    match c.next()? {
-        Event::Connection(e) if e.kind == ConnectionEventKind::Established => {}
-        Event::Connection(e) => {
-            return Err(format!("connecting to {remote} on {}: {:?}", o.qual, e.kind));
+    loop {
+        match c.next()? {
+            Event::Connection(e) if e.kind == ConnectionEventKind::Established => break,
+            Event::Connection(e) => {
+                return Err(format!(
+                    "connecting to {remote} on {}: {:?}",
+                    o.qual, e.kind
+                ));
+            }
+            // A failed attempt flushes the receives first, then says why.
+            Event::Dto(d) if d.status == DtoStatus::Flushed => {}
+            other => return Err(format!("expected Established, got {other:?}")),
         }
-        other => return Err(format!("expected Established, got {other:?}")),
     }
     let mut rows = Vec::new();
     for &size in &o.sizes {
-        c.control(size, o.iters)?;
+        c.control(test, size, o.iters)?;
         c.sends_done(1)?;
         let t0 = Instant::now();
         let acked = match test {
@@ -535,7 +588,7 @@ fn client_run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
                 }
                 c.sends_done(in_flight)?;
                 let (i, len) = c.next_recv()?.ok_or("the server went away")?;
-                if len != 8 || c.read_control(i)? != (size, o.iters) {
+                if c.read_control(i, len)? != (Test::Bw, size, o.iters) {
                     return Err("the server's acknowledgement did not match".into());
                 }
                 c.post_recv(i)?;
@@ -604,7 +657,11 @@ mod tests {
         assert!(run(Test::Bw, &o).is_err());
         let mut o = opts(9103, "127.0.77.5");
         o.provider = "tcp".into();
-        assert!(run(Test::PingPong, &o).unwrap_err().contains("server's address"));
+        assert!(
+            run(Test::PingPong, &o)
+                .unwrap_err()
+                .contains("server's address")
+        );
     }
 
     #[test]

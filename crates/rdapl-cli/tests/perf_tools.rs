@@ -1,0 +1,125 @@
+//! `rdapl pingpong` and `rdapl bw` as a user runs them: the binary, on the
+//! loopback provider in one process, and on the TCP provider with the
+//! server in another process (127.0.0.1 only, a port of this test's own).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn rdapl() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rdapl"))
+}
+
+/// Runs the client with `args`, bounded in time; its stdout.
+fn client(args: &[&str]) -> String {
+    let out = rdapl()
+        .args(args)
+        .args(["--timeout", "20"])
+        .output()
+        .expect("running rdapl");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "rdapl {args:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The table's rows: (bytes, #sent, MB/sec, usec/xfer).
+fn rows(table: &str) -> Vec<(String, u64, f64, f64)> {
+    let mut lines = table.lines();
+    let header = lines.next().unwrap_or("");
+    assert!(
+        header.starts_with("bytes") && header.contains("usec/xfer"),
+        "{table}"
+    );
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 8, "{l}");
+            (
+                f[0].to_string(),
+                f[1].parse().unwrap(),
+                f[5].parse().unwrap(),
+                f[6].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn pingpong_and_bw_on_loopback_in_one_process() {
+    let t = client(&["pingpong", "-S", "all", "-I", "50", "-q", "47801"]);
+    let r = rows(&t);
+    assert_eq!(r.len(), 21, "1 B to 1 MiB:\n{t}");
+    assert_eq!(r[0].0, "1");
+    assert_eq!(r[20].0, "1m");
+    assert!(r.iter().all(|x| x.1 == 50 && x.2 >= 0.0 && x.3 > 0.0), "{t}");
+    let t = client(&["bw", "-S", "64k", "-I", "500", "-w", "-q", "47802"]);
+    let r = rows(&t);
+    assert_eq!((r.len(), r[0].0.as_str(), r[0].1), (1, "64k", 500), "{t}");
+}
+
+#[test]
+fn pingpong_and_bw_over_tcp_between_processes() {
+    // A port of this process's own, so parallel runs do not collide.
+    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    let port_s = port.to_string();
+    let mut server = rdapl()
+        .args([
+            "pingpong",
+            "-s",
+            "-p",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-q",
+            &port_s,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the server");
+    // The client retries until the server listens (bounded).
+    let end = Instant::now() + Duration::from_secs(20);
+    let table = loop {
+        let out = rdapl()
+            .args(["pingpong", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
+            .args(["-S", "64", "-I", "200", "--timeout", "10", "127.0.0.1"])
+            .output()
+            .expect("running the client");
+        if out.status.success() {
+            break String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            Instant::now() < end && err.contains("NonPeerRejected"),
+            "the client failed: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let r = rows(&table);
+    assert_eq!(
+        (r.len(), r[0].0.as_str(), r[0].1),
+        (1, "64", 200),
+        "{table}"
+    );
+    // The same server serves the next clients: bandwidth and latency at
+    // three sizes, waiting on the EVD.
+    for (test, size) in [("bw", "4k"), ("pingpong", "64k"), ("bw", "1m")] {
+        let out = rdapl()
+            .args([test, "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
+            .args(["-S", size, "-I", "20", "-w", "--timeout", "10", "127.0.0.1"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r = rows(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!((r[0].0.as_str(), r[0].1), (size, 20), "{test}");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+}
