@@ -54,7 +54,10 @@ fn pingpong_and_bw_on_loopback_in_one_process() {
     assert_eq!(r.len(), 21, "1 B to 1 MiB:\n{t}");
     assert_eq!(r[0].0, "1");
     assert_eq!(r[20].0, "1m");
-    assert!(r.iter().all(|x| x.1 == 50 && x.2 >= 0.0 && x.3 > 0.0), "{t}");
+    assert!(
+        r.iter().all(|x| x.1 == 50 && x.2 >= 0.0 && x.3 > 0.0),
+        "{t}"
+    );
     let t = client(&["bw", "-S", "64k", "-I", "500", "-w", "-q", "47802"]);
     let r = rows(&t);
     assert_eq!((r.len(), r[0].0.as_str(), r[0].1), (1, "64k", 500), "{t}");
