@@ -3,9 +3,11 @@
 # integration and doc test of the workspace (all features), the loom
 # models of the EVD and CNO protocols (--cfg rdapl_loom), and a check that
 # a downstream crate's own --cfg loom leaves rdapl whole. The object-model
-# tests run twice: on the loopback provider and on the asynchronous test
+# tests run three times: on the loopback provider, on the asynchronous test
 # provider "pipe" (tests/common/pipe.rs, written with the public provider
-# interface alone), which skips what only the loopback does.
+# interface alone) and on the TCP/iWARP provider over 127.0.0.1; the last
+# two skip, with a printed reason, what only the loopback does and the
+# provider's known gaps.
 #
 # Tests that need an outside program skip with a printed reason unless
 # RDAPL_REQUIRE_EXTERNAL=1 (set by .ci/run), which turns a skip into a failure.
@@ -23,6 +25,9 @@ cargo test --workspace --all-features
 
 echo "== the object-model tests again, on the asynchronous test provider (pipe)"
 RDAPL_TEST_PROVIDER=pipe cargo test -p rdapl --all-features --tests
+
+echo "== the object-model tests again, on the TCP/iWARP provider (127.0.0.1)"
+RDAPL_TEST_PROVIDER=tcp cargo test -p rdapl --all-features --tests
 
 echo "== loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-3}, warnings denied)"
 LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" RUSTFLAGS="--cfg rdapl_loom -D warnings" \

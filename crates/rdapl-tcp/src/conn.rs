@@ -749,8 +749,16 @@ impl Conn {
             }
         };
         let ok = posted.is_ok();
-        if !ok {
-            slot.status = Some(DtoStatus::LocalEp);
+        if let Err(e) = &posted {
+            // A remote range that wraps the address space names memory the
+            // peer cannot grant: a remote access error, as the target's
+            // check would give (and the loopback gives); anything else is
+            // this endpoint's.
+            slot.status = Some(if matches!(e, rdapl_iwarp::PostError::Wrap) {
+                DtoStatus::RemoteAccess
+            } else {
+                DtoStatus::LocalEp
+            });
         }
         self.slots.push_back(slot);
         if !ok {

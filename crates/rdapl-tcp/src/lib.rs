@@ -309,6 +309,12 @@ impl Transport for TcpIa {
         self.sh().send(Cmd::Disconnect { ep: ep.clone() });
     }
 
+    fn connect_cancel(&self, ep: &Arc<EpInner>) {
+        // Closing the socket withdraws the request: the passive side sees
+        // the stream end before any reply and cancels its request.
+        self.sh().send(Cmd::Disconnect { ep: ep.clone() });
+    }
+
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
         self.sh().send(Cmd::Kick {
             ep: ep.clone(),

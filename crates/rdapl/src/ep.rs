@@ -1665,7 +1665,16 @@ impl EpInner {
         }
         // The provider ends a connection (the peer is told), or drops an
         // attempt in progress.
+        let connected = matches!(
+            self.core.lock().state,
+            EpState::Connected | EpState::DisconnectPending
+        );
         ia.transport.ep_destroy(self);
+        if connected {
+            // A provider that ends it on its own thread, later, finds it
+            // ended: the freed endpoint's own side ends here, now.
+            self.ended(ConnectionEventKind::Disconnected);
+        }
         if connecting {
             self.set_state(&mut self.core.lock(), EpState::Disconnected);
             ia.transport.connect_cancel(self);

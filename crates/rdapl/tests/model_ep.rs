@@ -179,7 +179,8 @@ fn connect_without_listener_or_ia() {
     c.ep.reset().unwrap();
     c.ep.connect(ip("127.0.22.250"), 1000, Some(T), b"")
         .unwrap();
-    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Unreachable);
+    let k = conn_kind(&c.conn);
+    assert!(common::no_ia_kind(k), "{k:?}");
     assert_eq!(c.ep.state(), EpState::Disconnected);
     // A listener that was freed is gone too.
     let psp = s.ia.psp_create(1001, &s.cr).unwrap();
@@ -207,7 +208,7 @@ fn connect_timeout_then_late_accept_fails() {
         t0.elapsed()
     );
     assert_eq!(c.ep.state(), EpState::Disconnected);
-    assert_eq!(cr.state(), CrState::Cancelled);
+    assert!(common::withdrawn(&cr), "{:?}", cr.state());
     // Accepting now fails and leaves the server endpoint untouched.
     handle_err(cr.accept(&s.ep, b""), Subtype::InvalidHandleCr);
     assert_eq!(s.ep.state(), EpState::Unconnected);
@@ -227,7 +228,7 @@ fn disconnect_aborts_a_pending_connect() {
     c.ep.disconnect(false).unwrap();
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Disconnected);
     assert_eq!(c.ep.state(), EpState::Disconnected);
-    assert_eq!(cr.state(), CrState::Cancelled);
+    assert!(common::withdrawn(&cr), "{:?}", cr.state());
     assert!(cr.accept(&s.ep, b"").is_err());
     assert_eq!(s.ep.state(), EpState::Unconnected);
     empty(&s.conn);
@@ -487,6 +488,8 @@ fn full_cr_evd_rejects_as_non_peer() {
     let small = s.ia.evd_create(1, EvdFlags::CR).unwrap();
     let _psp = s.ia.psp_create(2900, &small).unwrap();
     c1.ep.connect(s.ia.address(), 2900, Some(T), b"").unwrap();
+    // (Over a network the request arrives later: wait until it is queued.)
+    assert!(common::eventually(T, || small.query().unwrap().pending == 1));
     // The CR EVD holds one request: the second is refused by the provider.
     c2.ep.connect(s.ia.address(), 2900, Some(T), b"").unwrap();
     assert_eq!(conn_kind(&c2.conn), ConnectionEventKind::NonPeerRejected);

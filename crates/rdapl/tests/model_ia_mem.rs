@@ -240,10 +240,10 @@ fn failed_open_leaves_no_reachable_address() {
     assert!(r.is_err());
     let c = Node::new("127.0.21.5");
     c.ep.connect(ip("127.0.21.4"), 1, Some(T), b"").unwrap();
-    assert_eq!(
-        conn_kind(&c.conn),
-        ConnectionEventKind::Unreachable,
-        "no IA was opened at 127.0.21.4"
+    let k = conn_kind(&c.conn);
+    assert!(
+        common::no_ia_kind(k),
+        "no IA was opened at 127.0.21.4: {k:?}"
     );
 }
 
@@ -323,7 +323,8 @@ fn abrupt_close_tears_down() {
     // Its address is no longer reachable.
     p.c.ep.reset().unwrap();
     p.c.ep.connect(p.s.ia.address(), 700, Some(T), b"").unwrap();
-    assert_eq!(conn_kind(&p.c.conn), ConnectionEventKind::Unreachable);
+    let k = conn_kind(&p.c.conn);
+    assert!(common::no_ia_kind(k), "{k:?}");
     empty(&p.c.conn);
 }
 
