@@ -586,12 +586,32 @@ fn client_run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
                     c.post_send(seq, size, seq as u64)?;
                     in_flight += 1;
                 }
-                c.sends_done(in_flight)?;
-                let (i, len) = c.next_recv()?.ok_or("the server went away")?;
-                if c.read_control(i, len)? != (Test::Bw, size, o.iters) {
-                    return Err("the server's acknowledgement did not match".into());
+                // The last sends' completions and the server's
+                // acknowledgement, in either order (a provider may complete
+                // a send only once the peer confirmed it).
+                let mut acked = None;
+                while in_flight > 0 || acked.is_none() {
+                    match c.next()? {
+                        Event::Dto(d)
+                            if d.operation == DtoOp::Send && d.status == DtoStatus::Success =>
+                        {
+                            in_flight = in_flight.checked_sub(1).ok_or("a send too many")?;
+                        }
+                        Event::Dto(d)
+                            if d.operation == DtoOp::Receive
+                                && d.status == DtoStatus::Success
+                                && acked.is_none() =>
+                        {
+                            let (i, len) = (d.cookie as usize, d.transferred_length as usize);
+                            if c.read_control(i, len)? != (Test::Bw, size, o.iters) {
+                                return Err("the server's acknowledgement did not match".into());
+                            }
+                            c.post_recv(i)?;
+                            acked = Some(());
+                        }
+                        other => return Err(format!("during bw: {other:?}")),
+                    }
                 }
-                c.post_recv(i)?;
                 1
             }
         };
