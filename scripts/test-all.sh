@@ -6,8 +6,7 @@
 # tests run three times: on the loopback provider, on the asynchronous test
 # provider "pipe" (tests/common/pipe.rs, written with the public provider
 # interface alone) and on the TCP/iWARP provider over 127.0.0.1; the last
-# two skip, with a printed reason, what only the loopback does and the
-# provider's known gaps.
+# two skip, with a printed reason, what only the loopback does.
 #
 # Tests that need an outside program skip with a printed reason unless
 # RDAPL_REQUIRE_EXTERNAL=1 (set by .ci/run), which turns a skip into a failure.

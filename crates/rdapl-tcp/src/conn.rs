@@ -927,6 +927,15 @@ impl Conn {
                     }
             })
         });
+        // A Terminate that names no message (a peer's local error while it
+        // placed one, sent as "local catastrophic" without a DDP header):
+        // the peer handles requests in order, so the oldest one it has not
+        // confirmed is the one that failed.
+        let culprit = culprit.or_else(|| {
+            self.slots
+                .iter()
+                .position(|s| s.status.is_none() && !matches!(s.kind, SlotKind::Fence { .. }))
+        });
         let Some(i) = culprit else {
             return;
         };

@@ -258,13 +258,6 @@ fn bad_remote_key_range_or_right() {
 
 #[test]
 fn bad_local_key_or_right() {
-    if common::known_gap(
-        "tcp",
-        "a receiver's local protection error breaks the connection without naming the \
-         message: the sender's send completes Flushed, not RemoteResponder",
-    ) {
-        return;
-    }
     let p = pair("127.0.23.9", "127.0.23.10", 900);
     // Send from a buffer without LOCAL_READ.
     let noread =

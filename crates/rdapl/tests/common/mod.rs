@@ -287,17 +287,6 @@ pub fn skip_unless_loopback(why: &str) -> bool {
     true
 }
 
-/// True (after printing why) when the tests run on `name`, whose known gap
-/// `why` the test would find: the gap stays visible in the output and in
-/// the provider's notes, and the rest of the suite keeps running on it.
-pub fn known_gap(name: &str, why: &str) -> bool {
-    if provider().attr().name != name {
-        return false;
-    }
-    eprintln!("skipped on {name}, a known gap: {why}");
-    true
-}
-
 /// The event of a connect to an address where no IA was ever opened (or
 /// one was closed): the loopback knows its addresses (`Unreachable`); over
 /// a real network nobody listening there looks the same as nobody
