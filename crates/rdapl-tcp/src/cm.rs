@@ -13,6 +13,12 @@
 //!   `NonPeerRejected`; no route, unreachable host or network, an address
 //!   that cannot be used: `Unreachable`; `ETIMEDOUT` or the consumer's
 //!   timeout: `TimedOut`.
+//! * A connection whose peer falls silent (the link cut, the host gone)
+//!   breaks within the IA's `timeout_ms`: `TCP_USER_TIMEOUT` bounds how
+//!   long sent data may stay unacknowledged, and keepalive probes, sent
+//!   after half that time of silence, find a dead peer while nothing is
+//!   being sent. A process killed on a live host is seen at once (its
+//!   kernel resets the connection).
 
 use rdapl::{ConnectionEventKind, Error, Result};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -55,6 +61,7 @@ pub(crate) fn connect_error_kind(e: &io::Error) -> ConnectionEventKind {
 pub(crate) fn start_connect(
     local: IpAddr,
     remote: SocketAddr,
+    timeout_ms: u64,
 ) -> std::result::Result<TcpStream, ConnectionEventKind> {
     if local.is_ipv4() != remote.is_ipv4() {
         return Err(ConnectionEventKind::Unreachable);
@@ -68,6 +75,7 @@ pub(crate) fn start_connect(
     s.set_nonblocking(true)
         .map_err(|_| ConnectionEventKind::Unreachable)?;
     let _ = s.set_tcp_nodelay(true);
+    set_liveness(&s, timeout_ms).map_err(|_| ConnectionEventKind::Unreachable)?;
     s.bind(&SockAddr::from(SocketAddr::new(local, 0)))
         .map_err(|_| ConnectionEventKind::Unreachable)?;
     match s.connect(&SockAddr::from(remote)) {
@@ -95,7 +103,25 @@ pub(crate) fn connect_result(s: &TcpStream) -> std::result::Result<bool, Connect
 }
 
 /// Prepares an accepted socket.
-pub(crate) fn prepare_accepted(s: &TcpStream) -> io::Result<()> {
+pub(crate) fn prepare_accepted(s: &TcpStream, timeout_ms: u64) -> io::Result<()> {
     s.set_nonblocking(true)?;
-    s.set_nodelay(true)
+    s.set_nodelay(true)?;
+    set_liveness(&socket2::SockRef::from(s), timeout_ms)
+}
+
+/// Bounds how long a silent peer goes unnoticed: `TCP_USER_TIMEOUT` (sent
+/// data unacknowledged for `timeout_ms` breaks the connection; with
+/// keepalive on, it also bounds the probes) and keepalive probes after
+/// half of it idle, one per second or per half of it, whichever is
+/// longer. Keepalive counts in whole seconds.
+fn set_liveness(s: &Socket, timeout_ms: u64) -> io::Result<()> {
+    use std::time::Duration;
+    let half = Duration::from_millis(timeout_ms / 2).max(Duration::from_secs(1));
+    s.set_tcp_user_timeout(Some(Duration::from_millis(timeout_ms)))?;
+    s.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(half)
+            .with_interval(half)
+            .with_retries(2),
+    )
 }

@@ -41,6 +41,8 @@
 //!   Terminate or a socket error end the connection on each side as it
 //!   learns: every outstanding request completes exactly once (`Flushed`
 //!   if it did not finish), then `Disconnected` (a clean end) or `Broken`.
+//!   A peer that falls silent (the link cut, its host gone) breaks the
+//!   connection within `timeout_ms` (10 s by default; [`cm`]).
 //! * **Threading** ([`progress`]). One thread per [`Tcp`] value, waiting in
 //!   epoll on non-blocking sockets and an eventfd; nothing spins when idle.
 //!

@@ -10,6 +10,7 @@
 //! | `crc` | ask for MPA CRC32c (`1`/`0`, `on`/`off`); used if either side asks | the instance's (on) |
 //! | `mss` | largest FPDU in bytes (64..=65535) | the socket's MSS |
 //! | `recv_wait_ms` | how long an arriving Send may wait for a receive | the instance's (5000) |
+//! | `timeout_ms` | how long a silent peer (link cut, host gone) goes unnoticed before the connection breaks (100..=3600000) | the instance's (10000) |
 //!
 //! A qualifier whose port falls outside 1..=65535 is refused with
 //! `InvalidParameter`, at `listen` and at `connect`. Both sides must use
@@ -31,6 +32,10 @@ pub struct TcpConfig {
     /// How long, in milliseconds, a closed socket may take to drain its
     /// last bytes and see the peer's end before it is dropped.
     pub linger_ms: u64,
+    /// How long, in milliseconds, a connection whose peer falls silent
+    /// (the link cut, the host gone) lasts before it breaks: sent data
+    /// unacknowledged that long, or keepalive probes unanswered.
+    pub timeout_ms: u64,
 }
 
 impl Default for TcpConfig {
@@ -39,6 +44,7 @@ impl Default for TcpConfig {
             crc: true,
             recv_wait_ms: 5_000,
             linger_ms: 1_000,
+            timeout_ms: 10_000,
         }
     }
 }
@@ -52,6 +58,7 @@ pub(crate) struct IaParams {
     pub mss: Option<u32>,
     pub recv_wait_ms: u64,
     pub linger_ms: u64,
+    pub timeout_ms: u64,
 }
 
 fn bad(what: &'static str) -> Error {
@@ -76,6 +83,7 @@ impl IaParams {
             mss: None,
             recv_wait_ms: cfg.recv_wait_ms,
             linger_ms: cfg.linger_ms,
+            timeout_ms: cfg.timeout_ms,
         };
         for kv in params.split([' ', ',']).filter(|s| !s.is_empty()) {
             let (k, v) = kv
@@ -101,6 +109,15 @@ impl IaParams {
                     p.recv_wait_ms = v
                         .parse()
                         .map_err(|_| bad("tcp: recv_wait_ms= is not a number"))?
+                }
+                "timeout_ms" => {
+                    let t: u64 = v
+                        .parse()
+                        .map_err(|_| bad("tcp: timeout_ms= is not a number"))?;
+                    if !(100..=3_600_000).contains(&t) {
+                        return Err(bad("tcp: timeout_ms= must be in 100..=3600000"));
+                    }
+                    p.timeout_ms = t;
                 }
                 _ => return Err(bad("tcp: unknown parameter")),
             }
@@ -141,5 +158,12 @@ mod tests {
         assert!(IaParams::parse("addr=nope", &c).is_err());
         assert!(IaParams::parse("color=red", &c).is_err());
         assert!(IaParams::parse("mss=10", &c).is_err());
+        assert_eq!(
+            IaParams::parse("timeout_ms=2500", &c).unwrap().timeout_ms,
+            2500
+        );
+        assert_eq!(d.timeout_ms, 10_000);
+        assert!(IaParams::parse("timeout_ms=5", &c).is_err());
+        assert!(IaParams::parse("timeout_ms=x", &c).is_err());
     }
 }

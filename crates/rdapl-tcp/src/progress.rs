@@ -302,7 +302,7 @@ impl Driver {
             for _ in 0..256 {
                 match l.sock.accept() {
                     Ok((s, peer)) => {
-                        if cm::prepare_accepted(&s).is_err() {
+                        if cm::prepare_accepted(&s, l.ia.timeout_ms).is_err() {
                             continue;
                         }
                         let qual = l.sp.upgrade().map_or(0, |sp| sp.conn_qual());
@@ -378,7 +378,7 @@ impl Driver {
                 timeout,
             } => {
                 let t = self.sh.token();
-                let s = match cm::start_connect(ia.addr, remote) {
+                let s = match cm::start_connect(ia.addr, remote, ia.timeout_ms) {
                     Ok(s) => s,
                     Err(kind) => {
                         ep.connect_failed(kind, None);

@@ -1,0 +1,386 @@
+//! Two hosts in network namespaces joined by a veth pair; the link is cut
+//! mid-transfer. Both sides must see the connection broken within the
+//! configured `timeout_ms` (plus a second of keepalive granularity), with
+//! every outstanding request completed exactly once (`Flushed` if it did
+//! not finish) and nothing after.
+//!
+//! The namespaces, the veth pair and the addresses (10.201.x.1 and .2) are
+//! this test's own, made and removed by it. Making them needs root (or
+//! CAP_SYS_ADMIN) and `ip` (iproute2); without them the test is skipped
+//! with a message, unless `RDAPL_REQUIRE_EXTERNAL=1` (CI), where that fails.
+
+mod common;
+
+use common::*;
+use rdapl::*;
+use rdapl_tcp::Tcp;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const ENV: &str = "RDAPL_TCP_LINKCUT_CHILD";
+/// The configured timeout under test.
+const TIMEOUT_MS: u64 = 2_000;
+/// Keepalive counts in whole seconds and the kernel checks its timers
+/// on its own ticks: the allowance on top of `TIMEOUT_MS`.
+const SLACK: Duration = Duration::from_millis(1_500);
+const WINDOW: u64 = 64;
+const SIZE: u64 = 64 << 10;
+/// Receives each side posts and never has consumed.
+const IDLE_RECVS: u64 = 8;
+
+fn skip_or_fail(why: &str) {
+    if std::env::var("RDAPL_REQUIRE_EXTERNAL").as_deref() == Ok("1") {
+        panic!("{why}, and RDAPL_REQUIRE_EXTERNAL=1");
+    }
+    println!("SKIPPED link-cut test: {why}");
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Two namespaces and the veth pair between them; removed on drop.
+struct Hosts {
+    a: String,
+    b: String,
+    veth_a: String,
+    net: String,
+}
+
+impl Hosts {
+    fn new() -> Result<Hosts, String> {
+        let pid = std::process::id();
+        let h = Hosts {
+            a: format!("rdapl-lc-a-{pid}"),
+            b: format!("rdapl-lc-b-{pid}"),
+            veth_a: format!("rlca{pid}"),
+            net: format!("10.201.{}", pid % 250 + 1),
+        };
+        let veth_b = format!("rlcb{pid}");
+        ip(&["netns", "add", &h.a])?;
+        // From here on, drop removes what exists.
+        ip(&["netns", "add", &h.b])?;
+        ip(&[
+            "link", "add", &h.veth_a, "netns", &h.a, "type", "veth", "peer", "name", &veth_b,
+            "netns", &h.b,
+        ])?;
+        for (ns, dev, host) in [(&h.a, &h.veth_a, 1), (&h.b, &veth_b, 2)] {
+            let addr = format!("{}.{host}/24", h.net);
+            ip(&["-n", ns, "addr", "add", &addr, "dev", dev])?;
+            ip(&["-n", ns, "link", "set", dev, "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(h)
+    }
+
+    fn addr(&self, host: u8) -> String {
+        format!("{}.{host}", self.net)
+    }
+
+    /// Cuts the link: no packet crosses, and neither side is told.
+    fn cut(&self) {
+        ip(&["-n", &self.a, "link", "set", &self.veth_a, "down"]).expect("cut the link");
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let _ = ip(&["netns", "del", &self.a]);
+        let _ = ip(&["netns", "del", &self.b]);
+    }
+}
+
+/// Kills a child left running if the test fails early.
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs this binary's `child` in namespace `ns` with `args`; returns it
+/// and its stdout lines.
+fn spawn(ns: &str, args: &str) -> (Reap, mpsc::Receiver<String>) {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(exe)
+        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(ENV, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (Reap(child), rx)
+}
+
+/// The rest of the child's next line containing `prefix`, within `t`.
+fn expect_line(rx: &mpsc::Receiver<String>, prefix: &str, t: Duration) -> String {
+    let end = Instant::now() + t;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("the child never said {prefix:?} within {t:?}"));
+        if let Some(at) = line.find(prefix) {
+            return line[at + prefix.len()..].trim().to_string();
+        }
+    }
+}
+
+/// What a side saw of its requests once the connection ended.
+#[derive(Default)]
+struct Tally {
+    seen: Vec<u8>,
+    ok: u64,
+    flushed: u64,
+}
+
+impl Tally {
+    fn take(&mut self, d: &DtoCompletion) {
+        let n = &mut self.seen[d.cookie as usize];
+        assert_eq!(*n, 0, "cookie {} completed twice: {d:?}", d.cookie);
+        *n = 1;
+        match d.status {
+            DtoStatus::Success => self.ok += 1,
+            DtoStatus::Flushed => self.flushed += 1,
+            s => panic!("unexpected status {s:?} for {d:?}"),
+        }
+    }
+}
+
+/// Waits for the end of the connection and for every request (not the
+/// receives) to complete; returns the end's kind. Bounded by `limit`.
+fn drain(n: &Node, t: &mut Tally, posted: u64, limit: Instant) -> ConnectionEventKind {
+    let mut ended = None;
+    loop {
+        if ended.is_none()
+            && let Ok(Some(Event::Connection(e))) = n.conn.dequeue()
+        {
+            ended = Some(e.kind);
+        }
+        let done = t.seen[..posted as usize].iter().all(|&s| s == 1);
+        if let (Some(k), true) = (ended, done) {
+            return k;
+        }
+        assert!(
+            Instant::now() < limit,
+            "not everything ended: {ended:?}, {} of {posted} completed",
+            t.ok + t.flushed
+        );
+        match n.req.wait(Some(Duration::from_millis(20)), 1) {
+            Ok((Event::Dto(d), _)) => t.take(&d),
+            Ok((e, _)) => panic!("unexpected {e:?}"),
+            Err(Error::TimeoutExpired { .. }) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+}
+
+/// A side's part. Without the variable set, it does nothing.
+#[test]
+fn child() {
+    let Ok(args) = std::env::var(ENV) else {
+        return;
+    };
+    let args: Vec<&str> = args.split(',').collect();
+    let tcp = Tcp::new();
+    let params = format!("timeout_ms={TIMEOUT_MS}");
+    let attr = EpAttr {
+        max_request_dtos: WINDOW as usize * 2,
+        max_recv_dtos: IDLE_RECVS as usize,
+        ..EpAttr::default()
+    };
+    let n = Node::with_attr(common::ia(&tcp, args[1], &params), 1024, Some(attr));
+    let limit = Instant::now() + Duration::from_secs(40);
+    let rbuf = n.buf((IDLE_RECVS * 64) as usize);
+    // Receives that nothing consumes: the end must flush them.
+    // Cookies of receives start after every request's.
+    let recv_base = 1 << 20;
+    let mut rt = Tally {
+        seen: vec![0; IDLE_RECVS as usize],
+        ..Tally::default()
+    };
+    for i in 0..IDLE_RECVS {
+        n.recv(&rbuf, i * 64, 64, recv_base + i);
+    }
+    let region = SIZE * WINDOW;
+    match args[0] {
+        "server" => {
+            let target = n.buf(region as usize);
+            let (_psp, q) = listen(&n.ia, &n.cr);
+            println!("\nPORT {q}");
+            let cr = next_cr(&n.ia, &n.cr);
+            let t = target.rmr_triplet(0, region).unwrap();
+            let mut pd = t.rmr_context.to_be_bytes().to_vec();
+            pd.extend_from_slice(&t.target_address.to_be_bytes());
+            cr.accept(&n.ep, &pd).unwrap();
+            assert_eq!(conn_kind(&n.conn), ConnectionEventKind::Established);
+            println!("READY");
+            let kind = drain_recvs(&n, &mut rt, limit);
+            println!("BROKEN kind={kind:?} recv_flushed={}", rt.flushed);
+            assert_eq!(kind, ConnectionEventKind::Broken);
+            assert_eq!(rt.flushed, IDLE_RECVS);
+        }
+        "client" => {
+            let port: u64 = args[3].parse().unwrap();
+            n.ep.connect(args[2].parse().unwrap(), port, Some(T), b"")
+                .unwrap();
+            let e = conn_ev(&n.conn);
+            assert_eq!(e.kind, ConnectionEventKind::Established);
+            let pd = e.private_data.expect("the accept's private data");
+            let ctx = u32::from_be_bytes(pd[0..4].try_into().unwrap());
+            let addr = u64::from_be_bytes(pd[4..12].try_into().unwrap());
+            let src = n.lmr(pattern(SIZE as usize, 3));
+            let mut t = Tally {
+                seen: vec![0; 1 << 20],
+                ..Tally::default()
+            };
+            let (mut posted, mut running) = (0u64, false);
+            let kind = loop {
+                // Keep the window full until a post is refused.
+                while posted - (t.ok + t.flushed) < WINDOW && posted < 1 << 20 {
+                    let at = RmrTriplet {
+                        rmr_context: ctx,
+                        target_address: addr + (posted % WINDOW) * SIZE,
+                        segment_length: SIZE,
+                    };
+                    match n
+                        .ep
+                        .post_rdma_write(&[src.triplet(0, SIZE).unwrap()], at, posted, D)
+                    {
+                        Ok(()) => posted += 1,
+                        Err(_) => break,
+                    }
+                }
+                match n.req.wait(Some(Duration::from_millis(20)), 1) {
+                    Ok((Event::Dto(d), _)) => t.take(&d),
+                    Ok((e, _)) => panic!("unexpected {e:?}"),
+                    Err(Error::TimeoutExpired { .. }) => {}
+                    Err(e) => panic!("{e:?}"),
+                }
+                if !running && t.ok >= 100 {
+                    running = true;
+                    println!("RUNNING");
+                }
+                if t.flushed > 0 || n.ep.state() != EpState::Connected {
+                    break drain(&n, &mut t, posted, limit);
+                }
+                assert!(Instant::now() < limit, "the connection never broke");
+            };
+            // The receives end too.
+            drain_recvs(&n, &mut rt, limit);
+            println!(
+                "BROKEN kind={kind:?} posted={posted} ok={} flushed={} recv_flushed={}",
+                t.ok, t.flushed, rt.flushed
+            );
+            assert_eq!(kind, ConnectionEventKind::Broken);
+            assert!(t.flushed > 0, "the cut left requests outstanding");
+            assert_eq!(rt.flushed, IDLE_RECVS);
+        }
+        m => panic!("unknown mode {m}"),
+    }
+    // Nothing after the end.
+    std::thread::sleep(Duration::from_millis(100));
+    empty(&n.req);
+    empty(&n.rcv);
+    empty(&n.conn);
+    println!("CLEAN");
+}
+
+/// Waits (bounded) for every idle receive to be flushed; returns the end
+/// of the connection if it is seen meanwhile (else `Broken` is assumed
+/// already taken by the caller).
+fn drain_recvs(n: &Node, t: &mut Tally, limit: Instant) -> ConnectionEventKind {
+    let mut ended = None;
+    while t.flushed < IDLE_RECVS || (ended.is_none() && n.ep.state() == EpState::Connected) {
+        assert!(
+            Instant::now() < limit,
+            "receives not flushed: {}",
+            t.flushed
+        );
+        if ended.is_none()
+            && let Ok(Some(Event::Connection(e))) = n.conn.dequeue()
+        {
+            ended = Some(e.kind);
+        }
+        match n.rcv.wait(Some(Duration::from_millis(20)), 1) {
+            Ok((Event::Dto(mut d), _)) => {
+                d.cookie -= 1 << 20;
+                t.take(&d);
+            }
+            Ok((e, _)) => panic!("unexpected {e:?}"),
+            Err(Error::TimeoutExpired { .. }) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    ended.unwrap_or(ConnectionEventKind::Broken)
+}
+
+#[test]
+fn a_cut_link_breaks_both_sides_within_the_timeout_and_flushes_everything() {
+    if std::env::var(ENV).is_ok() {
+        return;
+    }
+    let hosts = match Hosts::new() {
+        Ok(h) => h,
+        Err(e) => return skip_or_fail(&format!("cannot make network namespaces: {e}")),
+    };
+    let (sa, ca) = (hosts.addr(2), hosts.addr(1));
+    let (server, srx) = spawn(&hosts.b, &format!("server,{sa}"));
+    let port = expect_line(&srx, "PORT ", T);
+    let (client, crx) = spawn(&hosts.a, &format!("client,{ca},{sa},{port}"));
+    expect_line(&srx, "READY", T);
+    expect_line(&crx, "RUNNING", T);
+    hosts.cut();
+    let cut = Instant::now();
+    let bound = Duration::from_millis(TIMEOUT_MS) + SLACK;
+    let wait = bound + Duration::from_secs(5);
+    let c = expect_line(&crx, "BROKEN", wait);
+    let c_at = cut.elapsed();
+    let s = expect_line(&srx, "BROKEN", wait);
+    let s_at = cut.elapsed();
+    println!("client broken after {c_at:?}: {c}");
+    println!("server broken after {s_at:?}: {s}");
+    assert!(c_at <= bound, "the client saw the end after {c_at:?}");
+    assert!(s_at <= bound, "the server saw the end after {s_at:?}");
+    expect_line(&crx, "CLEAN", T);
+    expect_line(&srx, "CLEAN", T);
+    for (who, mut ch) in [("client", client), ("server", server)] {
+        let end = Instant::now() + T;
+        let st = loop {
+            if let Some(st) = ch.0.try_wait().unwrap() {
+                break st;
+            }
+            assert!(Instant::now() < end, "the {who} did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(st.success(), "the {who} failed: {st:?}");
+    }
+}
