@@ -67,10 +67,12 @@ mod ring;
 #[cfg_attr(rdapl_loom, allow(unused_imports))]
 pub(crate) use ring::{prefetch_read, prefetch_write};
 mod producer;
+mod reservation;
 pub(crate) mod state;
 mod teardown_waits;
 
 pub use producer::EvdProducer;
+pub use reservation::{Misdirected, Reservation};
 
 pub use state::{MAX_QLEN, ReEnable};
 
@@ -196,39 +198,9 @@ pub struct EvdParam {
     pub feeders: usize,
     /// Upcalls that panicked (caught; the EVD carried on).
     pub upcall_panics: u64,
-}
-
-/// A slot reserved for one DTO completion. Obtained at post time from
-/// [`EvdProducer::reserve`]; consumed by [`EvdProducer::complete`] or [`EvdProducer::release`].
-#[must_use = "a reservation holds EVD capacity until completed or released"]
-#[derive(Debug)]
-pub struct Reservation {
-    evd: EvdHandle,
-}
-
-/// A reservation spent on an EVD it was not made on: refused, and handed
-/// back (with the event) so that it can go to its own EVD. Publishing it
-/// would fill a slot nobody reserved.
-#[derive(Debug, thiserror::Error)]
-#[error("the reservation was made on another EVD")]
-pub struct Misdirected {
-    /// The reservation, still valid on its own EVD.
-    pub reservation: Reservation,
-    /// The event that was to complete it (`None` for a release).
-    pub event: Option<Event>,
-}
-
-impl Misdirected {
-    #[cold]
-    fn new(reservation: Reservation, event: Option<Event>) -> Misdirected {
-        Misdirected { reservation, event }
-    }
-}
-
-impl From<Misdirected> for Error {
-    fn from(_: Misdirected) -> Error {
-        Error::param(1, "the reservation was made on another EVD")
-    }
+    /// Reservations dropped unspent (their slots came back; the
+    /// completions they stood for were never delivered).
+    pub dropped_reservations: u64,
 }
 
 /// What [`Evd::enable_upcalls`] did with the events already queued.
@@ -310,6 +282,8 @@ pub(crate) struct EvdInner {
     /// overflow episode ends as soon as a slot was given back since.
     overflow_mark: AtomicU64,
     upcall_panics: AtomicU64,
+    /// Reservations dropped unspent (`reservation.rs`).
+    pub(crate) dropped_reservations: AtomicU64,
     feeders: AtomicUsize,
     /// Runs between their last look at the policy and the entry of the
     /// upcall they decided to make (see [`UpcallGate`]). `Disable` and
@@ -461,14 +435,15 @@ impl EvdBuilder {
             overflows: AtomicU64::new(0),
             overflow_mark: AtomicU64::new(0),
             upcall_panics: AtomicU64::new(0),
+            dropped_reservations: AtomicU64::new(0),
             feeders: AtomicUsize::new(0),
             starting: CachePadded::new(AtomicUsize::new(0)),
             #[cfg(feature = "stream")]
             stream_wakers: Mutex::new(Default::default()),
         };
-        Ok(Evd {
-            inner: Arc::new(inner),
-        })
+        let inner = Arc::new(inner);
+        reservation::register(&inner);
+        Ok(Evd { inner })
     }
 }
 
@@ -1292,6 +1267,7 @@ impl Evd {
             overflows: self.inner.overflows.load(Ordering::SeqCst),
             feeders: self.inner.feeders.load(Ordering::SeqCst),
             upcall_panics: self.inner.upcall_panics.load(Ordering::SeqCst),
+            dropped_reservations: self.inner.dropped_reservations.load(Ordering::SeqCst),
         })
     }
 

@@ -73,7 +73,7 @@ impl EvdProducer for Evd {
     fn reserve(&self) -> Result<Reservation> {
         // A freed EVD has queue length 0, so this fails for it too.
         if self.inner.take_slots(1) {
-            Ok(Reservation { evd: self.inner.id })
+            Ok(Reservation::new(self.inner.id))
         } else {
             self.inner.check_live()?;
             Err(Error::InsufficientResources {
@@ -85,9 +85,10 @@ impl EvdProducer for Evd {
 
     #[inline]
     fn complete(&self, res: Reservation, event: Event) -> std::result::Result<(), Misdirected> {
-        if res.evd != self.inner.id {
+        if res.evd() != self.inner.id {
             return Err(Misdirected::new(res, Some(event)));
         }
+        res.spend();
         publish(&self.inner, event);
         Ok(())
     }
@@ -98,18 +99,20 @@ impl EvdProducer for Evd {
         res: Reservation,
         event: Event,
     ) -> std::result::Result<(), Misdirected> {
-        if res.evd != self.inner.id {
+        if res.evd() != self.inner.id {
             return Err(Misdirected::new(res, Some(event)));
         }
+        res.spend();
         self.inner.storage.push(event);
         Ok(())
     }
 
     #[inline]
     fn release(&self, res: Reservation) -> std::result::Result<(), Misdirected> {
-        if res.evd != self.inner.id {
+        if res.evd() != self.inner.id {
             return Err(Misdirected::new(res, None));
         }
+        res.spend();
         self.inner.released.fetch_add(1, Ordering::Release);
         Ok(())
     }
