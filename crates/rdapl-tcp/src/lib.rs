@@ -183,8 +183,11 @@ impl Provider for Tcp {
         }
     }
 
-    fn open(&self, params: &str) -> Result<Arc<dyn Transport>> {
-        let p = IaParams::parse(params, &self.cfg)?;
+    fn open(&self, address: Option<IpAddr>, params: &str) -> Result<Arc<dyn Transport>> {
+        let mut p = IaParams::parse(params, &self.cfg)?;
+        if let Some(a) = address {
+            p.addr = a;
+        }
         Ok(Arc::new(TcpIa {
             core: self.core()?,
             p: Arc::new(p),

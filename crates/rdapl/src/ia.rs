@@ -137,7 +137,12 @@ impl fmt::Debug for Ia {
 
 /// Options of [`Ia::open_with`].
 pub struct IaOptions {
-    /// Provider parameters (provider specific; loopback: `addr=127.0.0.2`).
+    /// The IA's address. `None`: the provider picks one (loopback: the
+    /// first `127.0.0.x` no other IA of its fabric uses, so two IAs opened
+    /// with defaults are told apart; tcp: `127.0.0.1`).
+    pub address: Option<IpAddr>,
+    /// Provider parameters (provider specific; an `addr=` word there is
+    /// the older spelling of [`IaOptions::address`]).
     pub params: String,
     /// Use this EVD as the async EVD instead of creating one.
     pub async_evd: Option<Evd>,
@@ -150,6 +155,7 @@ pub struct IaOptions {
 impl Default for IaOptions {
     fn default() -> Self {
         IaOptions {
+            address: None,
             params: String::new(),
             async_evd: None,
             async_qlen: 64,
@@ -199,7 +205,7 @@ impl Ia {
         };
         // Open the transport last: it registers the IA's address, and nothing
         // may fail after that.
-        let transport = provider.open(&opts.params)?;
+        let transport = provider.open(opts.address, &opts.params)?;
         let provider_attr = provider.attr();
         let attr = provider.ia_attr(transport.address());
         Ok(Ia {

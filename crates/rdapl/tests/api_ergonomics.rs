@@ -133,3 +133,49 @@ fn dropping_a_poller_entry_detaches_its_evd() {
     drop(poller);
     drop(late);
 }
+
+#[test]
+fn ias_opened_with_defaults_get_addresses_of_their_own() {
+    if common::skip_unless_loopback("the loopback's own default addresses") {
+        return;
+    }
+    let lb = Loopback::new();
+    let open = |address: Option<std::net::IpAddr>, params: &str| {
+        Ia::open_provider(
+            lb.clone(),
+            IaOptions {
+                address,
+                params: params.into(),
+                ..Default::default()
+            },
+        )
+    };
+    let (a, b) = (open(None, "").unwrap(), open(None, "").unwrap());
+    assert_ne!(a.address(), b.address(), "two default IAs are told apart");
+    let x: std::net::IpAddr = "127.0.62.9".parse().unwrap();
+    let c = open(Some(x), "").unwrap();
+    assert_eq!(c.address(), x, "the typed address is used");
+    // The older spelling agrees, or is refused.
+    assert_eq!(open(Some(x), "addr=127.0.62.9").unwrap().address(), x);
+    assert!(matches!(
+        open(Some(x), "addr=127.0.62.10"),
+        Err(Error::InvalidParameter { arg: 1, .. })
+    ));
+    // An address given back is reused by the next default IA.
+    let first = a.address();
+    a.close(CloseFlags::Graceful).unwrap();
+    drop(a);
+    assert_eq!(open(None, "").unwrap().address(), first);
+    // A client at defaults reaches a server at defaults by its address.
+    let cr = b.evd_create(4, EvdFlags::CR).unwrap();
+    let _psp = b.psp_create(77, &cr).unwrap();
+    let client = open(None, "").unwrap();
+    let pz = client.pz_create().unwrap();
+    let conn = client.evd_create(4, EvdFlags::CONNECTION).unwrap();
+    let ep = client.ep_builder(&pz).connect_evd(&conn).create().unwrap();
+    ep.connect(b.address(), 77, Some(LIMIT), b"").unwrap();
+    assert!(matches!(
+        cr.wait(Some(LIMIT), 1).unwrap().0,
+        Event::ConnectionRequest(_)
+    ));
+}

@@ -229,14 +229,21 @@ impl Provider for Loopback {
         }
     }
 
-    fn open(&self, params: &str) -> Result<Arc<dyn Transport>> {
-        let mut addr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    fn open(&self, address: Option<IpAddr>, params: &str) -> Result<Arc<dyn Transport>> {
+        let mut addr = address;
         for kv in params.split([' ', ',']).filter(|s| !s.is_empty()) {
             match kv.split_once('=') {
                 Some(("addr", v)) => {
-                    addr = v
+                    let a = v
                         .parse()
-                        .map_err(|_| Error::param(1, "loopback: addr= is not an IP address"))?
+                        .map_err(|_| Error::param(1, "loopback: addr= is not an IP address"))?;
+                    if addr.is_some_and(|x| x != a) {
+                        return Err(Error::param(
+                            1,
+                            "loopback: addr= names another address than the options do",
+                        ));
+                    }
+                    addr = Some(a);
                 }
                 _ => {
                     return Err(Error::param(
@@ -246,7 +253,20 @@ impl Provider for Loopback {
                 }
             }
         }
-        *self.fabric.addresses.lock().entry(addr).or_insert(0) += 1;
+        let mut used = self.fabric.addresses.lock();
+        // By default the first 127.0.0.x no IA of this fabric uses.
+        let addr = addr
+            .or_else(|| {
+                (1..=254u8)
+                    .map(|x| IpAddr::V4(Ipv4Addr::new(127, 0, 0, x)))
+                    .find(|a| used.get(a).is_none_or(|&n| n == 0))
+            })
+            .ok_or(Error::InsufficientResources {
+                resource: crate::error::Subtype::ResourceDevice,
+                what: "loopback: every default address 127.0.0.1-254 is in use",
+            })?;
+        *used.entry(addr).or_insert(0) += 1;
+        drop(used);
         Ok(Arc::new(LoopbackIa {
             lb: self.fabric.clone(),
             addr,

@@ -60,8 +60,9 @@ pub trait Provider: Send + Sync + 'static {
     fn attr(&self) -> ProviderAttr;
     /// IA attributes of an IA at `address`.
     fn ia_attr(&self, address: IpAddr) -> IaAttr;
-    /// Opens a transport for one IA; `params` is provider specific.
-    fn open(&self, params: &str) -> Result<Arc<dyn Transport>>;
+    /// Opens a transport for one IA at `address` (`None`: the provider
+    /// picks one); `params` is provider specific.
+    fn open(&self, address: Option<IpAddr>, params: &str) -> Result<Arc<dyn Transport>>;
 }
 
 /// One IA's view of a provider. Every method but [`Transport::submit`] (which

@@ -81,10 +81,9 @@ impl Provider for Pipe {
         }
     }
 
-    fn open(&self, params: &str) -> Result<Arc<dyn Transport>> {
-        let addr = params
-            .strip_prefix("addr=")
-            .and_then(|a| a.parse().ok())
+    fn open(&self, address: Option<IpAddr>, params: &str) -> Result<Arc<dyn Transport>> {
+        let addr = address
+            .or_else(|| params.strip_prefix("addr=").and_then(|a| a.parse().ok()))
             .ok_or(Error::InvalidParameter {
                 arg: 1,
                 what: "pipe: addr=IP",
