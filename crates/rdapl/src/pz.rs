@@ -469,9 +469,12 @@ impl Lmr {
         ))
     }
 
-    /// The triplet for `len` bytes at `offset` (for scatter/gather lists).
-    /// Not checked against the LMR's length (a transfer through it is);
-    /// `Length` if the range does not fit the address space.
+    /// The triplet for `len` bytes at `offset` into the LMR (for
+    /// scatter/gather lists). The triplet's `virtual_address` is absolute
+    /// (the region's address plus `offset`), as DAT's is. `Length` if the
+    /// range reaches past the end of the LMR (a triplet built by hand is
+    /// not checked until a transfer uses it); `InvalidState` while the LMR
+    /// is not mapped.
     pub fn triplet(&self, offset: u64, len: u64) -> Result<LmrTriplet> {
         Ok(LmrTriplet {
             lmr_context: self.ctx()?,
@@ -480,8 +483,14 @@ impl Lmr {
         })
     }
 
-    /// The remote triplet for `len` bytes at `offset` (to hand to a peer);
-    /// checked as [`Lmr::triplet`].
+    /// The triplet of the whole LMR.
+    pub fn whole(&self) -> Result<LmrTriplet> {
+        let len = self.region().map_or(0, |r| r.len() as u64);
+        self.triplet(0, len)
+    }
+
+    /// The remote triplet for `len` bytes at `offset` into the LMR (to
+    /// hand to a peer); checked as [`Lmr::triplet`].
     pub fn rmr_triplet(&self, offset: u64, len: u64) -> Result<RmrTriplet> {
         Ok(RmrTriplet {
             rmr_context: self.ctx()?,
@@ -491,14 +500,17 @@ impl Lmr {
     }
 
     /// The address `offset` bytes into the region, if `len` bytes from
-    /// there fit the address space.
+    /// there lie inside it.
     fn address_of(&self, offset: u64, len: u64) -> Result<u64> {
-        self.address()?
-            .checked_add(offset)
-            .filter(|a| a.checked_add(len).is_some())
-            .ok_or(Error::Length(
-                "the triplet reaches past the end of the address space",
-            ))
+        let r = self.region().ok_or(Error::state(
+            Subtype::InvalidStateLmrFree,
+            "the LMR is not mapped",
+        ))?;
+        offset
+            .checked_add(len)
+            .filter(|end| *end <= r.len() as u64)
+            .map(|_| r.address() + offset)
+            .ok_or(Error::Length("the triplet reaches past the end of the LMR"))
     }
 
     /// Copies `buf.len()` bytes at `offset` of the region out.

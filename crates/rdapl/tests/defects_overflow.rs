@@ -47,7 +47,7 @@ fn triplet_offsets_past_the_address_space_are_refused() {
             "rmr_triplet({off:#x}, {len:#x})"
         );
     }
-    // Up to the end, and one past it (that one is refused when used).
+    // Up to the end; one past it is refused at once.
     let end = lmr.triplet(64, 0).unwrap();
     assert_eq!(end.virtual_address, lmr.address().unwrap() + 64);
     let t = lmr.triplet(63, 1).unwrap();
@@ -55,7 +55,13 @@ fn triplet_offsets_past_the_address_space_are_refused() {
         (t.virtual_address, t.segment_length),
         (lmr.address().unwrap() + 63, 1)
     );
-    assert!(lmr.triplet(64, 1).is_ok());
+    assert!(matches!(lmr.triplet(64, 1), Err(Error::Length(_))));
+    assert!(matches!(lmr.rmr_triplet(1, 64), Err(Error::Length(_))));
+    let w = lmr.whole().unwrap();
+    assert_eq!(
+        (w.virtual_address, w.segment_length),
+        (lmr.address().unwrap(), 64)
+    );
     // A forged triplet at the top of the address space: refused at
     // execution as any range error, no panic.
     let forged = LmrTriplet {

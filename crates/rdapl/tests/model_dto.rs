@@ -286,8 +286,11 @@ fn bad_local_key_or_right() {
     p.expect_end(ConnectionEventKind::Broken);
     assert_eq!(nowrite.to_vec().unwrap(), vec![0; 8]);
     p.reconnect();
-    // A local range past the LMR's end.
-    let t = sbuf.triplet(4, 8).unwrap();
+    // A local range past the LMR's end (built by hand: `triplet` refuses it).
+    let t = LmrTriplet {
+        virtual_address: sbuf.address().unwrap() + 4,
+        ..sbuf.triplet(0, 8).unwrap()
+    };
     p.s.recv(&rbuf, 0, 8, 5);
     p.c.ep.post_send(&[t], 6, D).unwrap();
     assert_eq!(next_dto(&p.c.req).status, DtoStatus::LocalProtection);
