@@ -668,7 +668,7 @@ impl Conn {
                 self.complete_ready();
                 return true;
             }
-            WrKind::Send | WrKind::RdmaWrite(_) => {
+            WrKind::Send | WrKind::SendInvalidate(_) | WrKind::RdmaWrite(_) => {
                 let mut data = Vec::new();
                 if let Err(st) = ep.gather(&wr, &mut data) {
                     slot.status = Some(st);
@@ -701,10 +701,11 @@ impl Conn {
                     _ => {
                         slot.kind = SlotKind::Send { msn: self.send_msn };
                         self.send_msn = self.send_msn.wrapping_add(1);
-                        if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
-                            e.post_send_se(id, len)
-                        } else {
-                            e.post_send(id, len)
+                        let se = wr.flags().contains(CompletionFlags::SOLICITED_WAIT);
+                        match kind {
+                            WrKind::SendInvalidate(k) => e.post_send_inv(id, len, k, se),
+                            _ if se => e.post_send_se(id, len),
+                            _ => e.post_send(id, len),
                         }
                     }
                 };
@@ -1054,7 +1055,7 @@ impl Conn {
                 wr_id,
                 len,
                 solicited,
-                ..
+                invalidated,
             } => {
                 self.recv_order.retain(|&i| i != wr_id);
                 if let Some(mut r) = self.mem.recvs.remove(&wr_id) {
@@ -1068,7 +1069,12 @@ impl Conn {
                         0
                     };
                     if let Some(ep) = &self.ep {
-                        ep.complete_recv(r.wr, st, n);
+                        match invalidated {
+                            Some(k) if st == DtoStatus::Success => {
+                                ep.complete_recv_invalidated(r.wr, n, k)
+                            }
+                            _ => ep.complete_recv(r.wr, st, n),
+                        }
                     }
                     if st != DtoStatus::Success {
                         self.break_local();

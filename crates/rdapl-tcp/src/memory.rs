@@ -175,6 +175,16 @@ impl Memory for ConnMemory {
         }
     }
 
+    fn invalidate(&mut self, stag: u32) -> Result<(), StagError> {
+        use rdapl::mem::RemoteInvalidate as R;
+        let ep = self.ep.as_ref().ok_or(StagError::Invalid)?;
+        ep.invalidate_remote(stag).map_err(|e| match e {
+            R::Unknown => StagError::Invalid,
+            R::OtherZone => StagError::NotAssociated,
+            R::NotInvalidatable => StagError::Access,
+        })
+    }
+
     fn place(&mut self, dst: &Place, data: &[u8]) {
         let Some(ep) = self.ep.as_ref() else {
             self.fault = true;

@@ -145,6 +145,9 @@ impl std::ops::BitOr for CompletionFlags {
 /// queues on the data path); the rare memory operations are boxed.
 pub(crate) enum WrOp {
     Send,
+    /// A send that also invalidates the peer's key (RDMAP Send with
+    /// Invalidate).
+    SendInvalidate(u32),
     Recv,
     RdmaWrite(RmrTriplet),
     RdmaRead(RmrTriplet),
@@ -176,7 +179,7 @@ pub(crate) enum LocalOp {
 impl WrOp {
     fn dto_op(&self) -> DtoOp {
         match self {
-            WrOp::Send => DtoOp::Send,
+            WrOp::Send | WrOp::SendInvalidate(_) => DtoOp::Send,
             WrOp::Recv => DtoOp::Receive,
             WrOp::RdmaWrite(_) => DtoOp::RdmaWrite,
             WrOp::RdmaRead(_) => DtoOp::RdmaRead,
@@ -295,6 +298,8 @@ pub(crate) trait Request {
     fn src_buf(&self) -> Option<&[u8]>;
     /// Its completion flags.
     fn flags(&self) -> CompletionFlags;
+    /// The peer's key it invalidates (a Send with Invalidate).
+    fn invalidates(&self) -> Option<u32>;
     /// Completes it on `ep` with `status` and `len` bytes transferred.
     fn complete(self, ep: &EpInner, status: DtoStatus, len: u64);
 }
@@ -311,6 +316,13 @@ impl Request for Wr {
     #[inline]
     fn flags(&self) -> CompletionFlags {
         self.flags
+    }
+    #[inline]
+    fn invalidates(&self) -> Option<u32> {
+        match self.op {
+            WrOp::SendInvalidate(k) => Some(k),
+            _ => None,
+        }
     }
     #[inline]
     fn complete(self, ep: &EpInner, status: DtoStatus, len: u64) {
@@ -330,6 +342,13 @@ impl Request for NewWr<'_> {
     #[inline]
     fn flags(&self) -> CompletionFlags {
         self.flags
+    }
+    #[inline]
+    fn invalidates(&self) -> Option<u32> {
+        match self.op {
+            WrOp::SendInvalidate(k) => Some(k),
+            _ => None,
+        }
     }
     #[inline]
     fn complete(self, ep: &EpInner, status: DtoStatus, len: u64) {
@@ -950,6 +969,25 @@ impl Ep {
         self.inner.post(WrOp::Send, iov, cookie, flags)
     }
 
+    /// Posts a send of `iov` that also invalidates `rmr_context` at the
+    /// peer (`dat_ep_post_send_with_invalidate`; RDMAP's Send with
+    /// Invalidate). When the message lands, the peer's window (or
+    /// fast-registration LMR) of that key is unbound, so the key grants
+    /// nothing from then on, and the receive completes as
+    /// `ReceiveWithInvalidate` naming the key. A key that names nothing
+    /// live of the peer endpoint's protection zone, or a plain LMR,
+    /// moves no byte: `RemoteAccess` here, and the connection breaks.
+    pub fn post_send_with_invalidate(
+        &self,
+        iov: &[LmrTriplet],
+        rmr_context: u32,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<()> {
+        self.inner
+            .post(WrOp::SendInvalidate(rmr_context), iov, cookie, flags)
+    }
+
     /// Posts an RDMA write of `iov` to `remote` (`dat_ep_post_rdma_write`).
     /// A write of zero bytes moves nothing and, as on InfiniBand and iWARP,
     /// is not checked against the remote key (see
@@ -1443,6 +1481,33 @@ impl EpInner {
         );
     }
 
+    /// Completes a receive filled by a Send with Invalidate that
+    /// invalidated `rmr_context` ([`EpInner::invalidate_remote`]): a
+    /// success of `len` bytes, reported as `ReceiveWithInvalidate` naming
+    /// the key.
+    pub fn complete_recv_invalidated(&self, r: RecvWr, len: u64, rmr_context: u32) {
+        self.complete_parts_ctx(
+            true,
+            DtoOp::ReceiveWithInvalidate,
+            (r.cookie, r.flags, r.res),
+            DtoStatus::Success,
+            len,
+            r.buf,
+            rmr_context,
+        );
+    }
+
+    /// Invalidates `rmr_context` of this endpoint's protection zone for
+    /// the peer's Send with Invalidate (see
+    /// [`Ep::post_send_with_invalidate`]). Refused, changing nothing, if
+    /// the key names nothing live of this zone or a plain LMR.
+    pub fn invalidate_remote(
+        &self,
+        rmr_context: u32,
+    ) -> std::result::Result<(), crate::mem::RemoteInvalidate> {
+        self.ia.mem.invalidate_remote(rmr_context, self.pz.inner.id)
+    }
+
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub(crate) fn complete_parts(
@@ -1455,6 +1520,22 @@ impl EpInner {
         status: DtoStatus,
         len: u64,
         buf: Option<Buf>,
+    ) {
+        self.complete_parts_ctx(is_recv, op, (cookie, f, res), status, len, buf, 0);
+    }
+
+    /// [`EpInner::complete_parts`] with the event's `rmr_context`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn complete_parts_ctx(
+        &self,
+        is_recv: bool,
+        op: DtoOp,
+        (cookie, f, res): (u64, CompletionFlags, Reservation),
+        status: DtoStatus,
+        len: u64,
+        buf: Option<Buf>,
+        rmr_context: u32,
     ) {
         let evd = if is_recv {
             self.recv_evd.as_ref()
@@ -1488,7 +1569,7 @@ impl EpInner {
             status,
             transferred_length: if status.is_success() { len } else { 0 },
             operation: op,
-            rmr_context: 0,
+            rmr_context,
             buf,
         });
         // The reservation was made on this very EVD at post time.

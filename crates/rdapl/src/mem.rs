@@ -486,6 +486,20 @@ pub(crate) struct MemTable {
 
 const MAX_SLOTS: usize = 1 << 24;
 
+/// Why a peer's Send with Invalidate could not invalidate its key.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RemoteInvalidate {
+    /// The key names no live registration.
+    #[error("the key names no live registration")]
+    Unknown,
+    /// The registration is of another protection zone.
+    #[error("the registration is of another protection zone")]
+    OtherZone,
+    /// A plain LMR: only windows and fast registrations can be invalidated.
+    #[error("a plain LMR cannot be invalidated remotely")]
+    NotInvalidatable,
+}
+
 /// Errors of the access check, before they become a DTO status.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum AccessError {
@@ -753,6 +767,37 @@ impl MemTable {
             l.bound_rmrs += 1;
         }
         true
+    }
+
+    /// Invalidates `ctx` for a peer's Send with Invalidate, as protection
+    /// zone `pz`: an RMR is unbound, a fast-registration LMR unmapped (its
+    /// key stays until the owner's next map or invalidate re-keys it).
+    /// One already invalid is fine (as in the verbs). Refused, changing
+    /// nothing: a key that names nothing live, an entry of another zone,
+    /// a plain LMR (not invalidatable remotely).
+    pub(crate) fn invalidate_remote(
+        &self,
+        ctx: u32,
+        pz: PzHandle,
+    ) -> std::result::Result<(), RemoteInvalidate> {
+        let (i, k) = Self::slot_of(ctx);
+        let mut slots = self.write_slots();
+        let kind = match slots.get(i).and_then(|s| s.entry.as_ref()) {
+            Some(e) if e.key == k && e.pz != pz => return Err(RemoteInvalidate::OtherZone),
+            Some(e) if e.key == k && e.kind == EntryKind::Lmr => {
+                return Err(RemoteInvalidate::NotInvalidatable);
+            }
+            Some(e) if e.key == k => e.kind,
+            _ => return Err(RemoteInvalidate::Unknown),
+        };
+        if kind == EntryKind::Rmr {
+            Self::detach(&mut slots, i);
+        } else if let Some(e) = slots[i].entry.as_mut() {
+            // Windows bound to the mapping go with it.
+            e.region = None;
+            Self::detach(&mut slots, i);
+        }
+        Ok(())
     }
 
     /// Removes the entry of `ctx` unless windows are bound to it (checked

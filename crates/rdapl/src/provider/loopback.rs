@@ -808,7 +808,7 @@ fn execute(
 ) -> Step {
     let head = ca.sends.front().expect("head");
     match head.op {
-        WrOp::Send => {
+        WrOp::Send | WrOp::SendInvalidate(_) => {
             let wr = ca.sends.pop_front().expect("head");
             match send(lb, a, b, ca, wr) {
                 Ok(step) => step,
@@ -881,7 +881,8 @@ fn send_locked<R: Request>(
     if b.srq.is_none() {
         // No receive at all: a receive posted from now on kicks us.
         rq.refill(b, true);
-        if let Some(rwr) = rq.recvs.front() {
+        // (A Send with Invalidate takes the general path.)
+        if let Some(rwr) = rq.recvs.front().filter(|_| wr.invalidates().is_none()) {
             if let Some((n, _)) =
                 copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
             {
@@ -911,8 +912,18 @@ fn send_locked<R: Request>(
         }
         return Err(wr);
     };
+    // A Send with Invalidate: the key goes when a receive is at hand, and
+    // before any byte moves; a key the peer cannot invalidate moves none.
+    let inval = wr.invalidates();
+    if let Some(k) = inval {
+        if b.invalidate_remote(k).is_err() {
+            untake_recv(b, rq, rwr);
+            wr.complete(a, DtoStatus::RemoteAccess, 0);
+            return Ok(Step::Broken);
+        }
+    }
     received(b, ca);
-    if b.srq.is_some() {
+    if b.srq.is_some() && inval.is_none() {
         if let Some((n, _)) =
             copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
         {
@@ -979,7 +990,13 @@ fn send_locked<R: Request>(
     drop(dst);
     match copied {
         Ok(_) => {
-            complete_taken(b, rq.taken, rwr, DtoStatus::Success, len as u64);
+            match inval {
+                Some(k) => {
+                    b.publish_taken_count(rq.taken);
+                    b.complete_recv_invalidated(rwr, len as u64, k);
+                }
+                None => complete_taken(b, rq.taken, rwr, DtoStatus::Success, len as u64),
+            }
             wr.complete(a, DtoStatus::Success, len as u64);
             Ok(Step::Next)
         }

@@ -44,6 +44,10 @@ use std::sync::{Arc, Weak};
 pub enum WrKind {
     /// A send (its data: [`Wr::data`] or the local list).
     Send,
+    /// A send that also invalidates the peer's key (RDMAP Send with
+    /// Invalidate): the peer calls [`EpInner::invalidate_remote`] and
+    /// completes the receive with [`EpInner::complete_recv_invalidated`].
+    SendInvalidate(u32),
     /// An RDMA write to the peer's memory.
     RdmaWrite(RmrTriplet),
     /// An RDMA read of the peer's memory.
@@ -56,6 +60,7 @@ pub enum WrKind {
 fn kind_of(op: &WrOp) -> WrKind {
     match op {
         WrOp::Send | WrOp::Recv => WrKind::Send,
+        WrOp::SendInvalidate(k) => WrKind::SendInvalidate(*k),
         WrOp::RdmaWrite(r) => WrKind::RdmaWrite(*r),
         WrOp::RdmaRead(r) => WrKind::RdmaRead(*r),
         WrOp::Local(_) => WrKind::Local,

@@ -145,7 +145,7 @@ impl Fabric {
                 return;
             };
             match kind {
-                WrKind::Send => {
+                WrKind::Send | WrKind::SendInvalidate(_) => {
                     // Waits (for a kick) until the peer posts a receive.
                     let Some(mut r) = peer.take_recv(peer_conn) else {
                         return;
@@ -154,6 +154,19 @@ impl Fabric {
                     drop(core);
                     if wr.is_solicited() {
                         r.set_solicited();
+                    }
+                    // A Send with Invalidate: a key the peer cannot
+                    // invalidate moves nothing.
+                    let inval = match kind {
+                        WrKind::SendInvalidate(k) => Some(k),
+                        _ => None,
+                    };
+                    if let Some(k) = inval
+                        && peer.invalidate_remote(k).is_err()
+                    {
+                        ep.complete(wr, DtoStatus::RemoteAccess, 0);
+                        peer.complete_recv(r, DtoStatus::Flushed, 0);
+                        return self.end(ep, ConnectionEventKind::Broken);
                     }
                     let mut data = Vec::new();
                     if let Err(st) = ep.gather(&wr, &mut data) {
@@ -181,7 +194,10 @@ impl Fabric {
                     match placed.map(|_| data.len() as u64) {
                         Ok(n) => {
                             ep.complete(wr, DtoStatus::Success, n);
-                            peer.complete_recv(r, DtoStatus::Success, n);
+                            match inval {
+                                Some(k) => peer.complete_recv_invalidated(r, n, k),
+                                None => peer.complete_recv(r, DtoStatus::Success, n),
+                            }
                         }
                         Err(st) => {
                             ep.complete(wr, DtoStatus::RemoteResponder, 0);
