@@ -1,6 +1,6 @@
 //! The two sizes of the suite: the full run (about two and a quarter
-//! minutes of measuring on two cores for parts 1–4, plus about a minute
-//! and a half for part 5) and
+//! minutes of measuring on two cores for parts 1–4, plus about two
+//! minutes for part 5 on a busy machine) and
 //! `--smoke` (every benchmark at a tiny size, a few seconds in total, to
 //! prove the harness works end to end).
 

@@ -659,6 +659,17 @@ impl Results {
         if let Some(e) = &setup.error {
             let _ = writeln!(s, "**Not run:** {e}\n");
         }
+        let busiest = setup.load_avg.iter().copied().fold(f64::NAN, f64::max);
+        if busiest > self.meta.cores as f64 {
+            let _ = writeln!(
+                s,
+                "**Warning: the machine was busy** (load average up to {busiest:.1} on {} \
+                 core(s)): the busy-polling rows (`rdapl-poll*`, fi_pingpong) then measure \
+                 how often the scheduler lets two spinning processes run, and their ratios \
+                 swing both ways; judge them on a quiet machine.\n",
+                self.meta.cores
+            );
+        }
         let _ = writeln!(
             s,
             "rdapl's TCP/iWARP provider between two processes on 127.0.0.1 (the `rdapl` CLI: \

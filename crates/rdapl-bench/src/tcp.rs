@@ -75,7 +75,8 @@ pub struct Params {
     /// Iterations of the calibrating warm-up run (a tenth of it, at least
     /// 2, at 1 MiB).
     pub calib_iters: usize,
-    /// Fewest iterations of a measured run.
+    /// Fewest iterations of a measured run (a tenth of it, at least 2, at
+    /// 1 MiB).
     pub min_iters: usize,
     /// Most iterations of a measured run.
     pub max_iters: usize,
@@ -1083,7 +1084,12 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
             let id = case_id(*test, *size, prog);
             match measure_once(&tools, p, cpus, *test, *size, prog, n0) {
                 Ok(m) => {
-                    let n = iterations(p.run_secs, m.per_iter_s, p.min_iters, p.max_iters);
+                    let min = if *size >= 1 << 20 {
+                        (p.min_iters / 10).max(2)
+                    } else {
+                        p.min_iters
+                    };
+                    let n = iterations(p.run_secs, m.per_iter_s, min, p.max_iters);
                     progress(&format!(
                         "warm-up {id}: {} {} at {n0} iterations → {n} per run",
                         crate::report::num(m.value),
