@@ -202,7 +202,7 @@ impl Program {
 /// One measured run (or its failure).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Run {
-    /// Repetition.
+    /// Repetition (`usize::MAX`: the warm-up run, kept only if it failed).
     pub rep: usize,
     /// Position in the repetition's order of its group (0 = first).
     pub position: usize,
@@ -605,8 +605,8 @@ fn run_pair(
         if Instant::now() >= ready_by {
             let (o, e) = srv.finish();
             return Err(format!(
-                "{name} server not listening on {port} after {:?}: {}",
-                ready_by.elapsed() + timeout.min(Duration::from_secs(10)),
+                "{name} server not listening on {port} after {:?}: killed; {}",
+                timeout.min(Duration::from_secs(10)),
                 tail(&format!("{o}\n{e}"))
             ));
         }
