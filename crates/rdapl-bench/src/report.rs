@@ -685,7 +685,9 @@ impl Results {
              per run, placement `{}`{}; {} (qperf: `-t {}`); within a repetition each group \
              runs in an order that rotates and reverses between repetitions. Ratio = rdapl ÷ \
              peer in the same repetition, median [min–max] over {} repetition(s). Load average \
-             at the start of each repetition: {}.\n",
+             at the start of each repetition: {}. The client's main-thread CPU time ÷ its wall \
+             time: a busy-polling client (`rdapl-poll*`, fi_pingpong) spins there, so well \
+             below 1.00 it was off a CPU for that share of its run.\n",
             p.window,
             match p.placement {
                 tcp::Placement::Unpinned => "unpinned",
@@ -762,6 +764,14 @@ impl Results {
                     (Some(a), Some(b)) => format!("{a}–{b}"),
                     _ => "–".into(),
                 },
+                if r.client_cpu_share.median.is_nan() {
+                    "–".into()
+                } else {
+                    format!(
+                        "{:.2} [{:.2}–{:.2}]",
+                        r.client_cpu_share.median, r.client_cpu_share.min, r.client_cpu_share.max
+                    )
+                },
                 r.failed_reps.to_string(),
                 target,
             ]
@@ -777,6 +787,7 @@ impl Results {
                 "value (median [min–max])",
                 "peer median",
                 "iterations / messages",
+                "client main-thread CPU ÷ wall",
                 "failed runs",
                 "target",
             ],

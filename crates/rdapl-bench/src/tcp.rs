@@ -212,6 +212,11 @@ pub struct Run {
     pub iters: u64,
     /// Wall-clock seconds of the client process.
     pub wall_s: f64,
+    /// CPU time of the client's main thread ÷ its wall-clock time (`None`
+    /// if unknown). A busy-polling client (rdapl polling, fi_pingpong)
+    /// spins in its main thread: well below 1, it was kept off a CPU for
+    /// that share of the run, and the run measured the scheduler.
+    pub client_cpu_share: Option<f64>,
     /// Why the run failed.
     pub error: Option<String>,
 }
@@ -239,6 +244,9 @@ pub struct Row {
     pub ratio_vs_peer: Summary,
     /// Every repetition's run.
     pub runs: Vec<Run>,
+    /// The client's main-thread CPU share per repetition (see
+    /// [`Run::client_cpu_share`]).
+    pub client_cpu_share: Summary,
     /// Failed repetitions.
     pub failed_reps: usize,
     /// Why the row (or its peer) is not measured.
@@ -434,6 +442,9 @@ struct Proc {
     name: String,
     child: Child,
     reaped: bool,
+    /// CPU seconds of its main thread, read when it exited (before it was
+    /// reaped).
+    main_cpu_s: Option<f64>,
     out: Option<JoinHandle<String>>,
     err: Option<JoinHandle<String>>,
 }
@@ -475,6 +486,7 @@ impl Proc {
             name: name.to_string(),
             child,
             reaped: false,
+            main_cpu_s: None,
             out,
             err,
         })
@@ -482,7 +494,18 @@ impl Proc {
 
     /// Waits for the exit until `deadline`; `None` if it still runs.
     fn wait_until(&mut self, deadline: Instant) -> Option<ExitStatus> {
+        use rustix::process::{WaitId, WaitIdOptions, waitid};
+        let pid = rustix::process::Pid::from_child(&self.child);
         loop {
+            // Exited? Then read its main thread's CPU time while it is a
+            // zombie (still in /proc), and reap it.
+            let exited = waitid(
+                WaitId::Pid(pid),
+                WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+            );
+            if matches!(exited, Ok(Some(_))) {
+                self.main_cpu_s = main_thread_cpu_s(pid.as_raw_nonzero().get());
+            }
             match self.child.try_wait() {
                 Ok(Some(s)) => {
                     self.reaped = true;
@@ -529,6 +552,18 @@ impl Drop for Proc {
     }
 }
 
+/// CPU seconds (user + system) of the main thread of process `pid`, from
+/// `/proc/<pid>/task/<pid>/stat` (readable until the process is reaped).
+fn main_thread_cpu_s(pid: i32) -> Option<f64> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?;
+    let after = &st[st.rfind(')')? + 1..];
+    let mut w = after.split_whitespace().skip(11);
+    let utime: u64 = w.next()?.parse().ok()?;
+    let stime: u64 = w.next()?.parse().ok()?;
+    let hz = rustix::param::clock_ticks_per_second().max(1);
+    Some((utime + stime) as f64 / hz as f64)
+}
+
 /// A port no socket is bound to on 127.0.0.1 now.
 fn free_port() -> Result<u16, String> {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -561,6 +596,8 @@ struct PairOut {
     client: String,
     server: String,
     wall_s: f64,
+    /// The client's main thread's CPU time ÷ its wall time.
+    client_cpu_share: Option<f64>,
 }
 
 fn command(program: &Path, args: &[String]) -> Command {
@@ -629,6 +666,7 @@ fn run_pair(
         (Some(_), false) => srv.wait_until(Instant::now() + Duration::from_secs(5)),
     };
     let server_name = srv.name.clone();
+    let client_cpu_share = cli.main_cpu_s.map(|c| c / wall_s.max(1e-9));
     let (co, ce) = cli.finish();
     let (so, se) = srv.finish();
     let Some(cs) = cs else {
@@ -666,6 +704,7 @@ fn run_pair(
         client: co,
         server: so,
         wall_s,
+        client_cpu_share,
     })
 }
 
@@ -684,6 +723,7 @@ struct Measured {
     /// calibration.
     per_iter_s: f64,
     wall_s: f64,
+    client_cpu_share: Option<f64>,
 }
 
 /// fi_pingpong's `cnt_str`: `999`, `2k`, `1m` (truncating).
@@ -823,6 +863,7 @@ fn measure_once(
                 iters,
                 per_iter_s: 2.0 * usec * 1e-6,
                 wall_s: out.wall_s,
+                client_cpu_share: out.client_cpu_share,
             })
         }
         Program::Qperf => {
@@ -859,6 +900,7 @@ fn measure_once(
                 iters: msgs,
                 per_iter_s: f64::NAN,
                 wall_s: out.wall_s,
+                client_cpu_share: out.client_cpu_share,
             })
         }
         _ => {
@@ -928,6 +970,7 @@ fn measure_once(
                 iters,
                 per_iter_s,
                 wall_s: out.wall_s,
+                client_cpu_share: out.client_cpu_share,
             })
         }
     }
@@ -1141,6 +1184,7 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
                         value: m.value,
                         iters: m.iters,
                         wall_s: m.wall_s,
+                        client_cpu_share: m.client_cpu_share,
                         error: None,
                     },
                     Err(e) => {
@@ -1151,6 +1195,7 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
                             value: f64::NAN,
                             iters: n,
                             wall_s: 0.0,
+                            client_cpu_share: None,
                             error: Some(e),
                         }
                     }
@@ -1177,6 +1222,10 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
         for (k, &prog) in progs.iter().enumerate() {
             let id = format!("tcp/{}", case_id(*test, *size, prog));
             let v = values(k);
+            let mut share = vec![f64::NAN; reps];
+            for r in &by_case[g][k] {
+                share[r.rep] = r.client_cpu_share.unwrap_or(f64::NAN);
+            }
             let peer = prog.peer();
             let peer_k = peer.and_then(|q| progs.iter().position(|x| *x == q));
             let ratio = match peer_k {
@@ -1194,6 +1243,7 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
                     value: f64::NAN,
                     iters: 0,
                     wall_s: 0.0,
+                    client_cpu_share: None,
                     error: Some(format!("warm-up: {e}")),
                 });
             }
@@ -1216,6 +1266,7 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
                 unit: test.unit().into(),
                 value: Summary::of(&v),
                 ratio_vs_peer: ratio,
+                client_cpu_share: Summary::of(&share),
                 runs: rruns,
                 failed_reps: failed,
                 pending,
@@ -1360,6 +1411,36 @@ mod tests {
         .err()
         .unwrap();
         assert!(e.contains("failed") && e.contains("broken"), "{e}");
+    }
+
+    #[test]
+    fn a_clients_main_thread_cpu_is_read_before_it_is_reaped() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let (b, srv) = sh("exec sleep 30");
+        let (_, spin) = sh("i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done");
+        let out = run_pair(
+            (&b, srv.clone()),
+            (&b, spin),
+            port,
+            true,
+            None,
+            Duration::from_secs(20),
+        )
+        .unwrap();
+        let busy = out.client_cpu_share.expect("a CPU share");
+        let (_, idle) = sh("exec sleep 0.3");
+        let out = run_pair(
+            (&b, srv),
+            (&b, idle),
+            port,
+            true,
+            None,
+            Duration::from_secs(20),
+        )
+        .unwrap();
+        let asleep = out.client_cpu_share.expect("a CPU share");
+        assert!(busy > 0.2 && asleep < 0.1, "busy {busy}, asleep {asleep}");
     }
 
     #[test]
