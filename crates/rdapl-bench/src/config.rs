@@ -1,9 +1,10 @@
 //! The two sizes of the suite: the full run (about two and a quarter
-//! minutes of measuring on two cores, inside the five-minute budget) and
+//! minutes of measuring on two cores for parts 1–4, plus about two
+//! minutes for part 5 on a busy machine) and
 //! `--smoke` (every benchmark at a tiny size, a few seconds in total, to
 //! prove the harness works end to end).
 
-use crate::{flow, latency, loopback, throughput};
+use crate::{flow, latency, loopback, tcp, throughput};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -22,6 +23,14 @@ pub struct Scale {
     pub flow: flow::Params,
     /// Benchmark 4.
     pub loopback: loopback::Params,
+    /// Benchmark 5.
+    pub tcp: tcp::Params,
+}
+
+/// The bandwidth sizes of benchmark 5: 4 KiB, 64 KiB, 1 MiB (the smoke
+/// run keeps them).
+pub fn tcp_sizes() -> Vec<usize> {
+    vec![4 << 10, 64 << 10, 1 << 20]
 }
 
 /// The transfer sizes of benchmark 4: 4 KiB, 64 KiB, 1 MiB, 16 MiB (the
@@ -84,6 +93,19 @@ impl Scale {
                 bw_min_bytes: 512 << 20,
                 bw_max_ops: 100_000_000,
             },
+            tcp: tcp::Params {
+                run_secs: 0.25,
+                qperf_secs: 1,
+                calib_iters: 200,
+                min_iters: 200,
+                max_iters: 200_000,
+                calibrate: true,
+                timeout: Duration::from_secs(30),
+                window: 16,
+                placement: tcp::Placement::Unpinned,
+                latency_size: 64,
+                sizes: tcp_sizes(),
+            },
         }
     }
 
@@ -133,6 +155,19 @@ impl Scale {
                 bw_min_ops: 1,
                 bw_min_bytes: 0,
                 bw_max_ops: 1_000_000,
+            },
+            tcp: tcp::Params {
+                run_secs: 0.01,
+                qperf_secs: 1,
+                calib_iters: 20,
+                min_iters: 5,
+                max_iters: 2_000,
+                calibrate: false,
+                timeout: Duration::from_secs(20),
+                window: 16,
+                placement: tcp::Placement::Unpinned,
+                latency_size: 64,
+                sizes: tcp_sizes(),
             },
         }
     }

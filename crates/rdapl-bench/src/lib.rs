@@ -12,6 +12,7 @@
 //! | [`latency`] | part 2: ping-pong round trip by upcall, blocking `wait`, and busy `dequeue`, vs crossbeam blocking and busy-poll ping-pongs |
 //! | [`flow`] | part 3: the seed's flow: `Poller` vs pure upcalls vs pure polling at low, medium and saturating load |
 //! | [`loopback`] | part 4: the loopback provider: 64-byte send/receive half round trip vs crossbeam ping-pongs, RDMA write/read bandwidth vs memcpy at 4 KiB–16 MiB |
+//! | [`tcp`] | part 5: the TCP provider between two processes (the `rdapl` CLI) vs `fi_pingpong -p tcp -e msg` and qperf `tcp_lat`/`tcp_bw`: 64 B one-way latency, ping-pong and streaming bandwidth at 4 KiB–1 MiB |
 //! | [`report`] | targets of the issue, `results.json`, `results.md` |
 //! | [`plot`] | SVG plots |
 //! | [`config`] | the full and `--smoke` sizes |
@@ -29,5 +30,6 @@ pub mod loopback;
 pub mod plot;
 pub mod report;
 pub mod stats;
+pub mod tcp;
 pub mod throughput;
 pub mod util;

@@ -8,7 +8,8 @@
 //!
 //! Exits with status 1 if a correctness check fails (an event lost in the
 //! flow benchmark, a ping-pong run stuck, a loopback transfer failed or
-//! delivered wrong data) or an output cannot be written.
+//! delivered wrong data, a TCP run failed or could not start) or an output
+//! cannot be written.
 //! A missed performance target is reported, not an error.
 #![forbid(unsafe_code)]
 
@@ -16,12 +17,12 @@ use clap::{Parser, ValueEnum};
 use rdapl_bench::config::Scale;
 use rdapl_bench::report::{Meta, Results};
 use rdapl_bench::util::Machine;
-use rdapl_bench::{flow, latency, loopback, plot, throughput};
+use rdapl_bench::{flow, latency, loopback, plot, tcp, throughput};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-/// Benchmark suite of the rdapl event dispatcher and loopback provider (issue 4).
+/// Benchmark suite of the rdapl event dispatcher, loopback provider and TCP provider.
 #[derive(Parser, Debug)]
 #[command(name = "rdapl-bench", version)]
 struct Args {
@@ -41,6 +42,12 @@ struct Args {
     /// Run only these benchmarks (comma-separated; default: all).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Bench>,
+
+    /// Where part 5 runs its server and client processes (every program
+    /// alike): `unpinned`, or `split` (servers on the first allowed CPU,
+    /// clients on the second).
+    #[arg(long, value_enum, default_value = "unpinned")]
+    tcp_placement: tcp::Placement,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -49,6 +56,7 @@ enum Bench {
     Latency,
     Flow,
     Loopback,
+    Tcp,
 }
 
 fn main() -> ExitCode {
@@ -62,6 +70,7 @@ fn main() -> ExitCode {
     if let Some(r) = args.reps {
         scale.reps = r as usize;
     }
+    scale.tcp.placement = args.tcp_placement;
     let wants = |b: Bench| args.only.is_empty() || args.only.contains(&b);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
 
@@ -99,6 +108,8 @@ fn main() -> ExitCode {
         loopback_half_rtt: Vec::new(),
         loopback_serial: Vec::new(),
         loopback_bandwidth: Vec::new(),
+        tcp: Vec::new(),
+        tcp_setup: None,
         targets: Vec::new(),
         pending: Vec::new(),
         plots: Vec::new(),
@@ -110,7 +121,7 @@ fn main() -> ExitCode {
     };
 
     if wants(Bench::Throughput) {
-        println!("[1/4] EVD throughput");
+        println!("[1/5] EVD throughput");
         let t = Instant::now();
         results.throughput = throughput::run(&scale.throughput, scale.reps, progress);
         println!("      ({:.1} s)", t.elapsed().as_secs_f64());
@@ -120,7 +131,7 @@ fn main() -> ExitCode {
         }
     }
     if wants(Bench::Latency) {
-        println!("[2/4] Wakeup latency");
+        println!("[2/5] Wakeup latency");
         let t = Instant::now();
         let out = latency::run(&scale.latency, scale.reps, progress);
         println!("      ({:.1} s)", t.elapsed().as_secs_f64());
@@ -131,7 +142,7 @@ fn main() -> ExitCode {
         results.latency = out.rows;
     }
     if wants(Bench::Flow) {
-        println!("[3/4] The seed's flow");
+        println!("[3/5] The seed's flow");
         let t = Instant::now();
         let out = flow::run(&scale.flow, scale.reps, progress);
         println!("      ({:.1} s)", t.elapsed().as_secs_f64());
@@ -142,7 +153,7 @@ fn main() -> ExitCode {
         results.flow = out.rows;
     }
     if wants(Bench::Loopback) {
-        println!("[4/4] Loopback provider");
+        println!("[4/5] Loopback provider");
         let t = Instant::now();
         let out = loopback::run(&scale.loopback, scale.reps, progress);
         println!("      ({:.1} s)", t.elapsed().as_secs_f64());
@@ -153,6 +164,22 @@ fn main() -> ExitCode {
         results.loopback_half_rtt = out.half_rtt;
         results.loopback_serial = out.serial;
         results.loopback_bandwidth = out.bandwidth;
+    }
+    if wants(Bench::Tcp) {
+        println!("[5/5] TCP provider against fi_pingpong and qperf");
+        let t = Instant::now();
+        let out = tcp::run(&scale.tcp, scale.reps, progress);
+        println!("      ({:.1} s)", t.elapsed().as_secs_f64());
+        if let Some(e) = &out.setup.error {
+            eprintln!("tcp benchmark not run: {e}");
+        }
+        match plot::tcp(&args.out, &out.rows) {
+            Ok(p) => results.plots.extend(p),
+            Err(e) => plot_err("tcp", e),
+        }
+        results.tcp = out.rows;
+        results.tcp_setup = Some(out.setup);
+        results.pending.extend(out.pending);
     }
 
     results.meta.suite_seconds = start.elapsed().as_secs_f64();

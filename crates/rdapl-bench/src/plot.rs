@@ -12,10 +12,16 @@
 //!   loopback RDMA write and read and of memcpy in both directions (left),
 //!   and the ratio rdapl/memcpy with the 0.90 target line (right);
 //! * `loopback_latency.svg`: the distribution of the 64-byte half round
-//!   trip of every loopback and crossbeam ping-pong method.
+//!   trip of every loopback and crossbeam ping-pong method;
+//! * `tcp_latency.svg`: the TCP provider's 64-byte one-way latency as a
+//!   ratio against its peer (fi_pingpong polling, qperf waiting; line at
+//!   1.0), and every program's µs;
+//! * `tcp_bandwidth.svg`: per size, the TCP provider's ping-pong bandwidth
+//!   ÷ fi_pingpong's and streaming bandwidth ÷ qperf tcp_bw's (line at 1.0;
+//!   the streaming target is 0.95), and every program's MB/s.
 
 use crate::stats::cdf_points;
-use crate::{flow, latency, loopback, throughput};
+use crate::{flow, latency, loopback, tcp, throughput};
 use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 use std::error::Error;
@@ -482,6 +488,131 @@ pub fn loopback(dir: &Path, out: &loopback::Output) -> Result<Vec<String>, Box<d
             &out.pooled_half_rtt,
             |m| m.name(),
         )?;
+        written.push(name.to_string());
+    }
+    Ok(written)
+}
+
+/// Writes `tcp_latency.svg` and `tcp_bandwidth.svg` (those with rows).
+pub fn tcp(dir: &Path, rows: &[tcp::Row]) -> Result<Vec<String>, Box<dyn Error>> {
+    let mut written = Vec::new();
+    let lat: Vec<&tcp::Row> = rows
+        .iter()
+        .filter(|r| r.test == tcp::Test::Latency)
+        .collect();
+    if !lat.is_empty() {
+        let name = "tcp_latency.svg";
+        let path = dir.join(name);
+        let root = SVGBackend::new(&path, (1400, 520)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (left, right) = root.split_horizontally(640);
+        let subjects: Vec<&&tcp::Row> = lat.iter().filter(|r| r.peer.is_some()).collect();
+        let groups: Vec<String> = subjects
+            .iter()
+            .map(|r| format!("{} / {}", r.program.name(), r.peer.map_or("", |p| p.name())))
+            .collect();
+        grouped_bars(
+            &left,
+            &format!(
+                "{} one-way latency ÷ peer, same run (lower is better)",
+                lat[0].size_label
+            ),
+            "ratio vs peer (median)",
+            &groups,
+            &[Series {
+                name: "rdapl ÷ peer".into(),
+                values: subjects.iter().map(|r| r.ratio_vs_peer.median).collect(),
+            }],
+            Some(1.0),
+            &|v| format!("{v:.1}"),
+        )?;
+        grouped_bars(
+            &right,
+            "One-way latency, µs (context)",
+            "µs (median)",
+            &lat.iter()
+                .map(|r| r.program.name().to_string())
+                .collect::<Vec<_>>(),
+            &[Series {
+                name: "µs one-way".into(),
+                values: lat.iter().map(|r| r.value.median).collect(),
+            }],
+            None,
+            &|v| format!("{v:.0}"),
+        )?;
+        root.present()?;
+        written.push(name.to_string());
+    }
+    let mut sizes: Vec<usize> = rows
+        .iter()
+        .filter(|r| r.test != tcp::Test::Latency)
+        .map(|r| r.size)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    if !sizes.is_empty() {
+        let name = "tcp_bandwidth.svg";
+        let path = dir.join(name);
+        let root = SVGBackend::new(&path, (1400, 560)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (left, right) = root.split_horizontally(700);
+        let groups: Vec<String> = sizes.iter().map(|s| tcp::size_label(*s)).collect();
+        let kinds: Vec<(tcp::Test, tcp::Program)> = rows
+            .iter()
+            .filter(|r| r.test != tcp::Test::Latency)
+            .map(|r| (r.test, r.program))
+            .fold(Vec::new(), |mut v, k| {
+                if !v.contains(&k) {
+                    v.push(k);
+                }
+                v
+            });
+        let series = |subjects_only: bool, get: &dyn Fn(&tcp::Row) -> f64| -> Vec<Series> {
+            kinds
+                .iter()
+                .filter(|(_, p)| !subjects_only || p.peer().is_some())
+                .map(|(t, p)| Series {
+                    name: format!(
+                        "{} {}{}",
+                        t.name(),
+                        p.name(),
+                        if subjects_only {
+                            format!(" ÷ {}", p.peer().map_or("", |q| q.name()))
+                        } else {
+                            String::new()
+                        }
+                    ),
+                    values: sizes
+                        .iter()
+                        .map(|s| {
+                            rows.iter()
+                                .find(|r| r.test == *t && r.program == *p && r.size == *s)
+                                .map(get)
+                                .unwrap_or(f64::NAN)
+                        })
+                        .collect(),
+                })
+                .collect()
+        };
+        grouped_bars(
+            &left,
+            "Bandwidth ÷ peer, same run (targets from 64KiB: ≥ 1.0 / ≥ 0.95)",
+            "ratio vs peer (median)",
+            &groups,
+            &series(true, &|r| r.ratio_vs_peer.median),
+            Some(1.0),
+            &|v| format!("{v:.2}"),
+        )?;
+        grouped_bars(
+            &right,
+            "Bandwidth, MB/s (context)",
+            "MB/s (median)",
+            &groups,
+            &series(false, &|r| r.value.median),
+            None,
+            &|v| format!("{v:.0}"),
+        )?;
+        root.present()?;
         written.push(name.to_string());
     }
     Ok(written)

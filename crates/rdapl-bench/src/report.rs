@@ -9,7 +9,7 @@
 
 use crate::stats::Summary;
 use crate::util::Machine;
-use crate::{flow, latency, loopback, throughput};
+use crate::{flow, latency, loopback, tcp, throughput};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -62,8 +62,8 @@ impl Meta {
     }
 }
 
-/// A part of the suite that is known and deliberately not run (none at
-/// present: kept so that a future part can be announced before it exists).
+/// A row of the suite that is known and not measured: at present the TCP
+/// benchmark's rows of a peer program that is not installed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending {
     /// Row id prefix the part will use.
@@ -125,6 +125,10 @@ pub struct Target {
     pub reps_met: usize,
     /// Repetitions.
     pub reps: usize,
+    /// Why the target cannot be judged (its peer not measured): neither
+    /// met nor missed.
+    #[serde(default)]
+    pub pending: Option<String>,
 }
 
 impl Target {
@@ -148,6 +152,7 @@ impl Target {
             met: compare.holds(s.median, bound),
             reps_met: s.reps.iter().filter(|v| compare.holds(**v, bound)).count(),
             reps: s.reps.len(),
+            pending: None,
         }
     }
 }
@@ -171,6 +176,13 @@ pub struct Results {
     pub loopback_serial: Vec<loopback::SerialRow>,
     /// Benchmark 4: RDMA and memcpy bandwidth.
     pub loopback_bandwidth: Vec<loopback::BandwidthRow>,
+    /// Benchmark 5: the TCP provider against fi_pingpong and qperf.
+    #[serde(default)]
+    pub tcp: Vec<tcp::Row>,
+    /// Benchmark 5: the binaries, the placement, the calibrated iteration
+    /// counts, a failure that stopped it (`None`: not run).
+    #[serde(default)]
+    pub tcp_setup: Option<tcp::Setup>,
     /// Targets and checks.
     pub targets: Vec<Target>,
     /// Parts deliberately not measured.
@@ -309,6 +321,46 @@ impl Results {
                 0.0,
             ));
         }
+        for r in &self.tcp {
+            let Some((bound, compare)) = tcp::target_of(r) else {
+                continue;
+            };
+            let peer = r.peer.map_or("–", |p| p.name());
+            let mut target = Target::new(
+                &format!("target/tcp/{}-{}", r.test.name(), r.size_label),
+                &format!(
+                    "TCP provider, {} {} between two processes ({}): {} ÷ {}'s ({}), same repetition",
+                    r.size_label,
+                    match r.test {
+                        tcp::Test::Latency => "one-way latency",
+                        tcp::Test::PingpongBw => "ping-pong bandwidth",
+                        tcp::Test::StreamBw => "streaming bandwidth",
+                    },
+                    r.program.describe(r.test),
+                    r.test.unit(),
+                    peer,
+                    r.peer.map_or(String::new(), |p| p.describe(r.test)),
+                ),
+                &r.id,
+                &r.ratio_vs_peer,
+                compare,
+                bound,
+            );
+            target.pending = r.pending.clone();
+            t.push(target);
+        }
+        if let Some(setup) = &self.tcp_setup {
+            let failed: usize = self.tcp.iter().map(|r| r.failed_reps).sum::<usize>()
+                + usize::from(setup.error.is_some());
+            t.push(Target::new(
+                "check/tcp/no-failed-runs",
+                "TCP runs that failed (a process failed or timed out, iterations missing, an output not understood, the part not able to start), summed",
+                "tcp/*",
+                &Summary::of(&[failed as f64]),
+                Compare::AtMost,
+                0.0,
+            ));
+        }
         if !self.flow.is_empty() {
             let lost: u64 = self.flow.iter().map(|r| r.lost).sum();
             t.push(Target::new(
@@ -397,7 +449,10 @@ impl Results {
                         format!("{} {}", t.compare.symbol(), num(t.bound)),
                         format!("{} [{}–{}]", num(t.measured), num(t.min), num(t.max)),
                         format!("{}/{}", t.reps_met, t.reps),
-                        met_cell(t.met).into(),
+                        match &t.pending {
+                            Some(why) => format!("pending ({why})"),
+                            None => met_cell(t.met).into(),
+                        },
                     ]
                 }),
             );
@@ -570,6 +625,10 @@ impl Results {
             self.loopback_markdown(&mut s);
         }
 
+        if self.tcp_setup.is_some() {
+            self.tcp_markdown(&mut s);
+        }
+
         if !self.pending.is_empty() {
             let _ = writeln!(s, "## Not measured\n");
             for p in &self.pending {
@@ -590,6 +649,152 @@ impl Results {
 }
 
 impl Results {
+    /// Section 5: the TCP provider's tables.
+    fn tcp_markdown(&self, s: &mut String) {
+        let _ = writeln!(s, "## 5. TCP provider against fi_pingpong and qperf\n");
+        let Some(setup) = &self.tcp_setup else {
+            return;
+        };
+        let p = &self.meta.params.tcp;
+        if let Some(e) = &setup.error {
+            let _ = writeln!(s, "**Not run:** {e}\n");
+        }
+        let busiest = setup.load_avg.iter().copied().fold(f64::NAN, f64::max);
+        if busiest > self.meta.cores as f64 {
+            let _ = writeln!(
+                s,
+                "**Warning: the machine was busy** (load average up to {busiest:.1} on {} \
+                 core(s)): the busy-polling rows (`rdapl-poll*`, fi_pingpong) then measure \
+                 how often the scheduler lets two spinning processes run, and their ratios \
+                 swing both ways; judge them on a quiet machine.\n",
+                self.meta.cores
+            );
+        }
+        let _ = writeln!(
+            s,
+            "rdapl's TCP/iWARP provider between two processes on 127.0.0.1 (the `rdapl` CLI: \
+             `pingpong` and `bw`, server `-s --once`), against libfabric's tcp provider \
+             (`fi_pingpong -p tcp -e msg`, which busy-polls its CQs: the peer of rdapl polling) \
+             and qperf (`tcp_lat`, `tcp_bw`, blocking socket calls: the peer of rdapl waiting \
+             with `-w`). Latency: one-way µs, elapsed time ÷ (2 × round trips), as both peers \
+             define it. Ping-pong bandwidth (fi_pingpong has no streaming test): size ÷ one-way \
+             time, MB/s (10⁶ bytes/s; fi_pingpong's `MB/sec`, twice `rdapl pingpong`'s one-way \
+             `MB/sec`). Streaming bandwidth: `rdapl bw -w` with {} messages in flight against \
+             `qperf tcp_bw` (MB/s received). rdapl with MPA CRC32c on (the default, judged) and \
+             off (`crc=0`, context); neither peer has a CRC. A fresh server and client process \
+             per run, placement `{}`{}; {} (qperf: `-t {}`); within a repetition each group \
+             runs in an order that rotates and reverses between repetitions. Ratio = rdapl ÷ \
+             peer in the same repetition, median [min–max] over {} repetition(s). Load average \
+             at the start of each repetition: {}. The client's main-thread CPU time ÷ its wall \
+             time: a busy-polling client (`rdapl-poll*`, fi_pingpong) spins there, so well \
+             below 1.00 it was off a CPU for that share of its run.\n",
+            p.window,
+            match p.placement {
+                tcp::Placement::Unpinned => "unpinned",
+                tcp::Placement::Split => "split",
+            },
+            setup
+                .cpus
+                .map(|(a, b)| format!(" (servers on CPU {a}, clients on CPU {b})"))
+                .unwrap_or_default(),
+            if p.calibrate {
+                format!(
+                    "one warm-up run per case calibrates its iterations to about {} s a run",
+                    p.run_secs
+                )
+            } else {
+                format!("no warm-up, {} iterations a run", p.calib_iters)
+            },
+            p.qperf_secs,
+            self.meta.reps,
+            setup
+                .load_avg
+                .iter()
+                .map(|l| format!("{l:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let rows = self.tcp.iter().map(|r| {
+            let peer_value = r
+                .peer
+                .and_then(|q| {
+                    self.tcp
+                        .iter()
+                        .find(|x| x.test == r.test && x.size == r.size && x.program == q)
+                })
+                .map(|x| x.value.median)
+                .unwrap_or(f64::NAN);
+            let target = match (tcp::target_of(r), &r.pending) {
+                (Some(_), Some(_)) => "pending".to_string(),
+                (Some((bound, c)), None) => {
+                    let met = match c {
+                        Compare::AtLeast => r.ratio_vs_peer.median >= bound,
+                        Compare::AtMost => r.ratio_vs_peer.median <= bound,
+                    };
+                    format!("{} {:.2}: {}", c.symbol(), bound, met_cell(met))
+                }
+                (None, _) => "–".into(),
+            };
+            let iters: Vec<u64> = r
+                .runs
+                .iter()
+                .filter(|x| x.error.is_none())
+                .map(|x| x.iters)
+                .collect();
+            vec![
+                r.test.name().to_string(),
+                r.size_label.clone(),
+                r.program.describe(r.test),
+                r.peer.map_or("–".to_string(), |q| q.name().to_string()),
+                if r.pending.is_some() && r.peer.is_none() {
+                    "pending".into()
+                } else {
+                    ratio_cell(&r.ratio_vs_peer)
+                },
+                format!(
+                    "{} {} [{}–{}]",
+                    num(r.value.median),
+                    r.unit,
+                    num(r.value.min),
+                    num(r.value.max)
+                ),
+                num(peer_value),
+                match (iters.iter().min(), iters.iter().max()) {
+                    (Some(a), Some(b)) if a == b => a.to_string(),
+                    (Some(a), Some(b)) => format!("{a}–{b}"),
+                    _ => "–".into(),
+                },
+                if r.client_cpu_share.median.is_nan() {
+                    "–".into()
+                } else {
+                    format!(
+                        "{:.2} [{:.2}–{:.2}]",
+                        r.client_cpu_share.median, r.client_cpu_share.min, r.client_cpu_share.max
+                    )
+                },
+                r.failed_reps.to_string(),
+                target,
+            ]
+        });
+        table(
+            s,
+            &[
+                "test",
+                "size",
+                "program",
+                "peer",
+                "ratio vs peer",
+                "value (median [min–max])",
+                "peer median",
+                "iterations / messages",
+                "client main-thread CPU ÷ wall",
+                "failed runs",
+                "target",
+            ],
+            rows,
+        );
+    }
+
     /// The software-path table: each method's one-thread half round trip
     /// beside its two-thread one, and against crossbeam's two-thread one
     /// (per repetition: how the software path alone compares with what the

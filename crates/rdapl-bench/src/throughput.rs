@@ -248,7 +248,7 @@ pub fn allowed_cpus() -> Vec<usize> {
 }
 
 /// Pins the calling thread to `cpu`; false if that failed.
-fn pin_to(cpu: usize) -> bool {
+pub(crate) fn pin_to(cpu: usize) -> bool {
     #[cfg(target_os = "linux")]
     {
         use rustix::thread::{CpuSet, sched_setaffinity};

@@ -68,6 +68,10 @@ struct PerfArgs {
     /// A server serves one client, then exits.
     #[arg(long)]
     once: bool,
+    /// More IA parameters, provider-specific (tcp: `crc=0` turns MPA CRC32c
+    /// off; both sides must say so, as either side asking turns it on).
+    #[arg(long, default_value = "")]
+    params: String,
     /// The server's address (client).
     server_addr: Option<std::net::IpAddr>,
 }
@@ -120,6 +124,7 @@ fn perf_cmd(test: Test, a: &PerfArgs) -> ExitCode {
         max_size,
         timeout: Duration::from_secs_f64(a.timeout),
         once: a.once,
+        params: a.params.clone(),
     };
     match perf::run(test, &o) {
         Ok(rows) => {

@@ -65,6 +65,9 @@ pub struct PerfOptions {
     pub timeout: Duration,
     /// A server serves one client, then returns (else: until killed).
     pub once: bool,
+    /// More IA parameters, appended to `addr=...` (provider-specific: with
+    /// tcp, e.g. `crc=0`).
+    pub params: String,
 }
 
 impl Default for PerfOptions {
@@ -82,6 +85,7 @@ impl Default for PerfOptions {
             max_size: 1 << 20,
             timeout: Duration::from_secs(30),
             once: false,
+            params: String::new(),
         }
     }
 }
@@ -225,7 +229,7 @@ impl Side {
         let ia = Ia::open_with(
             &o.provider,
             IaOptions {
-                params: format!("addr={}", o.addr),
+                params: format!("addr={} {}", o.addr, o.params),
                 ..Default::default()
             },
         )
