@@ -150,3 +150,100 @@ fn a_longer_answer_to_a_non_empty_read_is_refused() {
     assert!(!p.a.drain_tx().is_empty(), "a Terminate goes out");
     assert!(p.a.conn.is_closed());
 }
+
+/// The zero-length RDMA Write rdapl sends as RTR and as a nudge, CRC off:
+/// as in the captures (siw's own RTR is the same: STag 1, TO 0).
+const ZERO_WRITE: [u8; 20] = [
+    0x00, 0x0e, 0xc1, 0x40, 0x00, 0x00, 0x00, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+];
+
+/// a connected to b and holds b's Reply at `t` ms; returns what a sent
+/// after it (the RTR).
+fn replied_at(p: &mut Pair, t: u64) -> Vec<u8> {
+    p.a.conn.connect(0, b"").unwrap();
+    let req = p.a.drain_tx();
+    p.b.conn.handle_input(0, &req, &mut p.b.mem);
+    assert!(matches!(
+        p.b.take_events().as_slice(),
+        [Event::ConnectRequest(_)]
+    ));
+    p.b.conn.accept(b"", None, None).unwrap();
+    let rep = p.b.drain_tx();
+    p.a.conn.handle_input(t, &rep, &mut p.a.mem);
+    p.a.drain_tx()
+}
+
+/// siw 6.1's `siw_accept` sends the MPA Reply, then switches the socket
+/// to its RTR reader; FPDUs that arrive in between stay unread until more
+/// bytes come. Under TCG that window was about 6 ms: in 3 of 6 runs of
+/// `rping -s` against rdapl, the RTR, the first Send and a Read Request
+/// all landed in it, siw's log showed `siw_cm_llp_data_ready: cep state:
+/// 7` (ignored) and nothing else until our FIN 15 s later. So an
+/// initiator whose peer stays silent sends a zero-length Write 50 ms after
+/// the Reply, again 200 ms and 800 ms after that, and then no more.
+#[test]
+fn a_silent_peer_after_the_reply_is_nudged_three_times() {
+    let mut p = Pair::new(no_crc(), no_crc());
+    let rtr = replied_at(&mut p, 10);
+    assert_eq!(rtr, ZERO_WRITE, "the RTR");
+    assert_eq!(p.a.conn.poll_timeout(), Some(60));
+    p.a.conn.handle_timeout(59);
+    assert!(p.a.drain_tx().is_empty(), "not before 50 ms");
+    let mut at = 60;
+    for gap in [200, 800] {
+        p.a.conn.handle_timeout(at);
+        assert_eq!(p.a.drain_tx(), ZERO_WRITE, "a nudge at {at} ms");
+        at += gap;
+        assert_eq!(p.a.conn.poll_timeout(), Some(at));
+    }
+    p.a.conn.handle_timeout(at);
+    assert_eq!(p.a.drain_tx(), ZERO_WRITE, "the last nudge at {at} ms");
+    assert_eq!(p.a.conn.poll_timeout(), None);
+    p.a.conn.handle_timeout(at + 100_000);
+    assert!(p.a.drain_tx().is_empty(), "three at most");
+    // The peer takes the RTR and the nudges as zero-length Writes: nothing
+    // but its Established.
+    let mut all = rtr.clone();
+    for _ in 0..3 {
+        all.extend_from_slice(&ZERO_WRITE);
+    }
+    p.b.conn.handle_input(at, &all, &mut p.b.mem);
+    assert!(matches!(
+        p.b.take_events().as_slice(),
+        [Event::Established { .. }]
+    ));
+    assert!(p.b.drain_tx().is_empty());
+    assert!(!p.b.conn.is_closed());
+}
+
+/// A peer that speaks first stops the nudges (and none goes out).
+#[test]
+fn a_peer_that_speaks_is_not_nudged() {
+    let mut p = Pair::new(no_crc(), no_crc());
+    let rtr = replied_at(&mut p, 0);
+    p.b.conn.handle_input(1, &rtr, &mut p.b.mem);
+    p.b.take_events();
+    p.b.mem.sends.insert(9, b"hi".to_vec());
+    p.b.conn.post_send(9, 2).unwrap();
+    p.a.mem.recvs.insert(3, vec![0; 8]);
+    p.a.conn.post_recv(3, 8).unwrap();
+    let hi = p.b.drain_tx();
+    p.a.conn.handle_input(20, &hi, &mut p.a.mem);
+    assert_eq!(p.a.conn.poll_timeout(), None);
+    p.a.conn.handle_timeout(10_000);
+    assert!(p.a.drain_tx().is_empty());
+}
+
+/// `rtr_nudge_ms: 0` turns the nudges off.
+#[test]
+fn nudges_can_be_turned_off() {
+    let off = Config {
+        rtr_nudge_ms: 0,
+        ..no_crc()
+    };
+    let mut p = Pair::new(off, no_crc());
+    replied_at(&mut p, 0);
+    assert_eq!(p.a.conn.poll_timeout(), None);
+    p.a.conn.handle_timeout(10_000);
+    assert!(p.a.drain_tx().is_empty());
+}
