@@ -34,6 +34,9 @@ enum Command {
     /// A peer of rdma-core's `rping` (-s server, -c client), every ping's
     /// data checked; meets the real rping over the tcp provider.
     Rping(RpingArgs),
+    /// A peer of rdma-core's `rdma_server` (-s) / `rdma_client` (-c): one
+    /// 16-byte Send each way, then the server disconnects.
+    RdmaCm(RpingArgs),
 }
 
 #[derive(Args, Debug)]
@@ -78,9 +81,8 @@ struct RpingArgs {
     timeout: f64,
 }
 
-fn rping_cmd(a: &RpingArgs) -> ExitCode {
-    rdapl_cli::register_providers();
-    let o = rping::RpingOptions {
+fn rping_options(a: &RpingArgs) -> rping::RpingOptions {
+    rping::RpingOptions {
         provider: a.provider.clone(),
         server: a.server,
         addr: a.addr,
@@ -91,7 +93,38 @@ fn rping_cmd(a: &RpingArgs) -> ExitCode {
         verbose: a.verbose,
         crc: a.crc == "1",
         timeout: Duration::from_secs_f64(a.timeout),
+    }
+}
+
+fn rdma_cm_cmd(a: &RpingArgs) -> ExitCode {
+    rdapl_cli::register_providers();
+    let o = rping_options(a);
+    let (side, r) = if a.server {
+        let r = rping::cm_serve(&o, || {
+            eprintln!("rdapl rdma-cm server: listening on {}:{}", a.addr, a.port)
+        });
+        ("server", r)
+    } else {
+        ("client", rping::cm_client(&o))
     };
+    match r {
+        Ok(()) => {
+            eprintln!(
+                "rdapl rdma-cm {side}: {} bytes each way, then disconnected",
+                rping::CM_MSG
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rdapl rdma-cm {side}: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn rping_cmd(a: &RpingArgs) -> ExitCode {
+    rdapl_cli::register_providers();
+    let o = rping_options(a);
     let side = if a.server { "server" } else { "client" };
     let r = if a.server {
         rping::serve(&o, || {
@@ -382,5 +415,6 @@ fn main() -> ExitCode {
         Command::Pingpong(a) => perf_cmd(Test::PingPong, &a),
         Command::Bw(a) => perf_cmd(Test::Bw, &a),
         Command::Rping(a) => rping_cmd(&a),
+        Command::RdmaCm(a) => rdma_cm_cmd(&a),
     }
 }

@@ -309,6 +309,12 @@ impl Side {
     /// The next `rping_rdma_info` received (the receive is posted again);
     /// `None` if the connection ended first.
     fn recv_info(&mut self, what: &str) -> Result<Option<[u8; INFO_LEN]>, String> {
+        self.recv_msg(what, true)
+    }
+
+    /// The next 16-byte message received, the receive posted again if
+    /// `repost`; `None` if the connection ended first.
+    fn recv_msg(&mut self, what: &str, repost: bool) -> Result<Option<[u8; INFO_LEN]>, String> {
         let deadline = Instant::now() + self.timeout;
         loop {
             if let Some(len) = self.recvs.pop_front() {
@@ -317,7 +323,9 @@ impl Side {
                 }
                 let mut m = [0u8; INFO_LEN];
                 self.recv.read_at(0, &mut m).map_err(|e| e.to_string())?;
-                self.post_recv()?;
+                if repost {
+                    self.post_recv()?;
+                }
                 return Ok(Some(m));
             }
             if self.ended.is_some() {
@@ -528,6 +536,84 @@ fn serve_pings(o: &RpingOptions, s: &mut Side) -> Result<u32, String> {
     }
 }
 
+/// Bytes of each message of rdma-core's `rdma_server` / `rdma_client`.
+pub const CM_MSG: usize = 16;
+
+/// A peer of rdma-core's `rdma_client` (librdmacm/examples): connect with
+/// no private data, Send 16 bytes, take the server's 16-byte Send, then
+/// the server disconnects (`rdma_server` does, right after its Send) or,
+/// if it does not within the timeout, this side does and that fails.
+/// `o.size`, `o.count` and `o.verbose` are not used.
+pub fn cm_client(o: &RpingOptions) -> Result<(), String> {
+    let mut s = Side::open(o, o.local, CM_MSG, false)?;
+    let r = cm_client_run(o, &mut s);
+    s.close();
+    r
+}
+
+fn cm_client_run(o: &RpingOptions, s: &mut Side) -> Result<(), String> {
+    s.post_recv()?;
+    s.ep.connect(o.addr, u64::from(o.port), Some(o.timeout), b"")
+        .map_err(|e| format!("connecting: {e}"))?;
+    let deadline = Instant::now() + o.timeout;
+    match s.next(deadline, "the connection")? {
+        Event::Connection(e) if e.kind == ConnectionEventKind::Established => {}
+        other => return Err(format!("connecting to {}:{}: {other:?}", o.addr, o.port)),
+    }
+    s.send_info([0x5a; CM_MSG])?;
+    s.wait_done(C_SEND, "the send completed")?;
+    // No receive after it: rdma_server disconnects once its send completed.
+    s.recv_msg("the server's message", false)?
+        .ok_or("the server went away before its message")?;
+    let deadline = Instant::now() + o.timeout;
+    while s.ended.is_none() {
+        let ev = s.next(deadline, "the server's disconnect")?;
+        s.take(ev)?;
+    }
+    Ok(())
+}
+
+/// A peer of rdma-core's `rdma_server`: one client; take its 16-byte
+/// Send, Send 16 bytes back, disconnect once that completed.
+pub fn cm_serve(o: &RpingOptions, listening: impl FnOnce()) -> Result<(), String> {
+    let mut s = Side::open(o, o.addr, CM_MSG, false)?;
+    let psp =
+        s.ia.psp_create(u64::from(o.port), &s.evd)
+            .map_err(|e| format!("listening on {}:{}: {e}", o.addr, o.port))?;
+    listening();
+    let r = cm_serve_run(o, &mut s);
+    let _ = psp.free();
+    s.close();
+    r
+}
+
+fn cm_serve_run(o: &RpingOptions, s: &mut Side) -> Result<(), String> {
+    s.post_recv()?;
+    let deadline = Instant::now() + o.timeout;
+    let cr = match s.next(deadline, "a client")? {
+        Event::ConnectionRequest(a) => a.cr,
+        other => return Err(format!("waiting for a client: {other:?}")),
+    };
+    s.ia.cr(cr)
+        .and_then(|c| c.accept(&s.ep, b""))
+        .map_err(|e| format!("accepting: {e}"))?;
+    match s.next(deadline, "the connection")? {
+        Event::Connection(c) if c.kind == ConnectionEventKind::Established => {}
+        other => return Err(format!("expected Established, got {other:?}")),
+    }
+    s.recv_msg("the client's message", false)?
+        .ok_or("the client went away before its message")?;
+    s.send_info([0xa5; CM_MSG])?;
+    s.wait_done(C_SEND, "the send completed")?;
+    let _ = s.ep.disconnect(true);
+    let deadline = Instant::now() + o.timeout;
+    while s.ended.is_none() {
+        let ev = s.next(deadline, "the disconnect")?;
+        s.take(ev)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -621,6 +707,25 @@ mod tests {
         assert_eq!(c.pings, 2);
         let e = h.join().unwrap().unwrap_err();
         assert!(e.contains("2 ping(s) came, expected 3"), "{e}");
+    }
+
+    #[test]
+    fn rdma_cm_example_peers_meet_each_other() {
+        crate::register_providers();
+        let base = RpingOptions {
+            port: 17_178,
+            timeout: Duration::from_secs(20),
+            ..Default::default()
+        };
+        let so = RpingOptions {
+            server: true,
+            ..base.clone()
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || cm_serve(&so, || tx.send(()).unwrap()));
+        rx.recv().unwrap();
+        cm_client(&base).unwrap();
+        h.join().unwrap().unwrap();
     }
 
     #[test]
