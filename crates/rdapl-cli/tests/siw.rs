@@ -69,8 +69,18 @@ enum Dir {
     VmToHost,
 }
 
+/// Which tool pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tool {
+    /// `rping` and `rdapl rping`.
+    Rping,
+    /// rdma-core's `rdma_server` / `rdma_client` and `rdapl rdma-cm`.
+    RdmaCm,
+}
+
 struct Scenario {
     name: &'static str,
+    tool: Tool,
     dir: Dir,
     port: u16,
     /// The rdapl side asks for CRC.
@@ -81,6 +91,18 @@ struct Scenario {
 
 impl Scenario {
     fn vm_call(&self) -> String {
+        if self.tool == Tool::RdmaCm {
+            return match self.dir {
+                Dir::HostToVm => format!(
+                    "vm_server {} {} rdma_server -p {}",
+                    self.name, self.port, self.port
+                ),
+                Dir::VmToHost => format!(
+                    "vm_client {} rdma_client -s 10.0.2.100 -p {}",
+                    self.name, self.port
+                ),
+            };
+        }
         match self.dir {
             Dir::HostToVm => format!(
                 "vm_server {} {} rping -s -v -S {} -a $VM_IP -p {}",
@@ -94,9 +116,13 @@ impl Scenario {
     }
 
     fn rdapl_args(&self) -> Vec<String> {
+        let tool = match self.tool {
+            Tool::Rping => "rping",
+            Tool::RdmaCm => "rdma-cm",
+        };
         let mut a: Vec<String> = match self.dir {
-            Dir::HostToVm => vec!["-c".into(), "-S".into(), self.size.to_string()],
-            Dir::VmToHost => vec!["-s".into()],
+            Dir::HostToVm => vec![tool.into(), "-c".into(), "-S".into(), self.size.to_string()],
+            Dir::VmToHost => vec![tool.into(), "-s".into()],
         };
         a.extend(
             [
@@ -121,6 +147,7 @@ impl Scenario {
 const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "rdapl-client-crc0",
+        tool: Tool::Rping,
         dir: Dir::HostToVm,
         port: 27174,
         crc: false,
@@ -128,6 +155,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "rdapl-client-crc1",
+        tool: Tool::Rping,
         dir: Dir::HostToVm,
         port: 27175,
         crc: true,
@@ -136,6 +164,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "rdapl-server-crc0",
+        tool: Tool::Rping,
         dir: Dir::VmToHost,
         port: 27176,
         crc: false,
@@ -143,10 +172,27 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "rdapl-server-crc1",
+        tool: Tool::Rping,
         dir: Dir::VmToHost,
         port: 27177,
         crc: true,
         size: 3000,
+    },
+    Scenario {
+        name: "rdma-cm-client-crc1",
+        tool: Tool::RdmaCm,
+        dir: Dir::HostToVm,
+        port: 27178,
+        crc: true,
+        size: 64,
+    },
+    Scenario {
+        name: "rdma-cm-server-crc0",
+        tool: Tool::RdmaCm,
+        dir: Dir::VmToHost,
+        port: 27179,
+        crc: false,
+        size: 64,
     },
 ];
 
@@ -247,7 +293,7 @@ struct HostSide {
 fn host_side(s: &Scenario, run: &Path, out: &Path, first: bool) -> HostSide {
     let rdapl = env!("CARGO_BIN_EXE_rdapl");
     let mut cmd = Command::new(rdapl);
-    cmd.arg("rping").args(s.rdapl_args());
+    cmd.args(s.rdapl_args());
     let r = match s.dir {
         Dir::HostToVm => {
             let ready = out.join(format!("{}.ready", s.name));
@@ -361,6 +407,22 @@ fn check_scenario(s: &Scenario, host: &HostSide, out: &Path) -> Result<(), Strin
     if vm_rc.trim() != "0" {
         return Err(format!("the VM's rping failed{}", ctx()));
     }
+    if s.tool == Tool::RdmaCm {
+        let end = match s.dir {
+            Dir::HostToVm => "rdma_server: end 0",
+            Dir::VmToHost => "rdma_client: end 0",
+        };
+        let ok_host = host
+            .lines
+            .iter()
+            .any(|l| l.contains("16 bytes each way, then disconnected"));
+        let ok_vm = vm_lines.iter().any(|l| l == end);
+        return if ok_host && ok_vm {
+            Ok(())
+        } else {
+            Err(format!("want {end:?} in the VM's output{}", ctx()))
+        };
+    }
     let checked = format!("{COUNT} ping(s) of rping's data checked");
     match s.dir {
         Dir::HostToVm => check_pings(
@@ -464,7 +526,12 @@ fn check_pcap(pcap: &Path) -> Result<String, String> {
         }
         // Per ping at least: 2 Sends and 2 go aheads, a Read Request and its
         // Response, a Write.
-        if fpdus < 7 * COUNT as usize {
+        let min = match s.tool {
+            Tool::Rping => 7 * COUNT as usize,
+            // A Send each way (and the RTR).
+            Tool::RdmaCm => 3,
+        };
+        if fpdus < min {
             return Err(format!("{}: only {fpdus} FPDUs decoded", s.name));
         }
         if s.crc && good != fpdus {
