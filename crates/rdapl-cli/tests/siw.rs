@@ -7,6 +7,9 @@
 //! * `rping -c -V` in the VM against `rdapl rping -s` on 127.0.0.1
 //!   (guestfwd 10.0.2.100:P → 127.0.0.1:P), with CRC off and on (siw asks
 //!   for no CRC; the rdapl server turns it on by answering with C set);
+//! * rdma-core's `rdma_server` / `rdma_client` (librdmacm's examples: one
+//!   16-byte Send each way, the server disconnects) against `rdapl
+//!   rdma-cm`, each way;
 //! * the whole session captured in the VM and decoded by the host's
 //!   tshark: the CRC flag of every MPA exchange as expected, every CRC good
 //!   where CRC is on, no malformed frame.
