@@ -577,7 +577,8 @@ fn rdapl_and_kernel_siw_rping_each_other() {
         script.push('\n');
     }
     script += "interop_end\n";
-    let script_path = std::env::temp_dir().join(format!("rdapl-siw-{}.sh", std::process::id()));
+    std::fs::create_dir_all(&run).unwrap();
+    let script_path = run.join("scenarios.sh");
     std::fs::write(&script_path, script).unwrap();
     let fwd: Vec<String> = SCENARIOS
         .iter()
@@ -621,7 +622,6 @@ fn rdapl_and_kernel_siw_rping_each_other() {
         let log: Vec<String> = log.lines().map(|l| l.chars().take(200).collect()).collect();
         println!("--- the VM's run.log:\n{}", log.join("\n"));
     }
-    let _ = std::fs::remove_file(&script_path);
     let mut failures = Vec::new();
     for (s, h) in SCENARIOS.iter().zip(&hosts) {
         match check_scenario(s, h, &out) {
