@@ -8,6 +8,10 @@
 # interface alone) and on the TCP/iWARP provider over 127.0.0.1; the last
 # two skip, with a printed reason, what only the loopback does.
 #
+# The kernel soft-iWARP interoperability test (crates/rdapl-cli/tests/siw.rs)
+# boots the lab VM (lab/vm/, built by its build.sh; .ci/run builds it) once
+# and runs rdapl rping against rping both ways, with CRC off and on.
+#
 # Tests that need an outside program skip with a printed reason unless
 # RDAPL_REQUIRE_EXTERNAL=1 (set by .ci/run), which turns a skip into a failure.
 set -euo pipefail

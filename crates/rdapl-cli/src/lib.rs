@@ -14,6 +14,8 @@
 //! * [`info`]: the providers and their attributes (like `fi_info`).
 //! * [`perf`]: `pingpong` and `bw` between two endpoints of any provider,
 //!   reported as `fi_pingpong` does.
+//! * [`rping`]: a peer of rdma-core's `rping`, for interoperability tests
+//!   against another RDMA stack (kernel soft-iWARP in `lab/vm/`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -29,4 +31,5 @@ pub fn register_providers() {
 pub mod demo;
 pub mod info;
 pub mod perf;
+pub mod rping;
 pub mod stress;

@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use rdapl_cli::perf::{self, PerfOptions, Test};
 use rdapl_cli::stress::{self, DEFAULT_EVENTS, Mode, StressConfig};
-use rdapl_cli::{demo, info};
+use rdapl_cli::{demo, info, rping};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -31,6 +31,121 @@ enum Command {
     Pingpong(PerfArgs),
     /// Bandwidth: a window of messages in flight from the client.
     Bw(PerfArgs),
+    /// A peer of rdma-core's `rping` (-s server, -c client), every ping's
+    /// data checked; meets the real rping over the tcp provider.
+    Rping(RpingArgs),
+    /// A peer of rdma-core's `rdma_server` (-s) / `rdma_client` (-c): one
+    /// 16-byte Send each way, then the server disconnects.
+    RdmaCm(RpingArgs),
+}
+
+#[derive(Args, Debug)]
+struct RpingArgs {
+    /// Server side.
+    #[arg(
+        short = 's',
+        long,
+        conflicts_with = "client",
+        required_unless_present = "client"
+    )]
+    server: bool,
+    /// Client side.
+    #[arg(short = 'c', long)]
+    client: bool,
+    /// Server: the address to listen at; client: the server's address.
+    #[arg(short = 'a', long, default_value = "127.0.0.1")]
+    addr: std::net::IpAddr,
+    /// Client: this side's address.
+    #[arg(short = 'I', long, default_value = "127.0.0.1")]
+    local: std::net::IpAddr,
+    /// Port.
+    #[arg(short = 'p', long, default_value_t = 7174)]
+    port: u16,
+    /// Pings (client: to do, 0 for ever; server: that must come, 0 any).
+    #[arg(short = 'C', long, default_value_t = 0)]
+    count: u32,
+    /// Ping data size in bytes (client).
+    #[arg(short = 'S', long, default_value_t = 64)]
+    size: usize,
+    /// Print the ping data.
+    #[arg(short = 'v', long)]
+    verbose: bool,
+    /// Ask for MPA CRC32c: 1 or 0 (the peer may still turn it on).
+    #[arg(long, default_value = "1", value_parser = ["0", "1"])]
+    crc: String,
+    /// Provider.
+    #[arg(long, default_value = "tcp")]
+    provider: String,
+    /// Bound of every wait, in seconds (a server's wait for its client too).
+    #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
+    timeout: f64,
+}
+
+fn rping_options(a: &RpingArgs) -> rping::RpingOptions {
+    rping::RpingOptions {
+        provider: a.provider.clone(),
+        server: a.server,
+        addr: a.addr,
+        local: a.local,
+        port: a.port,
+        count: a.count,
+        size: a.size,
+        verbose: a.verbose,
+        crc: a.crc == "1",
+        timeout: Duration::from_secs_f64(a.timeout),
+    }
+}
+
+fn rdma_cm_cmd(a: &RpingArgs) -> ExitCode {
+    rdapl_cli::register_providers();
+    let o = rping_options(a);
+    let (side, r) = if a.server {
+        let r = rping::cm_serve(&o, || {
+            eprintln!("rdapl rdma-cm server: listening on {}:{}", a.addr, a.port)
+        });
+        ("server", r)
+    } else {
+        ("client", rping::cm_client(&o))
+    };
+    match r {
+        Ok(()) => {
+            eprintln!(
+                "rdapl rdma-cm {side}: {} bytes each way, then disconnected",
+                rping::CM_MSG
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rdapl rdma-cm {side}: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn rping_cmd(a: &RpingArgs) -> ExitCode {
+    rdapl_cli::register_providers();
+    let o = rping_options(a);
+    let side = if a.server { "server" } else { "client" };
+    let r = if a.server {
+        rping::serve(&o, || {
+            eprintln!("rdapl rping server: listening on {}:{}", a.addr, a.port)
+        })
+    } else {
+        rping::run(&o)
+    };
+    match r {
+        Ok(r) => {
+            eprintln!(
+                "rdapl rping {side}: {} ping(s) of rping's data checked",
+                r.pings
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rdapl rping {side}: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -304,5 +419,7 @@ fn main() -> ExitCode {
         }
         Command::Pingpong(a) => perf_cmd(Test::PingPong, &a),
         Command::Bw(a) => perf_cmd(Test::Bw, &a),
+        Command::Rping(a) => rping_cmd(&a),
+        Command::RdmaCm(a) => rdma_cm_cmd(&a),
     }
 }
