@@ -274,7 +274,10 @@ impl EpInner {
     /// Takes the oldest posted receive for connection `conn` (of this
     /// endpoint, or of its shared receive queue, its completion then
     /// reserved on the receive EVD now). `None` if there is none, or the
-    /// endpoint is no longer in that connection.
+    /// endpoint is no longer in that connection. The provider completes it
+    /// (or flushes it) before it reports the end of the connection
+    /// ([`EpInner::ended`]): the end flushes the receives still queued,
+    /// which are later ones, and completions must stay in order.
     pub fn take_recv(&self, conn: u64) -> Option<RecvWr> {
         let mut rq = self.rq.lock();
         if conn == 0 || rq.conn != conn {

@@ -40,6 +40,10 @@ struct Fabric {
     /// its own.
     peers: Mutex<HashMap<EpHandle, PeerOf>>,
     jobs: Mutex<mpsc::Sender<Weak<EpInner>>>,
+    /// Held from taking a peer's receive to completing it: an end of the
+    /// connection (which flushes the receives still queued, the later
+    /// ones) waits for it, so receive completions stay in order.
+    moving: Mutex<()>,
 }
 
 impl Pipe {
@@ -51,6 +55,7 @@ impl Pipe {
             pending: Mutex::new(HashMap::new()),
             peers: Mutex::new(HashMap::new()),
             jobs: Mutex::new(tx),
+            moving: Mutex::new(()),
         });
         let f = Arc::downgrade(&fabric);
         std::thread::spawn(move || {
@@ -122,6 +127,7 @@ impl Fabric {
 
     /// Ends both sides of `ep`'s connection with `kind`.
     fn end(&self, ep: &Arc<EpInner>, kind: ConnectionEventKind) {
+        let _moving = self.moving.lock().unwrap();
         let peer = self.peers.lock().unwrap().remove(&ep.handle());
         ep.ended(kind);
         if let Some(p) = peer.and_then(|(p, _, _)| p.upgrade()) {
@@ -134,6 +140,8 @@ impl Fabric {
     /// or the head waits for a receive of the peer.
     fn progress(&self, ep: &Arc<EpInner>) {
         loop {
+            // (Lock order: `moving`, the peers, an endpoint.)
+            let moving = self.moving.lock().unwrap();
             let Some((peer, peer_conn, my_conn)) = self.peer(ep) else {
                 return;
             };
@@ -166,12 +174,14 @@ impl Fabric {
                     {
                         ep.complete(wr, DtoStatus::RemoteAccess, 0);
                         peer.complete_recv(r, DtoStatus::Flushed, 0);
+                        drop(moving);
                         return self.end(ep, ConnectionEventKind::Broken);
                     }
                     let mut data = Vec::new();
                     if let Err(st) = ep.gather(&wr, &mut data) {
                         ep.complete(wr, st, 0);
                         peer.complete_recv(r, DtoStatus::Flushed, 0);
+                        drop(moving);
                         return self.end(ep, ConnectionEventKind::Broken);
                     }
                     // Placed in segments of 5 bytes, as a wire would
@@ -202,6 +212,7 @@ impl Fabric {
                         Err(st) => {
                             ep.complete(wr, DtoStatus::RemoteResponder, 0);
                             peer.complete_recv(r, st, 0);
+                            drop(moving);
                             return self.end(ep, ConnectionEventKind::Broken);
                         }
                     }
@@ -217,6 +228,7 @@ impl Fabric {
                         Ok(()) => ep.complete(wr, DtoStatus::Success, data.len() as u64),
                         Err(st) => {
                             ep.complete(wr, st, 0);
+                            drop(moving);
                             return self.end(ep, ConnectionEventKind::Broken);
                         }
                     }
@@ -233,6 +245,7 @@ impl Fabric {
                         Ok(n) => ep.complete(wr, DtoStatus::Success, n),
                         Err(st) => {
                             ep.complete(wr, st, 0);
+                            drop(moving);
                             return self.end(ep, ConnectionEventKind::Broken);
                         }
                     }
