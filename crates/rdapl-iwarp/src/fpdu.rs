@@ -187,6 +187,8 @@ pub struct FpduDecoder {
     trailer_have: usize,
     trailer_need: usize,
     crc: FpduCrc,
+    /// The current FPDU's CRC is not checked ([`FpduDecoder::waive_crc`]).
+    crc_waived: bool,
     error: Option<ProtocolError>,
 }
 
@@ -203,8 +205,17 @@ impl FpduDecoder {
             trailer_have: 0,
             trailer_need: 0,
             crc: FpduCrc::new(),
+            crc_waived: false,
             error: None,
         }
+    }
+
+    /// Leaves the CRC of the current FPDU (its header just returned)
+    /// unchecked. For a frame whose payload is dropped unread and whose
+    /// header the caller has checked against what it expects: the one use
+    /// is siw's answer to a zero-length RDMA Read (see `Connection`).
+    pub fn waive_crc(&mut self) {
+        self.crc_waived = true;
     }
 
     /// Whether the decoder sits between FPDUs (no partial frame held).
@@ -239,6 +250,7 @@ impl FpduDecoder {
                     if self.hdr_have == 0 {
                         // A new FPDU: forget the last one's header.
                         self.crc = FpduCrc::new();
+                        self.crc_waived = false;
                     }
                     let need = if self.hdr_have < 3 {
                         3
@@ -314,7 +326,7 @@ impl FpduDecoder {
                     self.crc.update(&self.trailer[..pad]);
                     let mut got = [0u8; 4];
                     got.copy_from_slice(&self.trailer[pad..pad + 4]);
-                    if self.crc_enabled && got != self.crc.wire() {
+                    if self.crc_enabled && !self.crc_waived && got != self.crc.wire() {
                         let e = ProtocolError::Crc {
                             received: u32::from_le_bytes(got),
                             computed: self.crc.value(),
