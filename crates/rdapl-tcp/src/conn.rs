@@ -1,7 +1,8 @@
 //! One TCP connection: its iWARP engine, its socket buffers, its requests
 //! in flight, and what the core is told.
 //!
-//! Owned and driven by the progress thread only ([`crate::progress`]).
+//! Behind a lock ([`crate::progress::ConnCell`]) that the progress thread,
+//! posters and polling consumers take ([`crate::progress`]).
 //!
 //! # Guarantees
 //!
@@ -49,6 +50,7 @@ use rdapl_iwarp::{
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, Weak};
 
 /// Most requests one connection takes from the core's queue at once.
@@ -142,6 +144,16 @@ pub(crate) struct Conn {
     /// Counts every step that moved something (bytes read, fed, queued or
     /// written; events): `pump` goes on while it moves.
     work: u64,
+    /// A Send of the peer waits for a receive: a posted receive must kick
+    /// (read by posters without the lock; see `fpdu_start`).
+    pub stalled: Arc<AtomicBool>,
+    /// The epoll interest registered (`None`: not registered).
+    pub registered: Option<(bool, bool)>,
+    /// A consumer drives the input: the progress thread does not poll for
+    /// it ([`crate::progress`]).
+    pub polled: bool,
+    /// The progress hook attached to the endpoint's EVDs once established.
+    pub hook: Option<Weak<dyn rdapl::provider::Progress>>,
 }
 
 fn total_len(wr: &Wr) -> u64 {
@@ -211,6 +223,10 @@ impl Conn {
             send_msn: 1,
             read_msn: 1,
             work: 0,
+            stalled: Arc::new(AtomicBool::new(false)),
+            registered: None,
+            polled: false,
+            hook: None,
         }
     }
 
@@ -521,7 +537,15 @@ impl Conn {
                     .engine
                     .as_ref()
                     .is_some_and(|e| e.state() == State::AwaitRtr);
-                if !rtr && !self.ensure_recv() {
+                let have = rtr || self.ensure_recv() || {
+                    // The Dekker pattern with a poster (`TcpIa::kick`): it
+                    // queues its receive, then reads `stalled`; this sets
+                    // `stalled`, then looks again.
+                    self.stalled.store(true, Ordering::SeqCst);
+                    fence(Ordering::SeqCst);
+                    self.ensure_recv()
+                };
+                if !have {
                     let since = *self.stall_since.get_or_insert(now);
                     if now < since.saturating_add(self.ia.recv_wait_ms) {
                         return None;
@@ -531,6 +555,7 @@ impl Conn {
                     self.free_recvs -= 1;
                 }
                 self.stall_since = None;
+                self.stalled.store(false, Ordering::Relaxed);
             }
             (Buffer::Untagged { qn: 1, .. }, Some(Opcode::ReadRequest)) => {
                 let body = 2 + rdapl_iwarp::ddp::UNTAGGED_HEADER_LEN;
@@ -1032,6 +1057,9 @@ impl Conn {
                     Some(c) => {
                         self.dat_conn = c;
                         self.told = true;
+                        if let Some(h) = &self.hook {
+                            ep.attach_progress(h.clone());
+                        }
                         if let Some(n) = self.engine.as_ref().and_then(|e| e.negotiated()) {
                             if n.rtr == Some(Rtr::Send) {
                                 self.send_msn = 2;

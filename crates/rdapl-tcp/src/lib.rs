@@ -316,6 +316,24 @@ impl Transport for TcpIa {
     }
 
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
+        let cell = self.sh().by_ep.lock().get(&ep.handle()).cloned();
+        if let Some(cell) = cell {
+            if recv {
+                // The poster's half of the Dekker pattern with a stalled
+                // Send (`Conn::fpdu_start`): the receive is queued; unless
+                // a Send waits, nobody needs to hear of it.
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                if !cell.stalled.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+            }
+            // From the poster's thread when the connection is free; else
+            // its holder may have looked at the queue already: the thread
+            // looks again.
+            if cell.try_pump(recv) {
+                return;
+            }
+        }
         self.sh().send(Cmd::Kick {
             ep: ep.clone(),
             recv,

@@ -67,10 +67,12 @@ mod ring;
 #[cfg_attr(rdapl_loom, allow(unused_imports))]
 pub(crate) use ring::{prefetch_read, prefetch_write};
 mod producer;
+mod progress;
 pub(crate) mod state;
 mod teardown_waits;
 
 pub use producer::EvdProducer;
+pub use progress::Progress;
 
 pub use state::{MAX_QLEN, ReEnable};
 
@@ -284,6 +286,9 @@ pub(crate) struct EvdInner {
     pub(crate) context: crate::context::ContextSlot,
     pub(crate) id: EvdHandle,
     flags: EvdFlags,
+    /// Providers' progress hooks ([`Progress`]), run by consumers that find
+    /// the EVD empty (read-mostly: next to the other read-mostly fields).
+    pub(crate) progress: progress::ProgressHooks,
     /// The state word (`state.rs`): read by every producer, written only
     /// when a listener arms or a policy changes.
     state: CachePadded<AtomicU64>,
@@ -350,6 +355,10 @@ const WAIT_SPINS: u32 = 256;
 /// Checks after a `yield_now` each, after the spins.
 #[cfg(not(rdapl_loom))]
 const WAIT_YIELDS: u32 = 4;
+/// How long a `wait` on an EVD with progress hooks drives them before it
+/// parks them and blocks.
+#[cfg(not(rdapl_loom))]
+const WAIT_PROGRESS: Duration = Duration::from_micros(50);
 
 /// Slots a producer that finds the EVD full looks at before it reads the
 /// consumers' head (see `EvdInner::freed_again`).
@@ -440,6 +449,7 @@ impl EvdBuilder {
             context: crate::context::ContextSlot::new(),
             id: EvdHandle(next_id()),
             flags: self.flags,
+            progress: progress::ProgressHooks::default(),
             state: CachePadded::new(AtomicU64::new(s.0)),
             prod: CachePadded::new(Producers {
                 reserved: AtomicU64::new((self.qlen as u64) << TAKEN_BITS),
@@ -889,7 +899,14 @@ impl Evd {
     pub fn dequeue(&self) -> Result<Option<Event>> {
         let inner = &self.inner;
         inner.check_consumer()?;
-        Ok(inner.storage.pop())
+        match inner.storage.pop() {
+            Some(ev) => Ok(Some(ev)),
+            None if inner.progress.any() => {
+                inner.progress.run();
+                Ok(inner.storage.pop())
+            }
+            None => Ok(None),
+        }
     }
 
     /// Moves up to `max` events (oldest first) to the end of `out`, with
@@ -898,7 +915,12 @@ impl Evd {
     pub fn dequeue_batch(&self, out: &mut Vec<Event>, max: usize) -> Result<usize> {
         let inner = &self.inner;
         inner.check_consumer()?;
-        Ok(inner.storage.pop_batch(max, |e| out.push(e)))
+        let n = inner.storage.pop_batch(max, |e| out.push(e));
+        if n == 0 && max > 0 && inner.progress.any() {
+            inner.progress.run();
+            return Ok(inner.storage.pop_batch(max, |e| out.push(e)));
+        }
+        Ok(n)
     }
 
     /// Fills `buf` from the front with up to `buf.len()` events. Returns how
@@ -906,6 +928,9 @@ impl Evd {
     pub fn dequeue_into(&self, buf: &mut [Option<Event>]) -> Result<usize> {
         let inner = &self.inner;
         inner.check_consumer()?;
+        if !buf.is_empty() && inner.storage.is_empty() && inner.progress.any() {
+            inner.progress.run();
+        }
         let mut slots = buf.iter_mut();
         Ok(inner.storage.pop_batch(slots.len(), |e| {
             if let Some(slot) = slots.next() {
@@ -941,7 +966,29 @@ impl Evd {
         // word (which every producer reads). Ownership, and with it the
         // refusal of other waiters and of dequeue, starts when it blocks.
         #[cfg(not(rdapl_loom))]
-        {
+        if inner.progress.any() {
+            // A provider that progresses in software: drive it from this
+            // thread for a short while (each pass is a few system calls),
+            // then hand progress back to its thread and block.
+            let start = std::time::Instant::now();
+            loop {
+                let s = inner.load();
+                if s.has(FREED) {
+                    return Err(Error::Abort("the EVD was freed while waiting"));
+                }
+                if s.0 & (UNWAITABLE | WAITER) != 0 {
+                    break; // the checks below say why
+                }
+                if let Some(got) = inner.take_for_waiter(threshold) {
+                    return Ok(got);
+                }
+                if start.elapsed() >= WAIT_PROGRESS {
+                    break;
+                }
+                inner.progress.run();
+            }
+            inner.progress.park();
+        } else {
             // Checks at a fixed, fine grain (one pause apart) rather than
             // with exponential back-off: the waiter only reads lines the
             // producer writes once per event, so polling them costs the

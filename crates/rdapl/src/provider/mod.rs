@@ -39,7 +39,7 @@ mod registry;
 mod view;
 
 pub use crate::ep::{EpCore, EpInner, NewWr, RecvWr, Wr};
-pub use crate::evd::EvdProducer;
+pub use crate::evd::{EvdProducer, Progress};
 pub use crate::sp::{CrInner, CrState, SpInner};
 pub use registry::Registry;
 pub use view::WrKind;
