@@ -60,6 +60,16 @@ pub(crate) const MAX_STAGED: usize = 16 << 20;
 /// Input and output buffer high-water mark.
 pub(crate) const IO_HIGH: usize = 256 << 10;
 
+/// Most reads (fences included) outstanding before a burst of sends waits
+/// for one of them to come back rather than get a fence of its own.
+const MAX_FENCES: usize = 4;
+
+/// Most output bytes a polling consumer's pass holds back.
+const HOLD_MAX: usize = 4096;
+
+/// The least room a read into the input buffer gets.
+const READ_CHUNK: usize = 64 << 10;
+
 /// The STag a fence's zero-length read names (never looked up).
 const FENCE_STAG: u32 = 1;
 
@@ -121,7 +131,9 @@ pub(crate) struct Conn {
     /// How an established connection ends.
     end_kind: ConnectionEventKind,
     // input
+    /// Input: bytes `in_pos..in_end` of `inbuf` are unfed.
     inbuf: Vec<u8>,
+    in_end: usize,
     in_pos: usize,
     /// Bytes left of the FPDU or MPA frame being fed (0: at a boundary).
     frame_left: usize,
@@ -154,6 +166,12 @@ pub(crate) struct Conn {
     pub polled: bool,
     /// The progress hook attached to the endpoint's EVDs once established.
     pub hook: Option<Weak<dyn rdapl::provider::Progress>>,
+    /// Completions delivered to the core so far.
+    delivered: u64,
+    /// `write_socket` holds its bytes back (a polling consumer's pass).
+    hold_out: bool,
+    /// Output held back for the consumer's answer (see `pump_polled`).
+    pub out_held: bool,
 }
 
 fn total_len(wr: &Wr) -> u64 {
@@ -206,6 +224,7 @@ impl Conn {
             setup_fail: (ConnectionEventKind::NonPeerRejected, None),
             end_kind: ConnectionEventKind::Disconnected,
             inbuf: Vec::new(),
+            in_end: 0,
             in_pos: 0,
             frame_left: 0,
             eof: false,
@@ -227,6 +246,9 @@ impl Conn {
             registered: None,
             polled: false,
             hook: None,
+            delivered: 0,
+            hold_out: false,
+            out_held: false,
         }
     }
 
@@ -279,8 +301,8 @@ impl Conn {
             Phase::Dead => (false, false),
             Phase::Draining => (!self.eof, self.out_pos < self.outbuf.len()),
             Phase::Open => (
-                !self.eof && self.inbuf.len() - self.in_pos < IO_HIGH,
-                self.out_pos < self.outbuf.len(),
+                !self.eof && self.in_end - self.in_pos < IO_HIGH,
+                self.out_pos < self.outbuf.len() && !self.out_held,
             ),
         }
     }
@@ -293,6 +315,9 @@ impl Conn {
         if matches!(self.phase, Phase::Connecting | Phase::Dead) {
             return;
         }
+        if !self.hold_out {
+            self.out_held = false;
+        }
         loop {
             let before = self.work;
             self.read_socket();
@@ -304,6 +329,39 @@ impl Conn {
             if before == self.work || self.phase == Phase::Dead {
                 break;
             }
+        }
+    }
+
+    /// [`Conn::pump`] for a polling consumer's pass (the progress thread
+    /// leaves the input to it: `polled`). If the pass delivered
+    /// completions and what it has to send is small (an answer to the
+    /// peer's fence, typically), the bytes are held back once: the
+    /// consumer is likely to post in reply at once, and its send then
+    /// carries them in the same segment (one system call, one wakeup of
+    /// the peer instead of two). They go with the next pump of any kind:
+    /// the consumer's post, its next pass, its `park`, or the progress
+    /// thread's check of a polled connection (within
+    /// [`crate::progress::POLL_FRESH_MS`]).
+    pub fn pump_polled(&mut self, now: u64) {
+        let held_before = self.out_held;
+        let d0 = self.delivered;
+        self.hold_out = self.polled && !held_before;
+        self.pump(now);
+        self.hold_out = false;
+        let pending = self.outbuf.len() - self.out_pos;
+        if pending == 0 {
+            self.out_held = false;
+            return;
+        }
+        if self.polled
+            && !held_before
+            && self.delivered != d0
+            && pending <= HOLD_MAX
+            && self.phase == Phase::Open
+        {
+            self.out_held = true;
+        } else {
+            self.pump(now);
         }
     }
 
@@ -337,13 +395,24 @@ impl Conn {
         if self.eof || self.phase == Phase::Dead {
             return;
         }
-        if self.in_pos > 0 && self.in_pos == self.inbuf.len() {
-            self.inbuf.clear();
+        if self.in_pos == self.in_end {
             self.in_pos = 0;
+            self.in_end = 0;
         }
-        let mut scratch = [0u8; 64 << 10];
-        while self.inbuf.len() - self.in_pos < IO_HIGH {
-            match self.sock.read(&mut scratch) {
+        while self.in_end - self.in_pos < IO_HIGH {
+            // Room for a large read, straight into the input buffer (its
+            // memory is zeroed once, when it grows, never per read).
+            if self.inbuf.len() - self.in_end < READ_CHUNK {
+                if self.in_pos > 0 {
+                    self.inbuf.copy_within(self.in_pos..self.in_end, 0);
+                    self.in_end -= self.in_pos;
+                    self.in_pos = 0;
+                }
+                if self.inbuf.len() - self.in_end < READ_CHUNK {
+                    self.inbuf.resize(self.in_end + READ_CHUNK, 0);
+                }
+            }
+            match self.sock.read(&mut self.inbuf[self.in_end..]) {
                 Ok(0) => {
                     self.eof = true;
                     break;
@@ -353,7 +422,7 @@ impl Conn {
                     if self.phase == Phase::Draining {
                         continue; // nothing more is fed
                     }
-                    self.inbuf.extend_from_slice(&scratch[..n]);
+                    self.in_end += n;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -379,6 +448,9 @@ impl Conn {
     }
 
     fn write_socket(&mut self) {
+        if self.hold_out {
+            return;
+        }
         while self.out_pos < self.outbuf.len() {
             match self.sock.write(&self.outbuf[self.out_pos..]) {
                 Ok(0) => break,
@@ -413,13 +485,13 @@ impl Conn {
             let Some(state) = self.engine.as_ref().map(|e| e.state()) else {
                 return;
             };
-            let avail = self.inbuf.len() - self.in_pos;
+            let avail = self.in_end - self.in_pos;
             if avail == 0 {
                 break;
             }
             let n = match state {
                 State::Closed | State::Terminating => {
-                    self.in_pos = self.inbuf.len();
+                    self.in_pos = self.in_end;
                     break;
                 }
                 State::AwaitRequest | State::AwaitReply => {
@@ -427,7 +499,7 @@ impl Conn {
                         if avail < 20 && !self.eof {
                             break;
                         }
-                        let b = &self.inbuf[self.in_pos..];
+                        let b = &self.inbuf[self.in_pos..self.in_end];
                         let pd = if b.len() >= 20 {
                             usize::from(u16::from_be_bytes([b[18], b[19]]))
                         } else {
@@ -469,26 +541,22 @@ impl Conn {
                 self.events();
             }
         }
-        if self.in_pos == self.inbuf.len() {
-            self.inbuf.clear();
+        if self.in_pos == self.in_end {
             self.in_pos = 0;
+            self.in_end = 0;
         }
         if self.eof && self.stall_since.is_some() {
             // The peer ended while a Send of it waited for a receive: the
             // sender flushed it (its completion needs our fence answer),
             // so it is dropped. A stream cut inside an FPDU is broken.
-            if !whole_fpdus(&self.inbuf[self.in_pos..]) {
+            if !whole_fpdus(&self.inbuf[self.in_pos..self.in_end]) {
                 self.end_kind = ConnectionEventKind::Broken;
             }
-            self.inbuf.clear();
             self.in_pos = 0;
+            self.in_end = 0;
             self.stall_since = None;
         }
-        if self.eof
-            && !self.eof_fed
-            && self.in_pos == self.inbuf.len()
-            && self.stall_since.is_none()
-        {
+        if self.eof && !self.eof_fed && self.in_pos == self.in_end && self.stall_since.is_none() {
             self.eof_fed = true;
             if let Some(e) = self.engine.as_mut() {
                 e.handle_eof();
@@ -500,7 +568,7 @@ impl Conn {
     /// At an FPDU boundary: looks at the header and returns the FPDU's
     /// length, or `None` to wait (more bytes, or a receive).
     fn fpdu_start(&mut self, now: u64) -> Option<usize> {
-        let b = &self.inbuf[self.in_pos..];
+        let b = &self.inbuf[self.in_pos..self.in_end];
         let eof = self.eof;
         if b.len() < 3 {
             return (eof).then_some(b.len());
@@ -803,25 +871,31 @@ impl Conn {
     }
 
     /// Posts a zero-length read behind Sends and Writes that no read
-    /// covers, unless a read is outstanding (its response leads to the
-    /// next fence).
+    /// covers, while fewer than [`MAX_FENCES`] reads are outstanding (the
+    /// response to the last of them leads to the next fence). More than one
+    /// in flight keeps a stream of sends moving: each burst gets its own
+    /// fence instead of waiting a round trip for the one before.
     fn maybe_fence(&mut self) {
         let mut uncovered = false;
+        let mut outstanding = 0;
+        let mut seen_read = false;
         for s in self.slots.iter().rev() {
             match s.kind {
                 SlotKind::Read { .. } | SlotKind::Fence { .. } => {
+                    seen_read = true;
                     if s.status.is_none() {
-                        return; // outstanding: its completion fences again
+                        outstanding += 1;
                     }
-                    break;
                 }
-                SlotKind::Send { .. } | SlotKind::Write { .. } if s.status.is_none() => {
+                SlotKind::Send { .. } | SlotKind::Write { .. }
+                    if s.status.is_none() && !seen_read =>
+                {
                     uncovered = true
                 }
                 _ => {}
             }
         }
-        if !uncovered {
+        if !uncovered || outstanding >= MAX_FENCES {
             return;
         }
         let id = self.next_id();
@@ -874,6 +948,7 @@ impl Conn {
             };
             if let Some(wr) = wr {
                 ep.complete(wr, st, len);
+                self.delivered += 1;
             }
         }
     }
@@ -1097,6 +1172,7 @@ impl Conn {
                     };
                     if let Some(ep) = &self.ep {
                         ep.complete_recv(r.wr, st, n);
+                        self.delivered += 1;
                     }
                     if st != DtoStatus::Success {
                         self.break_local();

@@ -327,12 +327,10 @@ impl Transport for TcpIa {
                     return;
                 }
             }
-            // From the poster's thread when the connection is free; else
-            // its holder may have looked at the queue already: the thread
-            // looks again.
-            if cell.try_pump(recv) {
-                return;
-            }
+            // From the poster's thread when the connection is free, else
+            // by the lock's holder when it lets go.
+            cell.kick();
+            return;
         }
         self.sh().send(Cmd::Kick {
             ep: ep.clone(),

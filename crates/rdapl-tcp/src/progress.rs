@@ -50,7 +50,7 @@ use rustix::event::{EventfdFlags, Timespec, eventfd};
 use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -70,25 +70,85 @@ pub(crate) struct ConnCell {
     /// 1 + the time (ms, [`Shared::now`]) of a consumer's last progress
     /// pass; 0: none since it last parked.
     pub last_poll: AtomicU64,
+    /// A poster found the lock taken: whoever releases it pumps again.
+    kicked: AtomicBool,
     sh: Arc<Shared>,
 }
 
-impl ConnCell {
-    /// Pumps the connection from a caller's thread if it is free (a
-    /// posted receive: only if a Send waits). False if contended.
-    pub fn try_pump(&self, recv: bool) -> bool {
-        let Some(mut c) = self.conn.try_lock() else {
-            return false;
-        };
-        let before = (c.deadline(), c.phase);
-        let now = self.sh.now();
-        if recv {
-            c.recv_posted(now);
-        } else {
-            c.pump(now);
+/// The lock of a [`ConnCell`]: releasing it pumps the connection again if
+/// a poster kicked meanwhile (the poster does not wait for the lock).
+pub(crate) struct ConnGuard<'a> {
+    cell: &'a ConnCell,
+    g: Option<parking_lot::MutexGuard<'a, Conn>>,
+}
+
+impl std::ops::Deref for ConnGuard<'_> {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        self.g.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for ConnGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Conn {
+        self.g.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for ConnGuard<'_> {
+    fn drop(&mut self) {
+        let cell = self.cell;
+        let mut g = self.g.take();
+        while let Some(guard) = g.take() {
+            drop(guard);
+            // The releaser's half of the Dekker pattern with `kick`: a
+            // poster sets `kicked`, then tries the lock; the releaser
+            // unlocks, then reads `kicked`.
+            fence(Ordering::SeqCst);
+            if !cell.kicked.load(Ordering::SeqCst) {
+                return;
+            }
+            // Taken by someone else: its release looks again.
+            if let Some(mut c) = cell.conn.try_lock() {
+                if cell.kicked.swap(false, Ordering::SeqCst) {
+                    let before = (c.deadline(), c.phase);
+                    c.pump(cell.sh.now());
+                    cell.sh.settle(&mut c, before);
+                }
+                g = Some(c);
+            }
         }
-        self.sh.settle(&mut c, before);
-        true
+    }
+}
+
+impl ConnCell {
+    pub fn lock(&self) -> ConnGuard<'_> {
+        ConnGuard {
+            cell: self,
+            g: Some(self.conn.lock()),
+        }
+    }
+
+    fn try_lock(&self) -> Option<ConnGuard<'_>> {
+        self.conn.try_lock().map(|g| ConnGuard {
+            cell: self,
+            g: Some(g),
+        })
+    }
+
+    /// New work for the connection (a send or a receive posted): pumps it
+    /// from the caller's thread if the lock is free, else leaves it to the
+    /// lock's holder, which pumps again when it lets go. Never waits.
+    pub fn kick(&self) {
+        self.kicked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if let Some(mut c) = self.try_lock()
+            && self.kicked.swap(false, Ordering::SeqCst)
+        {
+            let before = (c.deadline(), c.phase);
+            c.pump(self.sh.now());
+            self.sh.settle(&mut c, before);
+        }
     }
 
     fn polling(&self, now: u64) -> Option<u64> {
@@ -101,14 +161,14 @@ impl rdapl::provider::Progress for ConnCell {
     fn progress(&self) {
         let now = self.sh.now();
         self.last_poll.store(now + 1, Ordering::Relaxed);
-        let Some(mut c) = self.conn.try_lock() else {
+        let Some(mut c) = self.try_lock() else {
             return;
         };
         if c.phase != Phase::Open {
             return;
         }
         let before = (c.deadline(), c.phase);
-        c.pump(now);
+        c.pump_polled(now);
         self.sh.settle(&mut c, before);
     }
 
@@ -116,10 +176,14 @@ impl rdapl::provider::Progress for ConnCell {
         // Cleared before the lock: the thread reads it under the lock
         // before it takes the input away.
         self.last_poll.store(0, Ordering::SeqCst);
-        let mut c = self.conn.lock();
-        if c.polled {
+        let mut c = self.lock();
+        if c.polled || c.out_held {
+            let before = (c.deadline(), c.phase);
             c.polled = false;
-            self.sh.sync_interest(&mut c);
+            if c.out_held {
+                c.pump(self.sh.now());
+            }
+            self.sh.settle(&mut c, before);
         }
     }
 }
@@ -171,6 +235,9 @@ pub(crate) struct Shared {
     /// Live connections by endpoint (for posters).
     pub by_ep: Mutex<HashMap<EpHandle, Arc<ConnCell>>>,
     next_token: AtomicU64,
+    /// When the thread wakes up next at the latest (ms; `u64::MAX`: only
+    /// for a socket or a command), published before it sleeps.
+    next_due: AtomicU64,
     stop: AtomicBool,
     start: Instant,
     /// Returns from `epoll_wait` (a diagnostic: idle means few).
@@ -196,6 +263,7 @@ impl Shared {
             listeners: Mutex::new(HashMap::new()),
             by_ep: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(1),
+            next_due: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
             start: Instant::now(),
             wakeups: AtomicU64::new(0),
@@ -238,7 +306,9 @@ impl Shared {
     /// (`before`: what they were).
     fn settle(&self, c: &mut Conn, before: (Option<u64>, Phase)) {
         self.sync_interest(c);
-        if (c.deadline(), c.phase) != before {
+        let due = c.deadline();
+        let sooner = due.is_some_and(|d| d < self.next_due.load(Ordering::SeqCst));
+        if c.phase != before.1 || (due != before.0 && sooner) {
             self.wakeup();
         }
     }
@@ -322,20 +392,26 @@ impl Driver {
             if self.sh.stop.load(Ordering::SeqCst) {
                 break;
             }
+            // Published first: a connection whose timer changes after its
+            // look here wakes the thread (`Shared::settle`).
+            self.sh.next_due.store(u64::MAX, Ordering::SeqCst);
             let now = self.sh.now();
-            let timeout = self
+            let due = self
                 .conns
                 .values()
-                .filter_map(|c| c.conn.lock().deadline())
+                .filter_map(|c| c.lock().deadline())
                 .chain(poll_due)
-                .min()
-                .map(|d| {
-                    let ms = d.saturating_sub(now).min(60_000);
-                    Timespec {
-                        tv_sec: (ms / 1000) as i64,
-                        tv_nsec: ((ms % 1000) * 1_000_000) as i64,
-                    }
-                });
+                .min();
+            self.sh
+                .next_due
+                .store(due.unwrap_or(u64::MAX), Ordering::SeqCst);
+            let timeout = due.map(|d| {
+                let ms = d.saturating_sub(now).min(60_000);
+                Timespec {
+                    tv_sec: (ms / 1000) as i64,
+                    tv_nsec: ((ms % 1000) * 1_000_000) as i64,
+                }
+            });
             events.clear();
             let _ = epoll::wait(
                 &self.sh.epoll,
@@ -369,11 +445,11 @@ impl Driver {
             let due: Vec<Arc<ConnCell>> = self
                 .conns
                 .values()
-                .filter(|c| c.conn.lock().deadline().is_some_and(|d| d <= now))
+                .filter(|c| c.lock().deadline().is_some_and(|d| d <= now))
                 .cloned()
                 .collect();
             for cell in due {
-                cell.conn.lock().on_timer(now);
+                cell.lock().on_timer(now);
             }
             poll_due = self.check_polled(now);
             self.tidy();
@@ -381,7 +457,7 @@ impl Driver {
         // Stopping: close every connection; the peers see the end.
         self.sh.by_ep.lock().clear();
         for c in self.conns.values() {
-            c.conn.lock().close_local(self.sh.now());
+            c.lock().close_local(self.sh.now());
         }
     }
 
@@ -395,7 +471,7 @@ impl Driver {
                 self.polled.remove(&t);
                 continue;
             };
-            let mut c = cell.conn.lock();
+            let mut c = cell.lock();
             match cell.polling(now) {
                 Some(until) if c.polled => next = Some(next.map_or(until, |n| n.min(until))),
                 _ => {
@@ -415,7 +491,7 @@ impl Driver {
         let mut dead = Vec::new();
         let mut gone = Vec::new();
         for (t, cell) in self.conns.iter() {
-            let mut c = cell.conn.lock();
+            let mut c = cell.lock();
             if c.phase != Phase::Open && c.phase != Phase::Connecting {
                 gone.push(*t);
             }
@@ -431,7 +507,7 @@ impl Driver {
         }
         for t in dead {
             if let Some(cell) = self.conns.remove(&t) {
-                let mut c = cell.conn.lock();
+                let mut c = cell.lock();
                 if c.registered.take().is_some() {
                     let _ = epoll::delete(&self.sh.epoll, c.sock.as_fd());
                 }
@@ -471,7 +547,7 @@ impl Driver {
                 Err(_) => continue,
             }
             let cell = self.insert(c);
-            cell.conn.lock().pump(now);
+            cell.lock().pump(now);
             self.after(t);
         }
     }
@@ -487,6 +563,7 @@ impl Driver {
                 stalled: c.stalled.clone(),
                 conn: Mutex::new(c),
                 last_poll: AtomicU64::new(0),
+                kicked: AtomicBool::new(false),
                 sh: self.sh.clone(),
             }
         });
@@ -500,7 +577,7 @@ impl Driver {
         let Some(cell) = self.cell(t) else {
             return;
         };
-        let c = cell.conn.lock();
+        let c = cell.lock();
         if (c.phase == Phase::Open || c.phase == Phase::Connecting)
             && let Some(h) = c.ep_handle()
         {
@@ -517,7 +594,7 @@ impl Driver {
             return;
         };
         {
-            let mut c = cell.conn.lock();
+            let mut c = cell.lock();
             if c.phase == Phase::Connecting {
                 match cm::connect_result(&c.sock) {
                     Ok(true) => c.start_mpa(now),
@@ -574,7 +651,7 @@ impl Driver {
                 let t = self.by_cr.remove(&cr.handle());
                 match t.and_then(|t| self.cell(t).map(|c| (t, c))) {
                     Some((t, cell)) => {
-                        cell.conn.lock().accept(&ep, &pd, now);
+                        cell.lock().accept(&ep, &pd, now);
                         self.after(t);
                     }
                     None => {
@@ -586,19 +663,19 @@ impl Driver {
                 if let Some(t) = self.by_cr.remove(&cr.handle())
                     && let Some(cell) = self.cell(t)
                 {
-                    cell.conn.lock().reject(&pd, now);
+                    cell.lock().reject(&pd, now);
                 }
             }
             Cmd::Disconnect { ep } => {
                 let cell = self.sh.by_ep.lock().remove(&ep.handle());
                 if let Some(cell) = cell {
-                    cell.conn.lock().close_local(now);
+                    cell.lock().close_local(now);
                 }
             }
             Cmd::Kick { ep, recv } => {
                 let cell = self.sh.by_ep.lock().get(&ep.handle()).cloned();
                 if let Some(cell) = cell {
-                    let mut c = cell.conn.lock();
+                    let mut c = cell.lock();
                     if recv {
                         c.recv_posted(now);
                     } else {
@@ -608,7 +685,7 @@ impl Driver {
             }
             Cmd::KickAll => {
                 for cell in self.conns.values() {
-                    cell.conn.lock().recv_posted(now);
+                    cell.lock().recv_posted(now);
                 }
             }
         }
