@@ -39,6 +39,7 @@
 //! connection broken, never a panic.
 
 use crate::memory::{ConnMemory, RecvState, RxOp, Sink, StagedRead};
+use crate::outq::OutQueue;
 use crate::params::IaParams;
 use rdapl::provider::{CrInner, CrState, EpInner, SpInner, Wr, WrKind};
 use rdapl::{CompletionFlags, ConnectionEventKind, DtoStatus, RmrTriplet};
@@ -48,7 +49,7 @@ use rdapl_iwarp::{
     Source, State, Terminate, Transmit, fpdu,
 };
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{IpAddr, Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, Weak};
@@ -141,8 +142,7 @@ pub(crate) struct Conn {
     eof_fed: bool,
     stall_since: Option<u64>,
     // output
-    outbuf: Vec<u8>,
-    out_pos: usize,
+    out: OutQueue,
     shut: bool,
     linger_deadline: Option<u64>,
     // requests
@@ -230,8 +230,7 @@ impl Conn {
             eof: false,
             eof_fed: false,
             stall_since: None,
-            outbuf: Vec::new(),
-            out_pos: 0,
+            out: OutQueue::default(),
             shut: false,
             linger_deadline: None,
             slots: VecDeque::new(),
@@ -299,10 +298,10 @@ impl Conn {
         match self.phase {
             Phase::Connecting => (false, true),
             Phase::Dead => (false, false),
-            Phase::Draining => (!self.eof, self.out_pos < self.outbuf.len()),
+            Phase::Draining => (!self.eof, !self.out.is_empty()),
             Phase::Open => (
                 !self.eof && self.in_end - self.in_pos < IO_HIGH,
-                self.out_pos < self.outbuf.len() && !self.out_held,
+                !self.out.is_empty() && !self.out_held,
             ),
         }
     }
@@ -348,7 +347,7 @@ impl Conn {
         self.hold_out = self.polled && !held_before;
         self.pump(now);
         self.hold_out = false;
-        let pending = self.outbuf.len() - self.out_pos;
+        let pending = self.out.len();
         if pending == 0 {
             self.out_held = false;
             return;
@@ -442,8 +441,7 @@ impl Conn {
         {
             e.handle_eof();
         }
-        self.outbuf.clear();
-        self.out_pos = 0;
+        self.out.clear();
         self.events();
     }
 
@@ -451,27 +449,10 @@ impl Conn {
         if self.hold_out {
             return;
         }
-        while self.out_pos < self.outbuf.len() {
-            match self.sock.write(&self.outbuf[self.out_pos..]) {
-                Ok(0) => break,
-                Ok(n) => {
-                    self.out_pos += n;
-                    self.work += 1;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.socket_failed();
-                    break;
-                }
-            }
-        }
-        if self.out_pos == self.outbuf.len() {
-            self.outbuf.clear();
-            self.out_pos = 0;
-        } else if self.out_pos > IO_HIGH {
-            self.outbuf.drain(..self.out_pos);
-            self.out_pos = 0;
+        match self.out.write_to(&mut self.sock) {
+            Ok(true) => self.work += 1,
+            Ok(false) => {}
+            Err(_) => self.socket_failed(),
         }
     }
 
@@ -1069,7 +1050,7 @@ impl Conn {
         if self.phase == Phase::Dead {
             return;
         }
-        while self.outbuf.len() - self.out_pos < IO_HIGH {
+        while self.out.len() < IO_HIGH {
             let Some(e) = self.engine.as_mut() else {
                 return;
             };
@@ -1077,7 +1058,7 @@ impl Conn {
                 break;
             };
             self.work += 1;
-            if !t.write_to(&self.mem, &mut self.outbuf) {
+            if !self.queue(&t) {
                 // The engine checked the source; this does not happen.
                 self.break_local();
             }
@@ -1090,6 +1071,40 @@ impl Conn {
             }
             self.events();
         }
+    }
+
+    /// Queues what the engine transmits: a Send's or Write's payload by
+    /// reference to its gathered bytes, the rest copied. False if `mem`
+    /// lacks the payload.
+    fn queue(&mut self, t: &Transmit) -> bool {
+        match t {
+            Transmit::Mpa(b) => self.out.push_bytes(b),
+            Transmit::Fpdu {
+                header,
+                payload,
+                trailer,
+            } => {
+                self.out.push_bytes(header);
+                match payload {
+                    None => {}
+                    Some(Source::Local { wr_id, offset, len }) => {
+                        let Some(d) = self.mem.staged.get(wr_id) else {
+                            return false;
+                        };
+                        let start = *offset as usize;
+                        if !self.out.push_shared(d, start, start + *len as usize) {
+                            return false;
+                        }
+                    }
+                    Some(src) => match rdapl_iwarp::Memory::source(&self.mem, src) {
+                        Some(b) if b.len() == src.len() as usize => self.out.push_bytes(b),
+                        _ => return false,
+                    },
+                }
+                self.out.push_bytes(trailer);
+            }
+        }
+        true
     }
 
     /// Handles the engine's events.
@@ -1345,7 +1360,7 @@ impl Conn {
         if self.linger_deadline.is_none() {
             self.linger_deadline = Some(now.saturating_add(self.ia.linger_ms));
         }
-        if self.out_pos == self.outbuf.len() && !self.shut {
+        if self.out.is_empty() && !self.shut {
             self.shut = true;
             let _ = self.sock.shutdown(Shutdown::Write);
         }

@@ -80,6 +80,7 @@
 pub mod cm;
 pub mod conn;
 pub mod memory;
+mod outq;
 pub mod params;
 pub mod progress;
 

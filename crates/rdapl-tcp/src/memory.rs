@@ -59,8 +59,9 @@ pub(crate) struct Sink {
 /// One connection's memory, as the engine sees it.
 pub(crate) struct ConnMemory {
     pub ep: Option<Arc<EpInner>>,
-    /// Gathered bytes of Sends and Writes, by engine id.
-    pub staged: HashMap<u64, Vec<u8>>,
+    /// Gathered bytes of Sends and Writes, by engine id (shared with the
+    /// output queue, which keeps them until written).
+    pub staged: HashMap<u64, Arc<Vec<u8>>>,
     pub staged_bytes: usize,
     /// Receives handed to the engine, by engine id.
     pub recvs: HashMap<u64, RecvState>,
@@ -95,7 +96,7 @@ impl ConnMemory {
     /// Stages the bytes of Send or Write `id`.
     pub fn stage(&mut self, id: u64, data: Vec<u8>) {
         self.staged_bytes += data.len();
-        self.staged.insert(id, data);
+        self.staged.insert(id, Arc::new(data));
     }
 
     /// Drops the bytes of `id` (transmitted or flushed).
