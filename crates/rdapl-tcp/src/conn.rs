@@ -1,7 +1,7 @@
 //! One TCP connection: its iWARP engine, its socket buffers, its requests
 //! in flight, and what the core is told.
 //!
-//! Behind a lock ([`crate::progress::ConnCell`]) that the progress thread,
+//! Behind a lock (`progress::ConnCell`) that the progress thread,
 //! posters and polling consumers take ([`crate::progress`]).
 //!
 //! # Guarantees
@@ -16,8 +16,8 @@
 //!   peer has placed it, not when it was handed to TCP (siw's meaning):
 //!   iWARP has no acknowledgement, so after a burst of Sends and Writes the
 //!   provider posts a zero-length RDMA Read (a *fence*; any RDMA Read does
-//!   it), whose response proves that the peer processed everything before
-//!   it. A remote error therefore reaches the request that caused it: the
+//!   it; up to `MAX_FENCES` outstanding), whose response proves that the
+//!   peer processed everything before it. A remote error therefore reaches the request that caused it: the
 //!   peer's Terminate names the offending segment (STag or MSN), that
 //!   request completes with `RemoteAccess` (key, right, bounds),
 //!   `ReceiverNotReady` (no receive) or `RemoteResponder` (anything else),
@@ -743,7 +743,7 @@ impl Conn {
                 return true;
             }
             WrKind::Send | WrKind::RdmaWrite(_) => {
-                let mut data = Vec::new();
+                let mut data = self.out.freed.pop().unwrap_or_else(|| self.mem.take_buf());
                 if let Err(st) = ep.gather(&wr, &mut data) {
                     slot.status = Some(st);
                     slot.wr = Some(wr);

@@ -42,6 +42,8 @@ pub(crate) struct OutQueue {
     len: usize,
     /// A written byte segment kept for reuse.
     spare: Vec<u8>,
+    /// Shared payload buffers written and no longer referenced elsewhere.
+    pub freed: Vec<Vec<u8>>,
 }
 
 impl OutQueue {
@@ -132,12 +134,19 @@ impl OutQueue {
             }
             n -= left;
             self.off = 0;
-            if let Some(Seg::Bytes(mut b)) = self.segs.pop_front()
-                && self.spare.capacity() < b.capacity()
-                && b.capacity() <= 1 << 20
-            {
-                b.clear();
-                self.spare = b;
+            match self.segs.pop_front() {
+                Some(Seg::Bytes(mut b))
+                    if self.spare.capacity() < b.capacity() && b.capacity() <= 1 << 20 =>
+                {
+                    b.clear();
+                    self.spare = b;
+                }
+                Some(Seg::Shared(a, ..)) => {
+                    if let Ok(v) = Arc::try_unwrap(a) {
+                        crate::memory::recycle(&mut self.freed, v);
+                    }
+                }
+                _ => {}
             }
         }
     }

@@ -2,7 +2,7 @@
 //! consumers' own threads.
 //!
 //! Every connection ([`crate::conn::Conn`]) sits behind a lock
-//! ([`ConnCell`]). The thread waits in `epoll_wait` on the non-blocking
+//! (`ConnCell`). The thread waits in `epoll_wait` on the non-blocking
 //! sockets, the listening sockets and an eventfd, and sets connections up
 //! and tears them down. Once a connection is established, data moves on
 //! whichever thread gets there first:

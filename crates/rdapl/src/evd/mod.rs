@@ -58,6 +58,12 @@
 //!   waiter, stream, CNO or upcall has to be woken.
 //! * `wait` polls at a fine grain for a few microseconds before it takes
 //!   ownership, arms and blocks.
+//! * A provider may attach progress hooks ([`Progress`]): a `dequeue` that
+//!   finds the EVD empty runs them once and looks again; a `wait` drives
+//!   them for up to 50 us, then parks them and blocks. They are called
+//!   with no lock of the EVD held. An EVD without hooks (the loopback
+//!   provider's) pays one relaxed load of a read-mostly line, and only
+//!   when found empty.
 
 #[cfg(rdapl_loom)]
 mod loom_storage;
