@@ -42,6 +42,8 @@ impl ProgressHooks {
         self.any.load(Ordering::Relaxed)
     }
 
+    // (Under loom no provider attaches hooks and `wait` never parks.)
+    #[cfg_attr(rdapl_loom, allow(dead_code))]
     pub(crate) fn attach(&self, hook: Weak<dyn Progress>) {
         let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
         l.retain(|w| w.strong_count() > 0);
@@ -75,6 +77,7 @@ impl ProgressHooks {
 
     /// Tells every hook that a consumer is about to block.
     #[cold]
+    #[cfg_attr(rdapl_loom, allow(dead_code))]
     pub(crate) fn park(&self) {
         self.each(|h| h.park());
     }
