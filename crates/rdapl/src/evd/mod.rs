@@ -664,6 +664,27 @@ impl EvdInner {
         Some((ev, left))
     }
 
+    /// `dequeue` found the EVD empty: runs its progress hooks, if it has
+    /// any; true if it did (look again). Out of line: the hot path keeps
+    /// its one inlined pop.
+    #[cold]
+    #[inline(never)]
+    fn on_empty(&self) -> bool {
+        if !self.progress.any() {
+            return false;
+        }
+        self.progress.run();
+        true
+    }
+
+    /// [`EvdInner::progress_then_pop`] for `dequeue_batch`.
+    #[cold]
+    #[inline(never)]
+    fn progress_then_pop_batch(&self, out: &mut Vec<Event>, max: usize) -> usize {
+        self.progress.run();
+        self.storage.pop_batch(max, |e| out.push(e))
+    }
+
     /// Waits until no run is between its look at the policy and the entry
     /// of its upcall ([`UpcallGate`]): called after a switch that stops
     /// upcalls, so that none begins once the caller returns.
@@ -905,14 +926,11 @@ impl Evd {
     pub fn dequeue(&self) -> Result<Option<Event>> {
         let inner = &self.inner;
         inner.check_consumer()?;
-        match inner.storage.pop() {
-            Some(ev) => Ok(Some(ev)),
-            None if inner.progress.any() => {
-                inner.progress.run();
-                Ok(inner.storage.pop())
-            }
-            None => Ok(None),
-        }
+        // Found empty: the progress hooks' pass, if any, then one more look.
+        let mut looked = false;
+        Ok(inner
+            .storage
+            .pop_again(|| !std::mem::replace(&mut looked, true) && inner.on_empty()))
     }
 
     /// Moves up to `max` events (oldest first) to the end of `out`, with
@@ -923,8 +941,7 @@ impl Evd {
         inner.check_consumer()?;
         let n = inner.storage.pop_batch(max, |e| out.push(e));
         if n == 0 && max > 0 && inner.progress.any() {
-            inner.progress.run();
-            return Ok(inner.storage.pop_batch(max, |e| out.push(e)));
+            return Ok(inner.progress_then_pop_batch(out, max));
         }
         Ok(n)
     }
