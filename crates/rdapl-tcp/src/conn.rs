@@ -168,6 +168,8 @@ pub(crate) struct Conn {
     pub hook: Option<Weak<dyn rdapl::provider::Progress>>,
     /// Completions delivered to the core so far.
     delivered: u64,
+    /// The socket had nothing more to read in this pump.
+    rx_drained: bool,
     /// `write_socket` holds its bytes back (a polling consumer's pass).
     hold_out: bool,
     /// Output held back for the consumer's answer (see `pump_polled`).
@@ -246,6 +248,7 @@ impl Conn {
             polled: false,
             hook: None,
             delivered: 0,
+            rx_drained: false,
             hold_out: false,
             out_held: false,
         }
@@ -311,6 +314,19 @@ impl Conn {
     /// Does everything that can be done now: read, feed, post, transmit,
     /// write, time out.
     pub fn pump(&mut self, now: u64) {
+        self.rx_drained = false;
+        self.pump_inner(now);
+    }
+
+    /// [`Conn::pump`] for a poster: everything but reading the socket (the
+    /// input is the polling consumer's or the thread's, whoever watches
+    /// it; a system call that finds nothing would only delay the send).
+    pub fn pump_tx(&mut self, now: u64) {
+        self.rx_drained = true;
+        self.pump_inner(now);
+    }
+
+    fn pump_inner(&mut self, now: u64) {
         if matches!(self.phase, Phase::Connecting | Phase::Dead) {
             return;
         }
@@ -391,7 +407,7 @@ impl Conn {
     }
 
     fn read_socket(&mut self) {
-        if self.eof || self.phase == Phase::Dead {
+        if self.eof || self.phase == Phase::Dead || self.rx_drained {
             return;
         }
         if self.in_pos == self.in_end {
@@ -411,6 +427,7 @@ impl Conn {
                     self.inbuf.resize(self.in_end + READ_CHUNK, 0);
                 }
             }
+            let room = self.inbuf.len() - self.in_end;
             match self.sock.read(&mut self.inbuf[self.in_end..]) {
                 Ok(0) => {
                     self.eof = true;
@@ -418,12 +435,21 @@ impl Conn {
                 }
                 Ok(n) => {
                     self.work += 1;
-                    if self.phase == Phase::Draining {
-                        continue; // nothing more is fed
+                    // A short read took what the socket held: this pump
+                    // does not ask again (level-triggered readiness, or the
+                    // next poll, brings the rest).
+                    self.rx_drained = n < room;
+                    if self.phase != Phase::Draining {
+                        self.in_end += n; // (draining: nothing more is fed)
                     }
-                    self.in_end += n;
+                    if self.rx_drained {
+                        break;
+                    }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.rx_drained = true;
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     self.eof = true;

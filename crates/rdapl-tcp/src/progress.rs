@@ -146,7 +146,7 @@ impl ConnCell {
             && self.kicked.swap(false, Ordering::SeqCst)
         {
             let before = (c.deadline(), c.phase);
-            c.pump(self.sh.now());
+            c.pump_tx(self.sh.now());
             self.sh.settle(&mut c, before);
         }
     }
