@@ -54,6 +54,17 @@ impl ProgressHooks {
     }
 
     fn each(&self, f: impl Fn(&dyn Progress)) {
+        // One hook (an endpoint's EVD, the usual case): no list to copy.
+        let one = {
+            let l = self.list.lock().unwrap_or_else(|e| e.into_inner());
+            match l.as_slice() {
+                [h] => Some(h.upgrade()),
+                _ => None,
+            }
+        };
+        if let Some(Some(h)) = one {
+            return f(&*h);
+        }
         let hooks: Vec<_> = {
             let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
             let live: Vec<_> = l.iter().filter_map(Weak::upgrade).collect();
