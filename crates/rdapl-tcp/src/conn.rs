@@ -318,11 +318,16 @@ impl Conn {
         self.pump_inner(now);
     }
 
-    /// [`Conn::pump`] for a poster: everything but reading the socket (the
-    /// input is the polling consumer's or the thread's, whoever watches
-    /// it; a system call that finds nothing would only delay the send).
+    /// [`Conn::pump`] for a poster: it reads the socket only while a read
+    /// or fence of ours waits for its response (a stream of sends then
+    /// takes the answers in as it goes, so the peer's small responses do
+    /// not pile up in the socket); otherwise the input is the polling
+    /// consumer's or the thread's, and a system call that finds nothing
+    /// would only delay the send (a ping-pong's case).
     pub fn pump_tx(&mut self, now: u64) {
-        self.rx_drained = true;
+        self.rx_drained = !self.slots.iter().any(|s| {
+            matches!(s.kind, SlotKind::Read { .. } | SlotKind::Fence { .. }) && s.status.is_none()
+        });
         self.pump_inner(now);
     }
 
