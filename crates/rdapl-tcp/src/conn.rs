@@ -1,7 +1,8 @@
 //! One TCP connection: its iWARP engine, its socket buffers, its requests
 //! in flight, and what the core is told.
 //!
-//! Owned and driven by the progress thread only ([`crate::progress`]).
+//! Behind a lock (`progress::ConnCell`) that the progress thread,
+//! posters and polling consumers take ([`crate::progress`]).
 //!
 //! # Guarantees
 //!
@@ -15,8 +16,8 @@
 //!   peer has placed it, not when it was handed to TCP (siw's meaning):
 //!   iWARP has no acknowledgement, so after a burst of Sends and Writes the
 //!   provider posts a zero-length RDMA Read (a *fence*; any RDMA Read does
-//!   it), whose response proves that the peer processed everything before
-//!   it. A remote error therefore reaches the request that caused it: the
+//!   it; up to `MAX_FENCES` outstanding), whose response proves that the
+//!   peer processed everything before it. A remote error therefore reaches the request that caused it: the
 //!   peer's Terminate names the offending segment (STag or MSN), that
 //!   request completes with `RemoteAccess` (key, right, bounds),
 //!   `ReceiverNotReady` (no receive) or `RemoteResponder` (anything else),
@@ -38,6 +39,7 @@
 //! connection broken, never a panic.
 
 use crate::memory::{ConnMemory, RecvState, RxOp, Sink, StagedRead};
+use crate::outq::OutQueue;
 use crate::params::IaParams;
 use rdapl::provider::{CrInner, CrState, EpInner, SpInner, Wr, WrKind};
 use rdapl::{CompletionFlags, ConnectionEventKind, DtoStatus, RmrTriplet};
@@ -47,8 +49,9 @@ use rdapl_iwarp::{
     Source, State, Terminate, Transmit, fpdu,
 };
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{IpAddr, Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, Weak};
 
 /// Most requests one connection takes from the core's queue at once.
@@ -57,6 +60,16 @@ pub(crate) const MAX_INFLIGHT: usize = 512;
 pub(crate) const MAX_STAGED: usize = 16 << 20;
 /// Input and output buffer high-water mark.
 pub(crate) const IO_HIGH: usize = 256 << 10;
+
+/// Most reads (fences included) outstanding before a burst of sends waits
+/// for one of them to come back rather than get a fence of its own.
+const MAX_FENCES: usize = 4;
+
+/// Most output bytes a polling consumer's pass holds back.
+const HOLD_MAX: usize = 4096;
+
+/// The least room a read into the input buffer gets.
+const READ_CHUNK: usize = 64 << 10;
 
 /// The STag a fence's zero-length read names (never looked up).
 const FENCE_STAG: u32 = 1;
@@ -119,7 +132,9 @@ pub(crate) struct Conn {
     /// How an established connection ends.
     end_kind: ConnectionEventKind,
     // input
+    /// Input: bytes `in_pos..in_end` of `inbuf` are unfed.
     inbuf: Vec<u8>,
+    in_end: usize,
     in_pos: usize,
     /// Bytes left of the FPDU or MPA frame being fed (0: at a boundary).
     frame_left: usize,
@@ -127,8 +142,7 @@ pub(crate) struct Conn {
     eof_fed: bool,
     stall_since: Option<u64>,
     // output
-    outbuf: Vec<u8>,
-    out_pos: usize,
+    out: OutQueue,
     shut: bool,
     linger_deadline: Option<u64>,
     // requests
@@ -142,6 +156,24 @@ pub(crate) struct Conn {
     /// Counts every step that moved something (bytes read, fed, queued or
     /// written; events): `pump` goes on while it moves.
     work: u64,
+    /// A Send of the peer waits for a receive: a posted receive must kick
+    /// (read by posters without the lock; see `fpdu_start`).
+    pub stalled: Arc<AtomicBool>,
+    /// The epoll interest registered (`None`: not registered).
+    pub registered: Option<(bool, bool)>,
+    /// A consumer drives the input: the progress thread does not poll for
+    /// it ([`crate::progress`]).
+    pub polled: bool,
+    /// The progress hook attached to the endpoint's EVDs once established.
+    pub hook: Option<Weak<dyn rdapl::provider::Progress>>,
+    /// Completions delivered to the core so far.
+    delivered: u64,
+    /// The socket had nothing more to read in this pump.
+    rx_drained: bool,
+    /// `write_socket` holds its bytes back (a polling consumer's pass).
+    hold_out: bool,
+    /// Output held back for the consumer's answer (see `pump_polled`).
+    pub out_held: bool,
 }
 
 fn total_len(wr: &Wr) -> u64 {
@@ -194,13 +226,13 @@ impl Conn {
             setup_fail: (ConnectionEventKind::NonPeerRejected, None),
             end_kind: ConnectionEventKind::Disconnected,
             inbuf: Vec::new(),
+            in_end: 0,
             in_pos: 0,
             frame_left: 0,
             eof: false,
             eof_fed: false,
             stall_since: None,
-            outbuf: Vec::new(),
-            out_pos: 0,
+            out: OutQueue::default(),
             shut: false,
             linger_deadline: None,
             slots: VecDeque::new(),
@@ -211,6 +243,14 @@ impl Conn {
             send_msn: 1,
             read_msn: 1,
             work: 0,
+            stalled: Arc::new(AtomicBool::new(false)),
+            registered: None,
+            polled: false,
+            hook: None,
+            delivered: 0,
+            rx_drained: false,
+            hold_out: false,
+            out_held: false,
         }
     }
 
@@ -261,10 +301,10 @@ impl Conn {
         match self.phase {
             Phase::Connecting => (false, true),
             Phase::Dead => (false, false),
-            Phase::Draining => (!self.eof, self.out_pos < self.outbuf.len()),
+            Phase::Draining => (!self.eof, !self.out.is_empty()),
             Phase::Open => (
-                !self.eof && self.inbuf.len() - self.in_pos < IO_HIGH,
-                self.out_pos < self.outbuf.len(),
+                !self.eof && self.in_end - self.in_pos < IO_HIGH,
+                !self.out.is_empty() && !self.out_held,
             ),
         }
     }
@@ -274,8 +314,29 @@ impl Conn {
     /// Does everything that can be done now: read, feed, post, transmit,
     /// write, time out.
     pub fn pump(&mut self, now: u64) {
+        self.rx_drained = false;
+        self.pump_inner(now);
+    }
+
+    /// [`Conn::pump`] for a poster: it reads the socket only while a read
+    /// or fence of ours waits for its response (a stream of sends then
+    /// takes the answers in as it goes, so the peer's small responses do
+    /// not pile up in the socket); otherwise the input is the polling
+    /// consumer's or the thread's, and a system call that finds nothing
+    /// would only delay the send (a ping-pong's case).
+    pub fn pump_tx(&mut self, now: u64) {
+        self.rx_drained = !self.slots.iter().any(|s| {
+            matches!(s.kind, SlotKind::Read { .. } | SlotKind::Fence { .. }) && s.status.is_none()
+        });
+        self.pump_inner(now);
+    }
+
+    fn pump_inner(&mut self, now: u64) {
         if matches!(self.phase, Phase::Connecting | Phase::Dead) {
             return;
+        }
+        if !self.hold_out {
+            self.out_held = false;
         }
         loop {
             let before = self.work;
@@ -288,6 +349,39 @@ impl Conn {
             if before == self.work || self.phase == Phase::Dead {
                 break;
             }
+        }
+    }
+
+    /// [`Conn::pump`] for a polling consumer's pass (the progress thread
+    /// leaves the input to it: `polled`). If the pass delivered
+    /// completions and what it has to send is small (an answer to the
+    /// peer's fence, typically), the bytes are held back once: the
+    /// consumer is likely to post in reply at once, and its send then
+    /// carries them in the same segment (one system call, one wakeup of
+    /// the peer instead of two). They go with the next pump of any kind:
+    /// the consumer's post, its next pass, its `park`, or the progress
+    /// thread's check of a polled connection (within
+    /// [`crate::progress::POLL_FRESH_MS`]).
+    pub fn pump_polled(&mut self, now: u64) {
+        let held_before = self.out_held;
+        let d0 = self.delivered;
+        self.hold_out = self.polled && !held_before;
+        self.pump(now);
+        self.hold_out = false;
+        let pending = self.out.len();
+        if pending == 0 {
+            self.out_held = false;
+            return;
+        }
+        if self.polled
+            && !held_before
+            && self.delivered != d0
+            && pending <= HOLD_MAX
+            && self.phase == Phase::Open
+        {
+            self.out_held = true;
+        } else {
+            self.pump(now);
         }
     }
 
@@ -318,28 +412,49 @@ impl Conn {
     }
 
     fn read_socket(&mut self) {
-        if self.eof || self.phase == Phase::Dead {
+        if self.eof || self.phase == Phase::Dead || self.rx_drained {
             return;
         }
-        if self.in_pos > 0 && self.in_pos == self.inbuf.len() {
-            self.inbuf.clear();
+        if self.in_pos == self.in_end {
             self.in_pos = 0;
+            self.in_end = 0;
         }
-        let mut scratch = [0u8; 64 << 10];
-        while self.inbuf.len() - self.in_pos < IO_HIGH {
-            match self.sock.read(&mut scratch) {
+        while self.in_end - self.in_pos < IO_HIGH {
+            // Room for a large read, straight into the input buffer (its
+            // memory is zeroed once, when it grows, never per read).
+            if self.inbuf.len() - self.in_end < READ_CHUNK {
+                if self.in_pos > 0 {
+                    self.inbuf.copy_within(self.in_pos..self.in_end, 0);
+                    self.in_end -= self.in_pos;
+                    self.in_pos = 0;
+                }
+                if self.inbuf.len() - self.in_end < READ_CHUNK {
+                    self.inbuf.resize(self.in_end + READ_CHUNK, 0);
+                }
+            }
+            let room = self.inbuf.len() - self.in_end;
+            match self.sock.read(&mut self.inbuf[self.in_end..]) {
                 Ok(0) => {
                     self.eof = true;
                     break;
                 }
                 Ok(n) => {
                     self.work += 1;
-                    if self.phase == Phase::Draining {
-                        continue; // nothing more is fed
+                    // A short read took what the socket held: this pump
+                    // does not ask again (level-triggered readiness, or the
+                    // next poll, brings the rest).
+                    self.rx_drained = n < room;
+                    if self.phase != Phase::Draining {
+                        self.in_end += n; // (draining: nothing more is fed)
                     }
-                    self.inbuf.extend_from_slice(&scratch[..n]);
+                    if self.rx_drained {
+                        break;
+                    }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.rx_drained = true;
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     self.eof = true;
@@ -357,33 +472,18 @@ impl Conn {
         {
             e.handle_eof();
         }
-        self.outbuf.clear();
-        self.out_pos = 0;
+        self.out.clear();
         self.events();
     }
 
     fn write_socket(&mut self) {
-        while self.out_pos < self.outbuf.len() {
-            match self.sock.write(&self.outbuf[self.out_pos..]) {
-                Ok(0) => break,
-                Ok(n) => {
-                    self.out_pos += n;
-                    self.work += 1;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.socket_failed();
-                    break;
-                }
-            }
+        if self.hold_out {
+            return;
         }
-        if self.out_pos == self.outbuf.len() {
-            self.outbuf.clear();
-            self.out_pos = 0;
-        } else if self.out_pos > IO_HIGH {
-            self.outbuf.drain(..self.out_pos);
-            self.out_pos = 0;
+        match self.out.write_to(&mut self.sock) {
+            Ok(true) => self.work += 1,
+            Ok(false) => {}
+            Err(_) => self.socket_failed(),
         }
     }
 
@@ -397,13 +497,13 @@ impl Conn {
             let Some(state) = self.engine.as_ref().map(|e| e.state()) else {
                 return;
             };
-            let avail = self.inbuf.len() - self.in_pos;
+            let avail = self.in_end - self.in_pos;
             if avail == 0 {
                 break;
             }
             let n = match state {
                 State::Closed | State::Terminating => {
-                    self.in_pos = self.inbuf.len();
+                    self.in_pos = self.in_end;
                     break;
                 }
                 State::AwaitRequest | State::AwaitReply => {
@@ -411,7 +511,7 @@ impl Conn {
                         if avail < 20 && !self.eof {
                             break;
                         }
-                        let b = &self.inbuf[self.in_pos..];
+                        let b = &self.inbuf[self.in_pos..self.in_end];
                         let pd = if b.len() >= 20 {
                             usize::from(u16::from_be_bytes([b[18], b[19]]))
                         } else {
@@ -453,26 +553,22 @@ impl Conn {
                 self.events();
             }
         }
-        if self.in_pos == self.inbuf.len() {
-            self.inbuf.clear();
+        if self.in_pos == self.in_end {
             self.in_pos = 0;
+            self.in_end = 0;
         }
         if self.eof && self.stall_since.is_some() {
             // The peer ended while a Send of it waited for a receive: the
             // sender flushed it (its completion needs our fence answer),
             // so it is dropped. A stream cut inside an FPDU is broken.
-            if !whole_fpdus(&self.inbuf[self.in_pos..]) {
+            if !whole_fpdus(&self.inbuf[self.in_pos..self.in_end]) {
                 self.end_kind = ConnectionEventKind::Broken;
             }
-            self.inbuf.clear();
             self.in_pos = 0;
+            self.in_end = 0;
             self.stall_since = None;
         }
-        if self.eof
-            && !self.eof_fed
-            && self.in_pos == self.inbuf.len()
-            && self.stall_since.is_none()
-        {
+        if self.eof && !self.eof_fed && self.in_pos == self.in_end && self.stall_since.is_none() {
             self.eof_fed = true;
             if let Some(e) = self.engine.as_mut() {
                 e.handle_eof();
@@ -484,7 +580,7 @@ impl Conn {
     /// At an FPDU boundary: looks at the header and returns the FPDU's
     /// length, or `None` to wait (more bytes, or a receive).
     fn fpdu_start(&mut self, now: u64) -> Option<usize> {
-        let b = &self.inbuf[self.in_pos..];
+        let b = &self.inbuf[self.in_pos..self.in_end];
         let eof = self.eof;
         if b.len() < 3 {
             return (eof).then_some(b.len());
@@ -521,7 +617,15 @@ impl Conn {
                     .engine
                     .as_ref()
                     .is_some_and(|e| e.state() == State::AwaitRtr);
-                if !rtr && !self.ensure_recv() {
+                let have = rtr || self.ensure_recv() || {
+                    // The Dekker pattern with a poster (`TcpIa::kick`): it
+                    // queues its receive, then reads `stalled`; this sets
+                    // `stalled`, then looks again.
+                    self.stalled.store(true, Ordering::SeqCst);
+                    fence(Ordering::SeqCst);
+                    self.ensure_recv()
+                };
+                if !have {
                     let since = *self.stall_since.get_or_insert(now);
                     if now < since.saturating_add(self.ia.recv_wait_ms) {
                         return None;
@@ -531,6 +635,7 @@ impl Conn {
                     self.free_recvs -= 1;
                 }
                 self.stall_since = None;
+                self.stalled.store(false, Ordering::Relaxed);
             }
             (Buffer::Untagged { qn: 1, .. }, Some(Opcode::ReadRequest)) => {
                 let body = 2 + rdapl_iwarp::ddp::UNTAGGED_HEADER_LEN;
@@ -669,7 +774,7 @@ impl Conn {
                 return true;
             }
             WrKind::Send | WrKind::SendInvalidate(_) | WrKind::RdmaWrite(_) => {
-                let mut data = Vec::new();
+                let mut data = self.out.freed.pop().unwrap_or_else(|| self.mem.take_buf());
                 if let Err(st) = ep.gather(&wr, &mut data) {
                     slot.status = Some(st);
                     slot.wr = Some(wr);
@@ -779,25 +884,31 @@ impl Conn {
     }
 
     /// Posts a zero-length read behind Sends and Writes that no read
-    /// covers, unless a read is outstanding (its response leads to the
-    /// next fence).
+    /// covers, while fewer than [`MAX_FENCES`] reads are outstanding (the
+    /// response to the last of them leads to the next fence). More than one
+    /// in flight keeps a stream of sends moving: each burst gets its own
+    /// fence instead of waiting a round trip for the one before.
     fn maybe_fence(&mut self) {
         let mut uncovered = false;
+        let mut outstanding = 0;
+        let mut seen_read = false;
         for s in self.slots.iter().rev() {
             match s.kind {
                 SlotKind::Read { .. } | SlotKind::Fence { .. } => {
+                    seen_read = true;
                     if s.status.is_none() {
-                        return; // outstanding: its completion fences again
+                        outstanding += 1;
                     }
-                    break;
                 }
-                SlotKind::Send { .. } | SlotKind::Write { .. } if s.status.is_none() => {
+                SlotKind::Send { .. } | SlotKind::Write { .. }
+                    if s.status.is_none() && !seen_read =>
+                {
                     uncovered = true
                 }
                 _ => {}
             }
         }
-        if !uncovered {
+        if !uncovered || outstanding >= MAX_FENCES {
             return;
         }
         let id = self.next_id();
@@ -850,6 +961,7 @@ impl Conn {
             };
             if let Some(wr) = wr {
                 ep.complete(wr, st, len);
+                self.delivered += 1;
             }
         }
     }
@@ -970,7 +1082,7 @@ impl Conn {
         if self.phase == Phase::Dead {
             return;
         }
-        while self.outbuf.len() - self.out_pos < IO_HIGH {
+        while self.out.len() < IO_HIGH {
             let Some(e) = self.engine.as_mut() else {
                 return;
             };
@@ -978,7 +1090,7 @@ impl Conn {
                 break;
             };
             self.work += 1;
-            if !t.write_to(&self.mem, &mut self.outbuf) {
+            if !self.queue(&t) {
                 // The engine checked the source; this does not happen.
                 self.break_local();
             }
@@ -991,6 +1103,40 @@ impl Conn {
             }
             self.events();
         }
+    }
+
+    /// Queues what the engine transmits: a Send's or Write's payload by
+    /// reference to its gathered bytes, the rest copied. False if `mem`
+    /// lacks the payload.
+    fn queue(&mut self, t: &Transmit) -> bool {
+        match t {
+            Transmit::Mpa(b) => self.out.push_bytes(b),
+            Transmit::Fpdu {
+                header,
+                payload,
+                trailer,
+            } => {
+                self.out.push_bytes(header);
+                match payload {
+                    None => {}
+                    Some(Source::Local { wr_id, offset, len }) => {
+                        let Some(d) = self.mem.staged.get(wr_id) else {
+                            return false;
+                        };
+                        let start = *offset as usize;
+                        if !self.out.push_shared(d, start, start + *len as usize) {
+                            return false;
+                        }
+                    }
+                    Some(src) => match rdapl_iwarp::Memory::source(&self.mem, src) {
+                        Some(b) if b.len() == src.len() as usize => self.out.push_bytes(b),
+                        _ => return false,
+                    },
+                }
+                self.out.push_bytes(trailer);
+            }
+        }
+        true
     }
 
     /// Handles the engine's events.
@@ -1033,6 +1179,9 @@ impl Conn {
                     Some(c) => {
                         self.dat_conn = c;
                         self.told = true;
+                        if let Some(h) = &self.hook {
+                            ep.attach_progress(h.clone());
+                        }
                         if let Some(n) = self.engine.as_ref().and_then(|e| e.negotiated()) {
                             if n.rtr == Some(Rtr::Send) {
                                 self.send_msn = 2;
@@ -1075,6 +1224,7 @@ impl Conn {
                             }
                             _ => ep.complete_recv(r.wr, st, n),
                         }
+                        self.delivered += 1;
                     }
                     if st != DtoStatus::Success {
                         self.break_local();
@@ -1247,7 +1397,7 @@ impl Conn {
         if self.linger_deadline.is_none() {
             self.linger_deadline = Some(now.saturating_add(self.ia.linger_ms));
         }
-        if self.out_pos == self.outbuf.len() && !self.shut {
+        if self.out.is_empty() && !self.shut {
             self.shut = true;
             let _ = self.sock.shutdown(Shutdown::Write);
         }

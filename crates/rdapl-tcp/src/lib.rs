@@ -44,10 +44,32 @@
 //!   A peer that falls silent (the link cut, its host gone) breaks the
 //!   connection within `timeout_ms` (10 s by default; [`cm`]).
 //! * **Threading** ([`progress`]). One thread per [`Tcp`] value, waiting in
-//!   epoll on non-blocking sockets and an eventfd; nothing spins when idle.
+//!   epoll on non-blocking sockets and an eventfd: it sets connections up,
+//!   runs their timers and tears them down. Once a connection is
+//!   established, data moves on whichever thread gets there first, as
+//!   libfabric's tcp provider does with manual progress: a poster writes
+//!   its send to the socket itself (each connection is behind a lock that
+//!   posters only try; a contended post is left to the lock's holder), and
+//!   a consumer that finds one of the endpoint's EVDs empty (`dequeue`) or
+//!   is about to wait on it reads, places and completes in its own thread
+//!   (the core's [`rdapl::provider::Progress`] hook; a `wait` does that
+//!   for 50 us, then hands the input back and blocks). While a consumer
+//!   polls, the thread leaves that socket's input alone. Nothing spins
+//!   when idle.
+//! * **Copies.** A Send's or Write's bytes are gathered once from
+//!   registered memory and written from there (vectored, with the FPDU
+//!   headers and CRCs); input is read into one buffer per connection and
+//!   placed from it. `RDAPL_TCP_PARAMS` ([`PARAMS_ENV`]) gives every IA
+//!   default parameters (e.g. `crc=0`).
 //!
-//! Not yet: payload is gathered into and placed from staging buffers (one
-//! copy each way) rather than straight from and into registered memory.
+//! Not yet: payload is still copied once each way in user space (gathered
+//! from registered memory before it is framed, placed from the input
+//! buffer after it is read), where a zero-copy path would write straight
+//! from the regions and read large payload straight into the receive or
+//! the tagged region; the core's regions give out no long-lived slices
+//! for that yet. A consumer that blocks other than in `wait` (a CNO, an
+//! async stream, an upcall) after polling gets its input progressed by the
+//! thread again within [`progress::POLL_FRESH_MS`].
 //!
 //! # Example
 //!
@@ -82,6 +104,7 @@
 pub mod cm;
 pub mod conn;
 pub mod memory;
+mod outq;
 pub mod params;
 pub mod progress;
 
@@ -102,6 +125,10 @@ use std::time::Duration;
 /// 256 with the IRD/ORD block) with room to spare, as iWARP RDMA CM
 /// consumers expect (196, the InfiniBand REQ's limit).
 pub const MAX_PRIVATE_DATA: usize = 196;
+
+/// The environment variable whose `key=value` parameters every IA of the
+/// provider starts from (its own parameters override them).
+pub const PARAMS_ENV: &str = "RDAPL_TCP_PARAMS";
 
 /// The progress thread's handle: when the last one goes, the thread stops.
 struct Core {
@@ -184,7 +211,10 @@ impl Provider for Tcp {
     }
 
     fn open(&self, address: Option<IpAddr>, params: &str) -> Result<Arc<dyn Transport>> {
-        let mut p = IaParams::parse(params, &self.cfg)?;
+        // Defaults from the environment (as libfabric's FI_TCP_*), under
+        // the IA's own parameters: e.g. RDAPL_TCP_PARAMS=crc=0.
+        let env = std::env::var(PARAMS_ENV).unwrap_or_default();
+        let mut p = IaParams::parse(&format!("{env} {params}"), &self.cfg)?;
         if let Some(a) = address {
             p.addr = a;
         }
@@ -321,6 +351,22 @@ impl Transport for TcpIa {
     }
 
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
+        let cell = self.sh().by_ep.lock().get(&ep.handle()).cloned();
+        if let Some(cell) = cell {
+            if recv {
+                // The poster's half of the Dekker pattern with a stalled
+                // Send (`Conn::fpdu_start`): the receive is queued; unless
+                // a Send waits, nobody needs to hear of it.
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                if !cell.stalled.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+            }
+            // From the poster's thread when the connection is free, else
+            // by the lock's holder when it lets go.
+            cell.kick();
+            return;
+        }
         self.sh().send(Cmd::Kick {
             ep: ep.clone(),
             recv,

@@ -5,7 +5,9 @@
 //! provider's view of the core only:
 //!
 //! * outbound Sends and RDMA Writes: bytes gathered into a staging buffer
-//!   when the request is handed to the engine (freed once transmitted);
+//!   when the request is handed to the engine, shared with the output
+//!   queue (which writes large payload from it directly) and recycled for
+//!   later gathers once written;
 //! * inbound Sends: placed at their offset with `scatter_at`;
 //! * inbound RDMA Writes: the STag's extent comes from `remote_extent`
 //!   (key, protection zone, right), the engine checks each segment against
@@ -16,7 +18,8 @@
 //!   Terminate goes out and nothing is sent;
 //! * Read Responses: placed into the read's local list with `scatter_read`.
 //!
-//! Zero-copy placement straight into registered regions is a later step.
+//! Zero-copy gathering and placement straight from and into registered
+//! regions is a later step.
 //! Nothing here panics on what the wire says: every range is checked.
 
 use rdapl::provider::{EpInner, RecvWr, Wr};
@@ -59,9 +62,13 @@ pub(crate) struct Sink {
 /// One connection's memory, as the engine sees it.
 pub(crate) struct ConnMemory {
     pub ep: Option<Arc<EpInner>>,
-    /// Gathered bytes of Sends and Writes, by engine id.
-    pub staged: HashMap<u64, Vec<u8>>,
+    /// Gathered bytes of Sends and Writes, by engine id (shared with the
+    /// output queue, which keeps them until written).
+    pub staged: HashMap<u64, Arc<Vec<u8>>>,
     pub staged_bytes: usize,
+    /// Gather buffers given back, for reuse (large sends would otherwise
+    /// map, fault in and unmap fresh memory each time).
+    pub pool: Vec<Vec<u8>>,
     /// Receives handed to the engine, by engine id.
     pub recvs: HashMap<u64, RecvState>,
     /// Our reads in flight, by sink STag.
@@ -83,6 +90,7 @@ impl ConnMemory {
             ep: None,
             staged: HashMap::new(),
             staged_bytes: 0,
+            pool: Vec::new(),
             recvs: HashMap::new(),
             sinks: HashMap::new(),
             rx_op: RxOp::Other,
@@ -95,14 +103,23 @@ impl ConnMemory {
     /// Stages the bytes of Send or Write `id`.
     pub fn stage(&mut self, id: u64, data: Vec<u8>) {
         self.staged_bytes += data.len();
-        self.staged.insert(id, data);
+        self.staged.insert(id, Arc::new(data));
     }
 
     /// Drops the bytes of `id` (transmitted or flushed).
     pub fn unstage(&mut self, id: u64) {
         if let Some(d) = self.staged.remove(&id) {
             self.staged_bytes -= d.len();
+            // Written already: the buffer is free for the next gather.
+            if let Ok(v) = Arc::try_unwrap(d) {
+                recycle(&mut self.pool, v);
+            }
         }
+    }
+
+    /// An empty buffer for a gather (a recycled one if there is one).
+    pub fn take_buf(&mut self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_default()
     }
 
     /// A Read Response segment from `stag` at `to`, `len` bytes long, was
@@ -119,6 +136,19 @@ impl ConnMemory {
         }
     }
 }
+
+/// Keeps `v` (emptied) in `pool` if there is room.
+pub(crate) fn recycle(pool: &mut Vec<Vec<u8>>, mut v: Vec<u8>) {
+    if pool.len() < POOL && v.capacity() <= POOL_BUF_MAX {
+        v.clear();
+        pool.push(v);
+    }
+}
+
+/// Gather buffers kept for reuse per connection.
+const POOL: usize = 8;
+/// The largest buffer kept.
+const POOL_BUF_MAX: usize = 4 << 20;
 
 fn slice(data: &[u8], offset: u64, len: u32) -> Option<&[u8]> {
     let s = usize::try_from(offset).ok()?;

@@ -1,15 +1,38 @@
-//! The progress engine: one thread per [`crate::Tcp`] instance.
+//! The progress engine: one thread per [`crate::Tcp`] instance, and the
+//! consumers' own threads.
 //!
-//! The thread owns every connection ([`crate::conn::Conn`]) and waits in
-//! `epoll_wait` on their non-blocking sockets, the listening sockets and an
-//! eventfd. Callers (the transports' methods, on the consumer's threads)
-//! queue a [`Cmd`] and write the eventfd; nothing else of a connection is
-//! shared. Interest is level-triggered and follows what each connection
-//! can use (no `EPOLLIN` while its input buffer is full or a Send waits for
-//! a receive, `EPOLLOUT` only while output is pending), so nothing spins
-//! when idle: the thread sleeps until a socket, a command or the earliest
-//! timer (MPA timers, connect timeouts, the receive wait, lingering
-//! closes) is due.
+//! Every connection ([`crate::conn::Conn`]) sits behind a lock
+//! (`ConnCell`). The thread waits in `epoll_wait` on the non-blocking
+//! sockets, the listening sockets and an eventfd, and sets connections up
+//! and tears them down. Once a connection is established, data moves on
+//! whichever thread gets there first:
+//!
+//! * **Posters.** A send posted (`kick`) try-locks its connection and
+//!   pumps it at once: the request goes to the engine and its bytes to the
+//!   socket from the poster's thread. Contended, it queues a [`Cmd`] and
+//!   writes the eventfd instead (the lock's holder may have looked at the
+//!   queue before the post). A posted receive kicks only if a Send of the
+//!   peer waits for one (`Conn::stalled`, a Dekker pair with the stall).
+//! * **Consumers.** The connection is a progress hook
+//!   ([`rdapl::provider::Progress`]) of its endpoint's EVDs: a consumer
+//!   that finds one empty, or is about to wait on it, pumps the
+//!   connection (read, place, complete) in its own thread.
+//! * **The thread.** While a consumer polls a connection (its last pass
+//!   less than [`POLL_FRESH_MS`] ago) the thread does not compete for its
+//!   input: the first readiness it sees then takes `EPOLLIN` away from
+//!   that socket, and the thread only checks every few milliseconds
+//!   whether the polling stopped. A consumer about to block hands the
+//!   input back at once (`park`); one that just stops polling gets it back
+//!   within [`POLL_FRESH_MS`].
+//!
+//! Interest is level-triggered and follows what each connection can use
+//! (no `EPOLLIN` while its input buffer is full or a Send waits for a
+//! receive, `EPOLLOUT` only while output is pending); whoever pumped a
+//! connection brings its registration up to date, and wakes the thread
+//! when its timers or phase changed. Nothing spins when idle: the thread
+//! sleeps until a socket, a command or the earliest timer (MPA timers,
+//! connect timeouts, the receive wait, lingering closes, a polled
+//! connection's check) is due.
 //!
 //! The thread ends when the provider and every IA opened from it are gone;
 //! its connections are closed then (the peers see the end).
@@ -24,15 +47,146 @@ use rdapl::{ConnectionEventKind, Result};
 use rdapl_iwarp::{Connection, Role};
 use rustix::event::epoll;
 use rustix::event::{EventfdFlags, Timespec, eventfd};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// The eventfd's epoll key.
 const WAKE: u64 = 0;
+
+/// A consumer whose last progress pass is younger than this (ms) is
+/// polling: the thread leaves that connection's input to it.
+pub const POLL_FRESH_MS: u64 = 3;
+
+/// One connection, shared by the thread, posters and polling consumers.
+pub(crate) struct ConnCell {
+    pub token: u64,
+    pub conn: Mutex<Conn>,
+    /// `Conn::stalled`, readable without the lock.
+    pub stalled: Arc<AtomicBool>,
+    /// 1 + the time (ms, [`Shared::now`]) of a consumer's last progress
+    /// pass; 0: none since it last parked.
+    pub last_poll: AtomicU64,
+    /// A poster found the lock taken: whoever releases it pumps again.
+    kicked: AtomicBool,
+    sh: Arc<Shared>,
+}
+
+/// The lock of a [`ConnCell`]: releasing it pumps the connection again if
+/// a poster kicked meanwhile (the poster does not wait for the lock).
+pub(crate) struct ConnGuard<'a> {
+    cell: &'a ConnCell,
+    g: Option<parking_lot::MutexGuard<'a, Conn>>,
+}
+
+impl std::ops::Deref for ConnGuard<'_> {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        self.g.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for ConnGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Conn {
+        self.g.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for ConnGuard<'_> {
+    fn drop(&mut self) {
+        let cell = self.cell;
+        let mut g = self.g.take();
+        while let Some(guard) = g.take() {
+            drop(guard);
+            // The releaser's half of the Dekker pattern with `kick`: a
+            // poster sets `kicked`, then tries the lock; the releaser
+            // unlocks, then reads `kicked`.
+            fence(Ordering::SeqCst);
+            if !cell.kicked.load(Ordering::SeqCst) {
+                return;
+            }
+            // Taken by someone else: its release looks again.
+            if let Some(mut c) = cell.conn.try_lock() {
+                if cell.kicked.swap(false, Ordering::SeqCst) {
+                    let before = (c.deadline(), c.phase);
+                    c.pump(cell.sh.now());
+                    cell.sh.settle(&mut c, before);
+                }
+                g = Some(c);
+            }
+        }
+    }
+}
+
+impl ConnCell {
+    pub fn lock(&self) -> ConnGuard<'_> {
+        ConnGuard {
+            cell: self,
+            g: Some(self.conn.lock()),
+        }
+    }
+
+    fn try_lock(&self) -> Option<ConnGuard<'_>> {
+        self.conn.try_lock().map(|g| ConnGuard {
+            cell: self,
+            g: Some(g),
+        })
+    }
+
+    /// New work for the connection (a send or a receive posted): pumps it
+    /// from the caller's thread if the lock is free, else leaves it to the
+    /// lock's holder, which pumps again when it lets go. Never waits.
+    pub fn kick(&self) {
+        self.kicked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if let Some(mut c) = self.try_lock()
+            && self.kicked.swap(false, Ordering::SeqCst)
+        {
+            let before = (c.deadline(), c.phase);
+            c.pump_tx(self.sh.now());
+            self.sh.settle(&mut c, before);
+        }
+    }
+
+    fn polling(&self, now: u64) -> Option<u64> {
+        let lp = self.last_poll.load(Ordering::SeqCst);
+        (lp != 0 && now < lp - 1 + POLL_FRESH_MS).then(|| lp - 1 + POLL_FRESH_MS)
+    }
+}
+
+impl rdapl::provider::Progress for ConnCell {
+    fn progress(&self) {
+        let now = self.sh.now();
+        self.last_poll.store(now + 1, Ordering::Relaxed);
+        let Some(mut c) = self.try_lock() else {
+            return;
+        };
+        if c.phase != Phase::Open {
+            return;
+        }
+        let before = (c.deadline(), c.phase);
+        c.pump_polled(now);
+        self.sh.settle(&mut c, before);
+    }
+
+    fn park(&self) {
+        // Cleared before the lock: the thread reads it under the lock
+        // before it takes the input away.
+        self.last_poll.store(0, Ordering::SeqCst);
+        let mut c = self.lock();
+        if c.polled || c.out_held {
+            let before = (c.deadline(), c.phase);
+            c.polled = false;
+            if c.out_held {
+                c.pump(self.sh.now());
+            }
+            self.sh.settle(&mut c, before);
+        }
+    }
+}
 
 /// Work for the progress thread.
 pub(crate) enum Cmd {
@@ -78,7 +232,12 @@ pub(crate) struct Shared {
     /// Listening sockets by epoll key; a caller removes (and so closes)
     /// one under this lock.
     pub listeners: Mutex<HashMap<u64, Listener>>,
+    /// Live connections by endpoint (for posters).
+    pub by_ep: Mutex<HashMap<EpHandle, Arc<ConnCell>>>,
     next_token: AtomicU64,
+    /// When the thread wakes up next at the latest (ms; `u64::MAX`: only
+    /// for a socket or a command), published before it sleeps.
+    next_due: AtomicU64,
     stop: AtomicBool,
     start: Instant,
     /// Returns from `epoll_wait` (a diagnostic: idle means few).
@@ -102,7 +261,9 @@ impl Shared {
             wake,
             cmds: Mutex::new(Vec::new()),
             listeners: Mutex::new(HashMap::new()),
+            by_ep: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(1),
+            next_due: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
             start: Instant::now(),
             wakeups: AtomicU64::new(0),
@@ -113,8 +274,43 @@ impl Shared {
         self.next_token.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn now(&self) -> u64 {
+    pub fn now(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// Brings the epoll registration of `c` up to date.
+    pub fn sync_interest(&self, c: &mut Conn) {
+        if c.is_dead() {
+            return;
+        }
+        let mut want = c.interest();
+        if c.polled {
+            want.0 = false;
+        }
+        if c.registered == Some(want) {
+            return;
+        }
+        let fl = flags(want);
+        let key = epoll::EventData::new_u64(c.token);
+        let r = match c.registered {
+            None => epoll::add(&self.epoll, &c.sock, key, fl),
+            Some(_) => epoll::modify(&self.epoll, &c.sock, key, fl),
+        };
+        if r.is_ok() {
+            c.registered = Some(want);
+        }
+    }
+
+    /// After a pump off the thread: the registration brought up to date,
+    /// and the thread woken if the connection's timers or phase changed
+    /// (`before`: what they were).
+    fn settle(&self, c: &mut Conn, before: (Option<u64>, Phase)) {
+        self.sync_interest(c);
+        let due = c.deadline();
+        let sooner = due.is_some_and(|d| d < self.next_due.load(Ordering::SeqCst));
+        if c.phase != before.1 || (due != before.0 && sooner) {
+            self.wakeup();
+        }
     }
 
     fn wakeup(&self) {
@@ -151,11 +347,10 @@ impl Shared {
 /// The thread's own state.
 struct Driver {
     sh: Arc<Shared>,
-    conns: HashMap<u64, Conn>,
-    /// Interest registered per connection.
-    interest: HashMap<u64, (bool, bool)>,
-    by_ep: HashMap<EpHandle, u64>,
+    conns: HashMap<u64, Arc<ConnCell>>,
     by_cr: HashMap<CrHandle, u64>,
+    /// Connections whose input the thread left to a polling consumer.
+    polled: HashSet<u64>,
 }
 
 /// Starts the progress thread of `sh`.
@@ -166,9 +361,8 @@ pub(crate) fn spawn(sh: Arc<Shared>) -> std::io::Result<()> {
             let mut d = Driver {
                 sh,
                 conns: HashMap::new(),
-                interest: HashMap::new(),
-                by_ep: HashMap::new(),
                 by_cr: HashMap::new(),
+                polled: HashSet::new(),
             };
             d.run();
         })
@@ -187,25 +381,37 @@ fn flags((r, w): (bool, bool)) -> epoll::EventFlags {
 }
 
 impl Driver {
+    fn cell(&self, t: u64) -> Option<Arc<ConnCell>> {
+        self.conns.get(&t).cloned()
+    }
+
     fn run(&mut self) {
         let mut events: Vec<epoll::Event> = Vec::with_capacity(256);
+        let mut poll_due: Option<u64> = None;
         loop {
             if self.sh.stop.load(Ordering::SeqCst) {
                 break;
             }
+            // Published first: a connection whose timer changes after its
+            // look here wakes the thread (`Shared::settle`).
+            self.sh.next_due.store(u64::MAX, Ordering::SeqCst);
             let now = self.sh.now();
-            let timeout = self
+            let due = self
                 .conns
                 .values()
-                .filter_map(|c| c.deadline())
-                .min()
-                .map(|d| {
-                    let ms = d.saturating_sub(now).min(60_000);
-                    Timespec {
-                        tv_sec: (ms / 1000) as i64,
-                        tv_nsec: ((ms % 1000) * 1_000_000) as i64,
-                    }
-                });
+                .filter_map(|c| c.lock().deadline())
+                .chain(poll_due)
+                .min();
+            self.sh
+                .next_due
+                .store(due.unwrap_or(u64::MAX), Ordering::SeqCst);
+            let timeout = due.map(|d| {
+                let ms = d.saturating_sub(now).min(60_000);
+                Timespec {
+                    tv_sec: (ms / 1000) as i64,
+                    tv_nsec: ((ms % 1000) * 1_000_000) as i64,
+                }
+            });
             events.clear();
             let _ = epoll::wait(
                 &self.sh.epoll,
@@ -214,7 +420,7 @@ impl Driver {
             );
             self.sh.wakeups.fetch_add(1, Ordering::Relaxed);
             let now = self.sh.now();
-            let mut ready: Vec<u64> = Vec::new();
+            let mut ready: Vec<(u64, epoll::EventFlags)> = Vec::new();
             let mut listeners: Vec<u64> = Vec::new();
             for ev in &events {
                 match ev.data.u64() {
@@ -222,7 +428,7 @@ impl Driver {
                         let mut b = [0u8; 8];
                         let _ = rustix::io::read(&self.sh.wake, &mut b);
                     }
-                    t if self.conns.contains_key(&t) => ready.push(t),
+                    t if self.conns.contains_key(&t) => ready.push((t, ev.flags)),
                     t => listeners.push(t),
                 }
             }
@@ -233,62 +439,81 @@ impl Driver {
             for c in cmds {
                 self.command(c, now);
             }
-            for t in ready {
-                self.ready(t, now);
+            for (t, fl) in ready {
+                self.ready(t, fl, now);
             }
-            let due: Vec<u64> = self
+            let due: Vec<Arc<ConnCell>> = self
                 .conns
-                .iter()
-                .filter(|(_, c)| c.deadline().is_some_and(|d| d <= now))
-                .map(|(t, _)| *t)
+                .values()
+                .filter(|c| c.lock().deadline().is_some_and(|d| d <= now))
+                .cloned()
                 .collect();
-            for t in due {
-                if let Some(c) = self.conns.get_mut(&t) {
-                    c.on_timer(now);
-                }
+            for cell in due {
+                cell.lock().on_timer(now);
             }
+            poll_due = self.check_polled(now);
             self.tidy();
         }
         // Stopping: close every connection; the peers see the end.
-        for c in self.conns.values_mut() {
-            c.close_local(self.sh.now());
+        self.sh.by_ep.lock().clear();
+        for c in self.conns.values() {
+            c.lock().close_local(self.sh.now());
         }
+    }
+
+    /// Gives the input of connections whose consumer stopped polling back
+    /// to the thread; returns when to look again.
+    fn check_polled(&mut self, now: u64) -> Option<u64> {
+        let mut next: Option<u64> = None;
+        let polled: Vec<u64> = self.polled.iter().copied().collect();
+        for t in polled {
+            let Some(cell) = self.cell(t) else {
+                self.polled.remove(&t);
+                continue;
+            };
+            let mut c = cell.lock();
+            match cell.polling(now) {
+                Some(until) if c.polled => next = Some(next.map_or(until, |n| n.min(until))),
+                _ => {
+                    self.polled.remove(&t);
+                    if c.polled {
+                        c.polled = false;
+                        c.pump(now);
+                    }
+                }
+            }
+        }
+        next
     }
 
     /// Updates epoll interest, the maps, and drops dead connections.
     fn tidy(&mut self) {
         let mut dead = Vec::new();
-        for (t, c) in self.conns.iter_mut() {
+        let mut gone = Vec::new();
+        for (t, cell) in self.conns.iter() {
+            let mut c = cell.lock();
             if c.phase != Phase::Open && c.phase != Phase::Connecting {
-                self.by_ep.retain(|_, v| v != t);
-                self.by_cr.retain(|_, v| v != t);
+                gone.push(*t);
             }
             if c.is_dead() {
                 dead.push(*t);
                 continue;
             }
-            let want = c.interest();
-            let had = self.interest.get(t).copied();
-            if had != Some(want) {
-                let fl = flags(want);
-                let r = match had {
-                    None => epoll::add(&self.sh.epoll, &c.sock, epoll::EventData::new_u64(*t), fl),
-                    Some(_) => {
-                        epoll::modify(&self.sh.epoll, &c.sock, epoll::EventData::new_u64(*t), fl)
-                    }
-                };
-                if r.is_ok() {
-                    self.interest.insert(*t, want);
-                }
-            }
+            self.sh.sync_interest(&mut c);
+        }
+        if !gone.is_empty() {
+            self.sh.by_ep.lock().retain(|_, v| !gone.contains(&v.token));
+            self.by_cr.retain(|_, v| !gone.contains(v));
         }
         for t in dead {
-            if let Some(c) = self.conns.remove(&t) {
-                let _ = epoll::delete(&self.sh.epoll, c.sock.as_fd());
+            if let Some(cell) = self.conns.remove(&t) {
+                let mut c = cell.lock();
+                if c.registered.take().is_some() {
+                    let _ = epoll::delete(&self.sh.epoll, c.sock.as_fd());
+                }
+                // Dead: nobody registers it again.
             }
-            self.interest.remove(&t);
-            self.by_ep.retain(|_, v| *v != t);
-            self.by_cr.retain(|_, v| *v != t);
+            self.polled.remove(&t);
         }
     }
 
@@ -321,48 +546,78 @@ impl Driver {
                 Ok(e) => c.engine = Some(e),
                 Err(_) => continue,
             }
-            c.pump(now);
-            self.insert(c);
+            let cell = self.insert(c);
+            cell.lock().pump(now);
+            self.after(t);
         }
     }
 
-    fn insert(&mut self, c: Conn) {
+    /// Puts `c` behind its lock, in the maps.
+    fn insert(&mut self, mut c: Conn) -> Arc<ConnCell> {
         let t = c.token;
-        if let Some(h) = c.ep_handle() {
-            self.by_ep.insert(h, t);
-        }
-        self.conns.insert(t, c);
+        let cell = Arc::new_cyclic(|w: &Weak<ConnCell>| {
+            let hook: Weak<dyn rdapl::provider::Progress> = w.clone();
+            c.hook = Some(hook);
+            ConnCell {
+                token: t,
+                stalled: c.stalled.clone(),
+                conn: Mutex::new(c),
+                last_poll: AtomicU64::new(0),
+                kicked: AtomicBool::new(false),
+                sh: self.sh.clone(),
+            }
+        });
+        self.conns.insert(t, cell.clone());
         self.after(t);
+        cell
     }
 
     /// Records the maps of connection `t` after a change.
     fn after(&mut self, t: u64) {
-        let Some(c) = self.conns.get(&t) else {
+        let Some(cell) = self.cell(t) else {
             return;
         };
-        if c.phase == Phase::Open || c.phase == Phase::Connecting {
-            if let Some(h) = c.ep_handle() {
-                self.by_ep.insert(h, t);
-            }
+        let c = cell.lock();
+        if (c.phase == Phase::Open || c.phase == Phase::Connecting)
+            && let Some(h) = c.ep_handle()
+        {
+            self.sh.by_ep.lock().insert(h, cell.clone());
         }
         // (A request delivered to the core is keyed by its handle.)
-        if let Some(cr) = self.conns.get(&t).and_then(|c| c.cr_handle()) {
+        if let Some(cr) = c.cr_handle() {
             self.by_cr.insert(cr, t);
         }
     }
 
-    fn ready(&mut self, t: u64, now: u64) {
-        let Some(c) = self.conns.get_mut(&t) else {
+    fn ready(&mut self, t: u64, fl: epoll::EventFlags, now: u64) {
+        let Some(cell) = self.cell(t) else {
             return;
         };
-        if c.phase == Phase::Connecting {
-            match cm::connect_result(&c.sock) {
-                Ok(true) => c.start_mpa(now),
-                Ok(false) => {}
-                Err(kind) => c.connect_failed(kind, now),
+        {
+            let mut c = cell.lock();
+            if c.phase == Phase::Connecting {
+                match cm::connect_result(&c.sock) {
+                    Ok(true) => c.start_mpa(now),
+                    Ok(false) => {}
+                    Err(kind) => c.connect_failed(kind, now),
+                }
+            } else {
+                let only_input = !fl.intersects(
+                    epoll::EventFlags::OUT
+                        | epoll::EventFlags::ERR
+                        | epoll::EventFlags::HUP
+                        | epoll::EventFlags::RDHUP,
+                );
+                // A consumer polls this connection: leave its input to it
+                // (read under the lock: `park` clears it before locking).
+                if only_input && c.phase == Phase::Open && cell.polling(now).is_some() {
+                    c.polled = true;
+                    self.sh.sync_interest(&mut c);
+                    self.polled.insert(t);
+                    return;
+                }
+                c.pump(now);
             }
-        } else {
-            c.pump(now);
         }
         self.after(t);
     }
@@ -394,9 +649,9 @@ impl Driver {
             }
             Cmd::Accept { cr, ep, pd } => {
                 let t = self.by_cr.remove(&cr.handle());
-                match t.and_then(|t| self.conns.get_mut(&t).map(|c| (t, c))) {
-                    Some((t, c)) => {
-                        c.accept(&ep, &pd, now);
+                match t.and_then(|t| self.cell(t).map(|c| (t, c))) {
+                    Some((t, cell)) => {
+                        cell.lock().accept(&ep, &pd, now);
                         self.after(t);
                     }
                     None => {
@@ -406,22 +661,21 @@ impl Driver {
             }
             Cmd::Reject { cr, pd } => {
                 if let Some(t) = self.by_cr.remove(&cr.handle())
-                    && let Some(c) = self.conns.get_mut(&t)
+                    && let Some(cell) = self.cell(t)
                 {
-                    c.reject(&pd, now);
+                    cell.lock().reject(&pd, now);
                 }
             }
             Cmd::Disconnect { ep } => {
-                if let Some(t) = self.by_ep.remove(&ep.handle())
-                    && let Some(c) = self.conns.get_mut(&t)
-                {
-                    c.close_local(now);
+                let cell = self.sh.by_ep.lock().remove(&ep.handle());
+                if let Some(cell) = cell {
+                    cell.lock().close_local(now);
                 }
             }
             Cmd::Kick { ep, recv } => {
-                if let Some(t) = self.by_ep.get(&ep.handle())
-                    && let Some(c) = self.conns.get_mut(t)
-                {
+                let cell = self.sh.by_ep.lock().get(&ep.handle()).cloned();
+                if let Some(cell) = cell {
+                    let mut c = cell.lock();
                     if recv {
                         c.recv_posted(now);
                     } else {
@@ -430,8 +684,8 @@ impl Driver {
                 }
             }
             Cmd::KickAll => {
-                for c in self.conns.values_mut() {
-                    c.recv_posted(now);
+                for cell in self.conns.values() {
+                    cell.lock().recv_posted(now);
                 }
             }
         }

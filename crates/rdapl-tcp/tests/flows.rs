@@ -449,3 +449,67 @@ fn a_send_waits_for_its_receive_then_times_out() {
     assert_eq!(next_dto(&p.c.req).status, DtoStatus::ReceiverNotReady);
     p.expect_end(ConnectionEventKind::Broken);
 }
+
+/// A consumer that polls an EVD (dequeue) drives its connection's input
+/// and the progress thread leaves that socket alone; once the consumer
+/// stops, without waiting, the thread takes the input back: a message that
+/// arrives then completes with nobody polling. A waiter hands it back at
+/// once.
+#[test]
+fn input_a_poller_leaves_goes_back_to_the_thread() {
+    use std::time::{Duration, Instant};
+    let tcp = Tcp::new();
+    let p = Pair::connected(&tcp, "127.0.7.21", "127.0.7.22", "");
+    const N: u64 = 40;
+    let rbuf = p.s.buf(64 * N as usize);
+    let src = p.c.lmr(pattern(64 * N as usize, 9));
+    for i in 0..N {
+        p.s.recv(&rbuf, i * 64, 64, 100 + i);
+    }
+    let polled = |i: u64| {
+        p.c.send(&src, i * 64, 64, i);
+        let t0 = Instant::now();
+        loop {
+            match p.s.rcv.dequeue().unwrap() {
+                Some(Event::Dto(d)) => {
+                    assert_eq!((d.cookie, d.status), (100 + i, DtoStatus::Success));
+                    break;
+                }
+                Some(e) => panic!("unexpected {e:?}"),
+                None => assert!(t0.elapsed() < T, "no receive while polling"),
+            }
+        }
+    };
+    let arrives_unpolled = |i: u64| {
+        p.c.send(&src, i * 64, 64, i);
+        let t0 = Instant::now();
+        while p.s.rcv.query().unwrap().pending == 0 {
+            assert!(t0.elapsed() < T, "the thread did not take the input back");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let d = next_dto(&p.s.rcv);
+        assert_eq!((d.cookie, d.status), (100 + i, DtoStatus::Success));
+    };
+    for i in 0..10 {
+        polled(i);
+    }
+    // Stopped polling: the thread notices within a few milliseconds.
+    arrives_unpolled(10);
+    for i in 11..20 {
+        polled(i);
+    }
+    // A wait that finds nothing hands the input back before it blocks.
+    assert!(matches!(
+        p.s.rcv.wait(Some(Duration::from_millis(20)), 1),
+        Err(Error::TimeoutExpired { .. })
+    ));
+    arrives_unpolled(20);
+    for i in 0..21 {
+        let d = next_dto(&p.c.req);
+        assert_eq!((d.cookie, d.status), (i, DtoStatus::Success));
+    }
+    assert_eq!(
+        rbuf.to_vec().unwrap()[..21 * 64],
+        src.to_vec().unwrap()[..21 * 64]
+    );
+}

@@ -55,6 +55,17 @@ impl Storage {
         got
     }
 
+    pub(crate) fn pop_again(&self, mut again: impl FnMut() -> bool) -> Option<Event> {
+        loop {
+            if let Some(e) = self.pop() {
+                return Some(e);
+            }
+            if !again() {
+                return None;
+            }
+        }
+    }
+
     pub(crate) fn pop_batch(&self, max: usize, mut out: impl FnMut(Event)) -> usize {
         let mut q = self.q.lock();
         let n = max.min(q.len());

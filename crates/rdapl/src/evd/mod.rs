@@ -58,6 +58,12 @@
 //!   waiter, stream, CNO or upcall has to be woken.
 //! * `wait` polls at a fine grain for a few microseconds before it takes
 //!   ownership, arms and blocks.
+//! * A provider may attach progress hooks ([`Progress`]): a `dequeue` that
+//!   finds the EVD empty runs them once and looks again; a `wait` drives
+//!   them for up to 50 us, then parks them and blocks. They are called
+//!   with no lock of the EVD held. An EVD without hooks (the loopback
+//!   provider's) pays one relaxed load of a read-mostly line, and only
+//!   when found empty.
 
 #[cfg(rdapl_loom)]
 mod loom_storage;
@@ -67,11 +73,13 @@ mod ring;
 #[cfg_attr(rdapl_loom, allow(unused_imports))]
 pub(crate) use ring::{prefetch_read, prefetch_write};
 mod producer;
+mod progress;
 mod reservation;
 pub(crate) mod state;
 mod teardown_waits;
 
 pub use producer::EvdProducer;
+pub use progress::Progress;
 pub use reservation::{Misdirected, Reservation};
 
 pub use state::{MAX_QLEN, ReEnable};
@@ -256,6 +264,9 @@ pub(crate) struct EvdInner {
     pub(crate) context: crate::context::ContextSlot,
     pub(crate) id: EvdHandle,
     flags: EvdFlags,
+    /// Providers' progress hooks ([`Progress`]), run by consumers that find
+    /// the EVD empty (read-mostly: next to the other read-mostly fields).
+    pub(crate) progress: progress::ProgressHooks,
     /// The state word (`state.rs`): read by every producer, written only
     /// when a listener arms or a policy changes.
     state: CachePadded<AtomicU64>,
@@ -324,6 +335,10 @@ const WAIT_SPINS: u32 = 256;
 /// Checks after a `yield_now` each, after the spins.
 #[cfg(not(rdapl_loom))]
 const WAIT_YIELDS: u32 = 4;
+/// How long a `wait` on an EVD with progress hooks drives them before it
+/// parks them and blocks.
+#[cfg(not(rdapl_loom))]
+const WAIT_PROGRESS: Duration = Duration::from_micros(50);
 
 /// Slots a producer that finds the EVD full looks at before it reads the
 /// consumers' head (see `EvdInner::freed_again`).
@@ -414,6 +429,7 @@ impl EvdBuilder {
             context: crate::context::ContextSlot::new(),
             id: EvdHandle(next_id()),
             flags: self.flags,
+            progress: progress::ProgressHooks::default(),
             state: CachePadded::new(AtomicU64::new(s.0)),
             prod: CachePadded::new(Producers {
                 reserved: AtomicU64::new((self.qlen as u64) << TAKEN_BITS),
@@ -621,6 +637,27 @@ impl EvdInner {
             self.storage.len()
         };
         Some((ev, left))
+    }
+
+    /// `dequeue` found the EVD empty: runs its progress hooks, if it has
+    /// any; true if it did (look again). Out of line: the hot path keeps
+    /// its one inlined pop.
+    #[cold]
+    #[inline(never)]
+    fn on_empty(&self) -> bool {
+        if !self.progress.any() {
+            return false;
+        }
+        self.progress.run();
+        true
+    }
+
+    /// [`EvdInner::progress_then_pop`] for `dequeue_batch`.
+    #[cold]
+    #[inline(never)]
+    fn progress_then_pop_batch(&self, out: &mut Vec<Event>, max: usize) -> usize {
+        self.progress.run();
+        self.storage.pop_batch(max, |e| out.push(e))
     }
 
     /// Waits until no run is between its look at the policy and the entry
@@ -864,7 +901,11 @@ impl Evd {
     pub fn dequeue(&self) -> Result<Option<Event>> {
         let inner = &self.inner;
         inner.check_consumer()?;
-        Ok(inner.storage.pop())
+        // Found empty: the progress hooks' pass, if any, then one more look.
+        let mut looked = false;
+        Ok(inner
+            .storage
+            .pop_again(|| !std::mem::replace(&mut looked, true) && inner.on_empty()))
     }
 
     /// Moves up to `max` events (oldest first) to the end of `out`, with
@@ -873,7 +914,11 @@ impl Evd {
     pub fn dequeue_batch(&self, out: &mut Vec<Event>, max: usize) -> Result<usize> {
         let inner = &self.inner;
         inner.check_consumer()?;
-        Ok(inner.storage.pop_batch(max, |e| out.push(e)))
+        let n = inner.storage.pop_batch(max, |e| out.push(e));
+        if n == 0 && max > 0 && inner.progress.any() {
+            return Ok(inner.progress_then_pop_batch(out, max));
+        }
+        Ok(n)
     }
 
     /// Fills `buf` from the front with up to `buf.len()` events. Returns how
@@ -881,6 +926,9 @@ impl Evd {
     pub fn dequeue_into(&self, buf: &mut [Option<Event>]) -> Result<usize> {
         let inner = &self.inner;
         inner.check_consumer()?;
+        if !buf.is_empty() && inner.storage.is_empty() && inner.progress.any() {
+            inner.progress.run();
+        }
         let mut slots = buf.iter_mut();
         Ok(inner.storage.pop_batch(slots.len(), |e| {
             if let Some(slot) = slots.next() {
@@ -916,7 +964,29 @@ impl Evd {
         // word (which every producer reads). Ownership, and with it the
         // refusal of other waiters and of dequeue, starts when it blocks.
         #[cfg(not(rdapl_loom))]
-        {
+        if inner.progress.any() {
+            // A provider that progresses in software: drive it from this
+            // thread for a short while (each pass is a few system calls),
+            // then hand progress back to its thread and block.
+            let start = std::time::Instant::now();
+            loop {
+                let s = inner.load();
+                if s.has(FREED) {
+                    return Err(Error::Abort("the EVD was freed while waiting"));
+                }
+                if s.0 & (UNWAITABLE | WAITER) != 0 {
+                    break; // the checks below say why
+                }
+                if let Some(got) = inner.take_for_waiter(threshold) {
+                    return Ok(got);
+                }
+                if start.elapsed() >= WAIT_PROGRESS {
+                    break;
+                }
+                inner.progress.run();
+            }
+            inner.progress.park();
+        } else {
             // Checks at a fixed, fine grain (one pause apart) rather than
             // with exponential back-off: the waiter only reads lines the
             // producer writes once per event, so polling them costs the

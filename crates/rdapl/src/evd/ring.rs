@@ -534,6 +534,24 @@ impl Storage {
         }
     }
 
+    /// [`Storage::pop`] that, finding no event, asks `again()` whether to
+    /// look once more (after it made progress elsewhere).
+    #[inline]
+    pub(crate) fn pop_again(&self, mut again: impl FnMut() -> bool) -> Option<Event> {
+        loop {
+            let r = self.cons_ring();
+            match r.pop_one() {
+                Ok(ev) => return Some(ev),
+                Err(Stop::Empty) => {
+                    if !again() {
+                        return None;
+                    }
+                }
+                Err(Stop::Closed) => self.advance(r),
+            }
+        }
+    }
+
     /// Takes up to `max` events, oldest first, handing each to `out`;
     /// returns how many.
     pub(crate) fn pop_batch(&self, max: usize, mut out: impl FnMut(Event)) -> usize {

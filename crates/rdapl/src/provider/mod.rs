@@ -24,7 +24,11 @@
 //! [`EpInner::gather`], [`EpInner::scatter`], [`EpInner::remote_write`]
 //! and [`EpInner::remote_read`], which check every key, right and bound.
 //! Requests may complete on the provider's own thread, in any order
-//! across queues and in post order within one. `tests/provider_public.rs`
+//! across queues and in post order within one. A provider that progresses
+//! in software may also let consumers drive it: a [`Progress`] hook
+//! attached with [`EpInner::attach_progress`] runs in the consumer's
+//! thread when it finds one of the endpoint's EVDs empty or is about to
+//! wait on it (the TCP provider does so). `tests/provider_public.rs`
 //! is a whole provider written that way (a progress thread, every
 //! completion asynchronous), run through the object model's flows. Its
 //! IAs are opened with [`crate::Ia::open_provider`], or by name once it is
@@ -39,7 +43,7 @@ mod registry;
 mod view;
 
 pub use crate::ep::{EpCore, EpInner, NewWr, RecvWr, Wr};
-pub use crate::evd::EvdProducer;
+pub use crate::evd::{EvdProducer, Progress};
 pub use crate::sp::{CrInner, CrState, SpInner};
 pub use registry::Registry;
 pub use view::WrKind;

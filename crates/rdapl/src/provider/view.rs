@@ -189,6 +189,19 @@ impl EpInner {
         self.core.lock()
     }
 
+    /// Attaches a provider's progress hook to the EVDs this endpoint's
+    /// completions go to (receive and request EVDs): a consumer that finds
+    /// one empty, or is about to wait on it, runs the hook first (see
+    /// [`crate::evd::Progress`]). Held weakly: dropping the hook detaches it.
+    pub fn attach_progress(&self, hook: Weak<dyn crate::evd::Progress>) {
+        for evd in [self.recv_evd.as_ref(), self.request_evd.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            evd.inner.progress.attach(hook.clone());
+        }
+    }
+
     /// The connection is up on this side: `Connected`, `remote` recorded,
     /// `Established` raised (with `peer_private`, the accept's private data,
     /// on the active side). Returns the connection's number (never 0), or
