@@ -485,9 +485,8 @@ pub enum Event {
     Dto(DtoCompletion),
     /// An RMR bind completion.
     RmrBind(RmrBindCompletion),
-    /// A connection request arrived (boxed: it carries the request, and
-    /// a rare event must not make every event larger).
-    ConnectionRequest(Box<CrArrival>),
+    /// A connection request arrived.
+    ConnectionRequest(CrArrival),
     /// A connection event.
     Connection(ConnectionEvent),
     /// An asynchronous error.

@@ -178,13 +178,13 @@ impl SpInner {
             }
         }
         self.crs.lock().insert(cr.id, cr.clone());
-        let ev = Event::ConnectionRequest(Box::new(CrArrival {
+        let ev = Event::ConnectionRequest(CrArrival {
             sp: (self.kind == SpKind::Public).then_some(self.id),
             conn_qual: self.conn_qual,
             cr: cr.id,
             truncated: false,
             request: Some(Cr { inner: cr.clone() }),
-        }));
+        });
         if self.cr_evd.post_event(ev).is_err() {
             self.crs.lock().remove(&cr.id);
             if let Some(ep) = reserved {

@@ -204,7 +204,7 @@ fn a_connection_request_is_answered_from_its_event() {
     ));
     // An arrival made by hand names no request it could answer.
     let fake = CrArrival::new(req.sp, 6300, req.cr, false);
-    assert_eq!(fake, *req, "equal by their public fields");
+    assert_eq!(fake, req, "equal by their public fields");
     assert!(matches!(
         fake.accept(&s.ep, b""),
         Err(Error::InvalidHandle(Subtype::InvalidHandleCr))

@@ -234,12 +234,7 @@ pub fn conn_event(kind: ConnectionEventKind, ep: u64) -> Event {
 
 /// A connection request arrival (no service point, nothing truncated).
 pub fn cr_event(conn_qual: u64, cr: u64) -> Event {
-    Event::ConnectionRequest(Box::new(CrArrival::new(
-        None,
-        conn_qual,
-        CrHandle(cr),
-        false,
-    )))
+    Event::ConnectionRequest(CrArrival::new(None, conn_qual, CrHandle(cr), false))
 }
 
 // ----- the loopback provider --------------------------------------------------------
@@ -353,7 +348,7 @@ pub fn conn_kind(evd: &Evd) -> ConnectionEventKind {
 /// The next event on `evd`, which must be a connection request.
 pub fn cr_arrival(evd: &Evd) -> CrArrival {
     match next(evd) {
-        Event::ConnectionRequest(a) => *a,
+        Event::ConnectionRequest(a) => a,
         e => panic!("expected a connection request, got {e:?}"),
     }
 }
