@@ -95,7 +95,7 @@
 //! let t = Some(Duration::from_secs(5));
 //! cep.connect(server.address(), 18515, t, b"hello").unwrap();
 //! let Event::ConnectionRequest(req) = cr.wait(t, 1).unwrap().0 else { panic!() };
-//! req.accept(&sep, b"welcome").unwrap();
+//! server.cr(req.cr).unwrap().accept(&sep, b"welcome").unwrap();
 //! ```
 
 #![forbid(unsafe_code)]

@@ -358,10 +358,8 @@ pub struct RmrBindCompletion {
     pub status: DtoStatus,
 }
 
-/// Data of a `DAT_CONNECTION_REQUEST_EVENT`. It carries the request
-/// itself: [`CrArrival::accept`] and [`CrArrival::reject`] answer it with no
-/// lookup (`Ia::cr` finds it by handle too).
-#[derive(Clone, Debug)]
+/// Data of a `DAT_CONNECTION_REQUEST_EVENT`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CrArrival {
     /// The service point that took the request (`None` for a reserved SP,
     /// which is consumed by the arrival).
@@ -372,34 +370,7 @@ pub struct CrArrival {
     pub cr: CrHandle,
     /// True if the remote private data did not fit and was truncated.
     pub truncated: bool,
-    /// The request (`None` in an arrival made with [`CrArrival::new`]).
-    pub(crate) request: Option<crate::sp::Cr>,
 }
-
-impl CrArrival {
-    /// An arrival naming a request by handle only (for software events
-    /// and tests: [`CrArrival::request`] is `None`, so it cannot be
-    /// answered through it).
-    pub fn new(sp: Option<SpHandle>, conn_qual: u64, cr: CrHandle, truncated: bool) -> CrArrival {
-        CrArrival {
-            sp,
-            conn_qual,
-            cr,
-            truncated,
-            request: None,
-        }
-    }
-}
-
-/// Arrivals are equal when their public fields are (the request is the
-/// one `cr` names).
-impl PartialEq for CrArrival {
-    fn eq(&self, o: &CrArrival) -> bool {
-        (self.sp, self.conn_qual, self.cr, self.truncated) == (o.sp, o.conn_qual, o.cr, o.truncated)
-    }
-}
-
-impl Eq for CrArrival {}
 
 dat_enum!(
     /// The kind of a connection event (`DAT_CONNECTION_EVENT_*`).

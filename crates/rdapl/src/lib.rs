@@ -36,8 +36,8 @@
 //! let cep = client.ep_create(&cpz, Some(&cevd), Some(&cevd), Some(&cevd), None).unwrap();
 //! let _psp = server.psp_create(7000, &sevd).unwrap();
 //! cep.connect(server.address(), 7000, t, b"hello").unwrap();
-//! let Event::ConnectionRequest(req) = sevd.wait(t, 1).unwrap().0 else { panic!() };
-//! req.accept(&sep, b"welcome").unwrap();
+//! let Event::ConnectionRequest(cr) = sevd.wait(t, 1).unwrap().0 else { panic!() };
+//! server.cr(cr.cr).unwrap().accept(&sep, b"welcome").unwrap();
 //! // Server: Established; client: Established with the accept's private data.
 //! assert!(matches!(sevd.wait(t, 1).unwrap().0, Event::Connection(_)));
 //! let Event::Connection(e) = cevd.wait(t, 1).unwrap().0 else { panic!() };

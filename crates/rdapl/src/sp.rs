@@ -183,7 +183,6 @@ impl SpInner {
             conn_qual: self.conn_qual,
             cr: cr.id,
             truncated: false,
-            request: Some(Cr { inner: cr.clone() }),
         });
         if self.cr_evd.post_event(ev).is_err() {
             self.crs.lock().remove(&cr.id);
@@ -363,29 +362,6 @@ impl Ia {
             }
         }
         Err(Error::InvalidHandle(Subtype::InvalidHandleCr))
-    }
-}
-
-impl CrArrival {
-    /// The request that arrived (`None` for an arrival made by hand).
-    pub fn request(&self) -> Option<&Cr> {
-        self.request.as_ref()
-    }
-
-    /// Accepts the request on `ep` ([`Cr::accept`]).
-    pub fn accept(&self, ep: &Ep, private_data: &[u8]) -> Result<()> {
-        self.answerable()?.accept(ep, private_data)
-    }
-
-    /// Rejects the request ([`Cr::reject`]).
-    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
-        self.answerable()?.reject(private_data)
-    }
-
-    fn answerable(&self) -> Result<&Cr> {
-        self.request
-            .as_ref()
-            .ok_or(Error::InvalidHandle(Subtype::InvalidHandleCr))
     }
 }
 

@@ -179,34 +179,3 @@ fn ias_opened_with_defaults_get_addresses_of_their_own() {
         Event::ConnectionRequest(_)
     ));
 }
-
-#[test]
-fn a_connection_request_is_answered_from_its_event() {
-    let (s, c) = (
-        common::Node::new("127.0.63.1"),
-        common::Node::new("127.0.63.2"),
-    );
-    let _psp = s.ia.psp_create(6300, &s.cr).unwrap();
-    c.ep.connect(s.ia.address(), 6300, Some(LIMIT), b"hi")
-        .unwrap();
-    let Event::ConnectionRequest(req) = s.cr.wait(Some(LIMIT), 1).unwrap().0 else {
-        panic!("expected a connection request")
-    };
-    assert_eq!(req.request().unwrap().private_data(), b"hi");
-    req.accept(&s.ep, b"ok").unwrap();
-    let e = common::conn_ev(&c.conn);
-    assert_eq!(e.kind, ConnectionEventKind::Established);
-    assert_eq!(e.private_data.as_deref(), Some(&b"ok"[..]));
-    // Answered once: a second answer is refused, as by handle.
-    assert!(matches!(
-        req.reject(b""),
-        Err(Error::InvalidHandle(Subtype::InvalidHandleCr))
-    ));
-    // An arrival made by hand names no request it could answer.
-    let fake = CrArrival::new(req.sp, 6300, req.cr, false);
-    assert_eq!(fake, req, "equal by their public fields");
-    assert!(matches!(
-        fake.accept(&s.ep, b""),
-        Err(Error::InvalidHandle(Subtype::InvalidHandleCr))
-    ));
-}
