@@ -108,7 +108,10 @@ fn an_idle_provider_does_not_spin() {
     let p = Pair::connected(&tcp, "127.0.31.1", "127.0.31.2", "");
     let rbuf = p.s.buf(16);
     p.s.recv(&rbuf, 0, 16, 1);
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    // Past the connection's start-up timers: the active side nudges a
+    // silent peer with zero-length Writes 50, 250 and 1050 ms after the
+    // MPA Reply (rdapl-iwarp's `rtr_nudge_ms`, for siw), then stops.
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
     let before = tcp.wakeups();
     std::thread::sleep(std::time::Duration::from_millis(500));
     let idle = tcp.wakeups() - before;
