@@ -678,8 +678,8 @@ impl Results {
              and qperf (`tcp_lat`, `tcp_bw`, blocking socket calls: the peer of rdapl waiting \
              with `-w`). Latency: one-way µs, elapsed time ÷ (2 × round trips), as both peers \
              define it. Ping-pong bandwidth (fi_pingpong has no streaming test): size ÷ one-way \
-             time, MB/s (10⁶ bytes/s; fi_pingpong's `MB/sec`, twice `rdapl pingpong`'s one-way \
-             `MB/sec`). Streaming bandwidth: `rdapl bw -w` with {} messages in flight against \
+             time, MB/s (10⁶ bytes/s; half of the `MB/sec` column of fi_pingpong and `rdapl pingpong`, \
+             which count both ways). Streaming bandwidth: `rdapl bw -w` with {} messages in flight against \
              `qperf tcp_bw` (MB/s received). rdapl with MPA CRC32c on (the default, judged) and \
              off (`crc=0`, context); neither peer has a CRC. A fresh server and client process \
              per run, placement `{}`{}; {} (qperf: `-t {}`); within a repetition each group \

@@ -14,7 +14,8 @@
 //!
 //! Figures as `fi_pingpong`'s: `usec/xfer` is the one-way latency (elapsed
 //! time over twice the round trips) for `pingpong`, and the time per
-//! message for `bw`; `MB/sec` is bytes moved one way per microsecond.
+//! message for `bw`; `MB/sec` is bytes moved per microsecond, both ways for
+//! `pingpong` (as `fi_pingpong` counts them).
 
 use rdapl::{
     CloseFlags, CompletionFlags, ConnectionEventKind, DtoOp, DtoStatus, Evd, EvdFlags, Event, Ia,
@@ -109,9 +110,14 @@ pub struct Row {
 }
 
 impl Row {
-    /// Bytes moved one way per microsecond (`MB/sec`).
-    pub fn mb_per_s(&self) -> f64 {
-        (self.bytes * self.sent) as f64 / (self.secs * 1e6)
+    /// Bytes moved per microsecond, both ways for `pingpong` (`MB/sec`,
+    /// as `fi_pingpong` counts it: the `total` column over the time).
+    pub fn mb_per_s(&self, test: Test) -> f64 {
+        self.total(test) as f64 / (self.secs * 1e6)
+    }
+    /// Bytes moved: each message twice for `pingpong` (there and back).
+    pub fn total(&self, test: Test) -> usize {
+        self.bytes * self.sent * if test == Test::PingPong { 2 } else { 1 }
     }
     /// One-way time per message in microseconds (`usec/xfer`).
     pub fn usec_per_xfer(&self, test: Test) -> f64 {
@@ -139,9 +145,9 @@ pub fn format(test: Test, rows: &[Row]) -> String {
             human(r.bytes as u64),
             r.sent,
             r.acked,
-            human((r.bytes * r.sent * if test == Test::PingPong { 2 } else { 1 }) as u64),
+            human(r.total(test) as u64),
             r.secs,
-            r.mb_per_s(),
+            r.mb_per_s(test),
             usec,
             1.0 / usec,
         );
@@ -656,7 +662,7 @@ mod tests {
         assert_eq!(rows.len(), 4);
         for r in &rows {
             assert_eq!((r.sent, r.acked), (50, 50));
-            assert!(r.secs > 0.0 && r.mb_per_s() > 0.0);
+            assert!(r.secs > 0.0 && r.mb_per_s(Test::PingPong) > 0.0);
         }
         let table = format(Test::PingPong, &rows);
         assert!(table.starts_with("bytes"));
@@ -698,8 +704,13 @@ mod tests {
         }];
         let t = format(Test::PingPong, &rows);
         assert!(t.contains("usec/xfer") && t.contains("MB/sec") && t.contains("Mxfers/sec"));
-        // 0.01 s over 2000 one-way transfers: 5 µs each; 64 kB over 10 ms.
+        // 0.01 s over 2000 one-way transfers: 5 µs each; 128 kB (both
+        // ways, as fi_pingpong counts) over 10 ms: 12.8 MB/s.
         assert!(t.contains("5.00"), "{t}");
-        assert!(t.contains("6.40"), "{t}");
+        assert!(t.contains("12.80"), "{t}");
+        assert!(!t.contains("6.40"), "{t}");
+        // bw counts one way.
+        let b = format(Test::Bw, &rows);
+        assert!(b.contains("6.40"), "{b}");
     }
 }
