@@ -814,6 +814,50 @@ impl Connection {
         }
     }
 
+    /// Direct placement: while the FPDU being received has payload left
+    /// that goes to memory (a Send's receive, an RDMA Write's or a Read
+    /// Response's region), where its next byte goes and how many bytes of
+    /// the FPDU's payload are still due. Its header was checked in full:
+    /// the range `[place, place + due)` lies inside what
+    /// [`Memory::lookup`] returned or the posted receive's capacity. A
+    /// caller that reads its transport straight into that memory then
+    /// reports the bytes with [`Connection::handle_placed`] instead of
+    /// feeding them to [`Connection::handle_input`]: no intermediate copy.
+    pub fn rx_direct(&self) -> Option<(Place, u32)> {
+        if !matches!(self.state, State::AwaitRtr | State::Established) {
+            return None;
+        }
+        let due = self.decoder.payload_left();
+        if due == 0 || matches!(self.rx_kind, None | Some(RxKind::ReadReq | RxKind::Term)) {
+            return None;
+        }
+        let due = u32::try_from(due).ok()?;
+        self.rx_place.map(|p| (p, due))
+    }
+
+    /// The caller stored `data`, the next payload bytes of the FPDU being
+    /// received, at the place [`Connection::rx_direct`] named: they count
+    /// as if [`Connection::handle_input`] had placed them (CRC, offsets),
+    /// and [`Memory::place`] is not called. False, and nothing taken, if
+    /// no direct placement is due or `data` is longer than what is due.
+    pub fn handle_placed(&mut self, now: u64, data: &[u8]) -> bool {
+        self.now = self.now.max(now);
+        if data.is_empty() {
+            return true;
+        }
+        match self.rx_direct() {
+            Some((_, due)) if data.len() <= due as usize => {}
+            _ => return false,
+        }
+        if !self.decoder.take_payload(data) {
+            return false;
+        }
+        if let Some(p) = self.rx_place.as_mut() {
+            advance(p, data.len());
+        }
+        true
+    }
+
     fn mpa_input(&mut self, data: &mut &[u8]) {
         loop {
             match mpa::decode(&self.mpa_buf, self.cfg.max_private_data) {
@@ -1231,10 +1275,7 @@ impl Connection {
             _ => {
                 if let Some(p) = self.rx_place.as_mut() {
                     mem.place(p, chunk);
-                    match p {
-                        Place::Tagged { to, .. } => *to += chunk.len() as u64,
-                        Place::Recv { offset, .. } => *offset += chunk.len() as u32,
-                    }
+                    advance(p, chunk.len());
                 }
             }
         }
@@ -1547,5 +1588,14 @@ impl Connection {
                 Ok(t)
             }
         }
+    }
+}
+
+/// Moves a placement past `n` bytes (checked at the FPDU's header: the
+/// sums stay inside the region or the receive).
+fn advance(p: &mut Place, n: usize) {
+    match p {
+        Place::Tagged { to, .. } => *to += n as u64,
+        Place::Recv { offset, .. } => *offset += n as u32,
     }
 }

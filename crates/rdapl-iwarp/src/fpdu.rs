@@ -223,6 +223,30 @@ impl FpduDecoder {
         self.st == St::Header && self.hdr_have == 0
     }
 
+    /// Payload bytes of the current FPDU not yet taken (0 outside a
+    /// payload).
+    pub fn payload_left(&self) -> usize {
+        if self.st == St::Payload {
+            self.payload_left
+        } else {
+            0
+        }
+    }
+
+    /// Takes `data` as the next payload bytes of the current FPDU, bytes
+    /// the caller received elsewhere (straight into their destination):
+    /// they count toward the CRC as if [`FpduDecoder::next`] had returned
+    /// them. False, and nothing taken, if they are more than
+    /// [`FpduDecoder::payload_left`].
+    pub fn take_payload(&mut self, data: &[u8]) -> bool {
+        if data.len() > self.payload_left() {
+            return false;
+        }
+        self.crc.update(data);
+        self.payload_left -= data.len();
+        true
+    }
+
     /// The raw bytes of the current FPDU's ULPDU length and DDP header,
     /// once its header event was returned.
     pub fn raw_header(&self) -> &[u8] {

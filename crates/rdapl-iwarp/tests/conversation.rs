@@ -184,6 +184,15 @@ fn inbound(evs: &[Event]) -> Vec<Event> {
 }
 
 fn feed_split(side: &mut Side, bytes: &[u8], cuts: &[u16]) {
+    feed_split_direct(side, bytes, cuts, false);
+}
+
+/// Feeds `bytes` cut at `cuts`; with `direct`, each piece that starts
+/// inside a placed payload goes first to its destination the way a provider
+/// reading its socket straight into memory does (`rx_direct`, then
+/// `Memory::place` by the caller and `handle_placed`), the rest through
+/// `handle_input`.
+fn feed_split_direct(side: &mut Side, bytes: &[u8], cuts: &[u16], direct: bool) {
     let mut cuts: Vec<usize> = cuts
         .iter()
         .map(|c| usize::from(*c) % (bytes.len() + 1))
@@ -191,7 +200,18 @@ fn feed_split(side: &mut Side, bytes: &[u8], cuts: &[u16]) {
     cuts.sort_unstable();
     let mut prev = 0;
     for end in cuts.into_iter().chain([bytes.len()]) {
-        side.conn.handle_input(0, &bytes[prev..end], &mut side.mem);
+        let mut piece = &bytes[prev..end];
+        if direct && let Some((place, due)) = side.conn.rx_direct() {
+            let n = piece.len().min(due as usize);
+            // More than is due is refused, and nothing is taken.
+            if n < piece.len() {
+                assert!(!side.conn.handle_placed(0, &piece[..n + 1]));
+            }
+            rdapl_iwarp::Memory::place(&mut side.mem, &place, &piece[..n]);
+            assert!(side.conn.handle_placed(0, &piece[..n]));
+            piece = &piece[n..];
+        }
+        side.conn.handle_input(0, piece, &mut side.mem);
         prev = end;
         side.drain_tx();
     }
@@ -202,7 +222,7 @@ proptest! {
 
     #[test]
     fn same_conversation_under_any_split(
-        crc in any::<bool>(), p2p in any::<bool>(),
+        crc in any::<bool>(), p2p in any::<bool>(), direct in any::<bool>(),
         cut_req in proptest::collection::vec(any::<u16>(), 0..4),
         cut_a in proptest::collection::vec(any::<u16>(), 0..40),
         cut_rep in proptest::collection::vec(any::<u16>(), 0..4),
@@ -228,8 +248,8 @@ proptest! {
         let rest = &a_stream[req_len..];
         let ulpdu = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
         let first = 2 + ulpdu + rdapl_iwarp::fpdu::pad_len(ulpdu) + 4;
-        feed_split(&mut b2, &rest[..first], &cut_a);
-        feed_split(&mut b2, &rest[first..], &cut_a);
+        feed_split_direct(&mut b2, &rest[..first], &cut_a, direct);
+        feed_split_direct(&mut b2, &rest[first..], &cut_a, direct);
         b2.collect_events();
         prop_assert_eq!(inbound(&b2.events), inbound(&eb));
 
@@ -244,7 +264,7 @@ proptest! {
         a2.conn.post_recv(202, 64).unwrap();
         convo::post_a(&mut a2);
         a2.drain_tx();
-        feed_split(&mut a2, &b_stream[rep_len..], &cut_b);
+        feed_split_direct(&mut a2, &b_stream[rep_len..], &cut_b, direct);
         a2.collect_events();
         prop_assert_eq!(inbound(&a2.events), inbound(&ea));
         // Same bytes placed.

@@ -49,7 +49,7 @@ use rdapl_iwarp::{
     Source, State, Terminate, Transmit, fpdu,
 };
 use std::collections::VecDeque;
-use std::io::{self, Read};
+use std::io::{self, IoSliceMut, Read};
 use std::net::{IpAddr, Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, Weak};
@@ -70,6 +70,13 @@ const HOLD_MAX: usize = 4096;
 
 /// The least room a read into the input buffer gets.
 const READ_CHUNK: usize = 64 << 10;
+
+/// The least payload due that is read straight into its destination.
+const DIRECT_MIN: usize = 4096;
+
+/// What a direct read takes into the input buffer after the payload: the
+/// trailer and the next FPDU's header, with a little payload.
+const DIRECT_TAIL: usize = 256;
 
 /// The STag a fence's zero-length read names (never looked up).
 const FENCE_STAG: u32 = 1;
@@ -138,6 +145,10 @@ pub(crate) struct Conn {
     in_pos: usize,
     /// Bytes left of the FPDU or MPA frame being fed (0: at a boundary).
     frame_left: usize,
+    /// Bulk input: the FPDU being fed is large, so reads into the buffer
+    /// stop at the next header and its payload goes straight to its place
+    /// ([`Conn::read_direct`]).
+    direct: bool,
     eof: bool,
     eof_fed: bool,
     stall_since: Option<u64>,
@@ -174,6 +185,8 @@ pub(crate) struct Conn {
     hold_out: bool,
     /// Output held back for the consumer's answer (see `pump_polled`).
     pub out_held: bool,
+    /// The provider's counters.
+    pub stats: Arc<crate::progress::Stats>,
 }
 
 fn total_len(wr: &Wr) -> u64 {
@@ -229,6 +242,7 @@ impl Conn {
             in_end: 0,
             in_pos: 0,
             frame_left: 0,
+            direct: false,
             eof: false,
             eof_fed: false,
             stall_since: None,
@@ -251,6 +265,7 @@ impl Conn {
             rx_drained: false,
             hold_out: false,
             out_held: false,
+            stats: Arc::default(),
         }
     }
 
@@ -340,7 +355,7 @@ impl Conn {
         }
         loop {
             let before = self.work;
-            self.read_socket();
+            self.read_socket(now);
             self.feed(now);
             self.pull();
             self.transmit();
@@ -411,13 +426,37 @@ impl Conn {
         self.pump(now);
     }
 
-    fn read_socket(&mut self) {
+    fn read_socket(&mut self, now: u64) {
         if self.eof || self.phase == Phase::Dead || self.rx_drained {
             return;
         }
         if self.in_pos == self.in_end {
             self.in_pos = 0;
             self.in_end = 0;
+            if self.phase == Phase::Open
+                && let Some(r) = self.read_direct(now)
+            {
+                match r {
+                    Ok((0, _, _)) => self.eof = true,
+                    Ok((n, placed, room)) => {
+                        self.work += 1;
+                        self.rx_drained = n < room;
+                        self.frame_left = self.frame_left.saturating_sub(placed);
+                        self.stats
+                            .placed_direct
+                            .fetch_add(placed as u64, Ordering::Relaxed);
+                        self.in_end = n - placed;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.rx_drained = true,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        self.eof = true;
+                        self.socket_failed();
+                    }
+                }
+                // What followed the payload is fed before more is read.
+                return;
+            }
         }
         while self.in_end - self.in_pos < IO_HIGH {
             // Room for a large read, straight into the input buffer (its
@@ -432,8 +471,18 @@ impl Conn {
                     self.inbuf.resize(self.in_end + READ_CHUNK, 0);
                 }
             }
-            let room = self.inbuf.len() - self.in_end;
-            match self.sock.read(&mut self.inbuf[self.in_end..]) {
+            let mut room = (self.inbuf.len() - self.in_end).min(READ_CHUNK);
+            if self.direct {
+                // Bulk input: the rest of this FPDU and the next header
+                // only, so that the next payload can go straight to its
+                // place.
+                let buffered = self.in_end - self.in_pos;
+                room = room.min(self.frame_left.saturating_sub(buffered) + DIRECT_TAIL);
+            }
+            match self
+                .sock
+                .read(&mut self.inbuf[self.in_end..self.in_end + room])
+            {
                 Ok(0) => {
                     self.eof = true;
                     break;
@@ -447,7 +496,7 @@ impl Conn {
                     if self.phase != Phase::Draining {
                         self.in_end += n; // (draining: nothing more is fed)
                     }
-                    if self.rx_drained {
+                    if self.rx_drained || self.direct || self.bulk_next() {
                         break;
                     }
                 }
@@ -463,6 +512,49 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// Reads the rest of the current FPDU's payload straight into its
+    /// destination (the receive, or the region of an RDMA Write or Read
+    /// Response) and what follows (its trailer, the next header) into the
+    /// input buffer, in one vectored read: bulk payload is placed with no
+    /// intermediate copy, and the engine is told with
+    /// `Connection::handle_placed`. Returns (bytes read, bytes placed,
+    /// room offered); `None` when it does not apply (no placement due, a
+    /// small one, or memory the core does not lend): the caller reads into
+    /// the buffer. The input buffer is empty when it is called.
+    fn read_direct(&mut self, now: u64) -> Option<io::Result<(usize, usize, usize)>> {
+        let (place, due) = self.engine.as_ref()?.rx_direct()?;
+        let due = due as usize;
+        if due < DIRECT_MIN {
+            return None;
+        }
+        if self.inbuf.len() < DIRECT_TAIL {
+            self.inbuf.resize(DIRECT_TAIL, 0);
+        }
+        let engine = self.engine.as_mut()?;
+        let sock = &mut self.sock;
+        let tail = &mut self.inbuf[..DIRECT_TAIL];
+        let r = self.mem.lend(&place, due, |dst| {
+            let room = dst.len() + tail.len();
+            let n = sock.read_vectored(&mut [IoSliceMut::new(dst), IoSliceMut::new(tail)])?;
+            let placed = n.min(dst.len());
+            // At most what is due: always taken.
+            let taken = engine.handle_placed(now, &dst[..placed]);
+            debug_assert!(taken);
+            Ok((n, placed, room))
+        })?;
+        Some(r)
+    }
+
+    /// Whether the buffered input begins a large FPDU: it is fed before
+    /// more is read, so that the rest of its payload goes straight to its
+    /// place ([`Conn::read_direct`]).
+    fn bulk_next(&self) -> bool {
+        let b = &self.inbuf[self.in_pos..self.in_end];
+        self.frame_left == 0
+            && b.len() >= 2
+            && usize::from(u16::from_be_bytes([b[0], b[1]])) >= DIRECT_MIN
     }
 
     fn socket_failed(&mut self) {
@@ -587,6 +679,8 @@ impl Conn {
         }
         let ulpdu = usize::from(u16::from_be_bytes([b[0], b[1]]));
         let total = 2 + ulpdu + fpdu::pad_len(ulpdu) + 4;
+        // Bulk input while FPDUs are large (see `read_direct`).
+        self.direct = ulpdu >= DIRECT_MIN;
         let hlen = DdpHeader::len_for_control(b[2]);
         if ulpdu < hlen {
             return Some(total); // the engine refuses it

@@ -174,6 +174,17 @@ impl Tcp {
         })
     }
 
+    /// Payload bytes its connections read from their sockets straight
+    /// into the receive or region they were for, with no intermediate copy
+    /// (a diagnostic: bulk transfers go that way).
+    pub fn placed_direct(&self) -> u64 {
+        self.core.lock().as_ref().map_or(0, |c| {
+            c.sh.stats
+                .placed_direct
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
     /// The progress thread, started on first use.
     fn core(&self) -> Result<Arc<Core>> {
         let mut g = self.core.lock();

@@ -8,18 +8,22 @@
 //!   when the request is handed to the engine, shared with the output
 //!   queue (which writes large payload from it directly) and recycled for
 //!   later gathers once written;
-//! * inbound Sends: placed at their offset with `scatter_at`;
+//! * inbound Sends: placed at their offset with `scatter_at`, or read from
+//!   the socket straight into the receive's memory (`lend_recv`, see
+//!   [`ConnMemory::lend`]);
 //! * inbound RDMA Writes: the STag's extent comes from `remote_extent`
 //!   (key, protection zone, right), the engine checks each segment against
-//!   it, and `remote_write` checks every chunk again before a byte moves;
+//!   it, and `remote_write` (or `lend_remote_write`) checks every chunk
+//!   again before a byte moves;
 //! * inbound RDMA Read Requests: the source is checked and copied with
 //!   `remote_read` when the request arrives (staged until the response has
 //!   gone out); a refused source fails the engine's STag lookup, so a
 //!   Terminate goes out and nothing is sent;
-//! * Read Responses: placed into the read's local list with `scatter_read`.
+//! * Read Responses: placed into the read's local list with `scatter_read`
+//!   (or `lend_read_sink`).
 //!
-//! Zero-copy gathering and placement straight from and into registered
-//! regions is a later step.
+//! Gathering straight from registered regions (no staging copy) is a later
+//! step.
 //! Nothing here panics on what the wire says: every range is checked.
 
 use rdapl::provider::{EpInner, RecvWr, Wr};
@@ -133,6 +137,44 @@ impl ConnMemory {
             if to.saturating_add(u64::from(len)) >= end {
                 self.responses.pop_front();
             }
+        }
+    }
+}
+
+impl ConnMemory {
+    /// Lends `f` the memory at `dst`, at most `len` bytes of it (fewer where
+    /// a segment of a receive's list ends), for a read from the socket
+    /// straight into it; what `f` writes there is placed data. `None` (and
+    /// `f` not called) when it cannot: no endpoint, a placement error
+    /// already recorded, or the core refuses the range; the caller then
+    /// takes the buffered path, whose [`Memory::place`] records the error.
+    pub fn lend<R>(
+        &mut self,
+        dst: &Place,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Option<R> {
+        let ep = self.ep.as_ref()?;
+        match *dst {
+            Place::Recv { wr_id, offset } => {
+                let r = self.recvs.get_mut(&wr_id).filter(|r| r.status.is_none())?;
+                ep.lend_recv(&mut r.wr, u64::from(offset), len, f).ok()
+            }
+            Place::Tagged { stag, to } => match self.rx_op {
+                RxOp::Write => {
+                    let t = RmrTriplet {
+                        rmr_context: stag,
+                        target_address: to,
+                        segment_length: len as u64,
+                    };
+                    ep.lend_remote_write(t, f).ok()
+                }
+                RxOp::ReadResponse => {
+                    let s = self.sinks.get(&stag).filter(|s| s.status.is_none())?;
+                    ep.lend_read_sink(&s.wr, to, len, f).ok()
+                }
+                RxOp::Other => None,
+            },
         }
     }
 }

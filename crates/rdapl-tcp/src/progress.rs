@@ -242,6 +242,15 @@ pub(crate) struct Shared {
     start: Instant,
     /// Returns from `epoll_wait` (a diagnostic: idle means few).
     pub wakeups: AtomicU64,
+    /// Counters the connections keep (diagnostics).
+    pub stats: Arc<Stats>,
+}
+
+/// What the connections of one provider instance count (diagnostics).
+#[derive(Default)]
+pub(crate) struct Stats {
+    /// Payload bytes read from a socket straight into their destination.
+    pub placed_direct: AtomicU64,
 }
 
 impl Shared {
@@ -267,6 +276,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             start: Instant::now(),
             wakeups: AtomicU64::new(0),
+            stats: Arc::default(),
         }))
     }
 
@@ -540,6 +550,7 @@ impl Driver {
         for (s, peer, sp, ia, qual) in fresh {
             let t = self.sh.token();
             let mut c = Conn::new(t, s, ia, Role::Responder, (peer.ip(), qual));
+            c.stats = self.sh.stats.clone();
             c.sp = Some(sp);
             let cfg = c.engine_config();
             match Connection::new(Role::Responder, cfg, now) {
@@ -641,6 +652,7 @@ impl Driver {
                     }
                 };
                 let mut c = Conn::new(t, s, ia, Role::Initiator, (remote.ip(), qual));
+                c.stats = self.sh.stats.clone();
                 c.phase = Phase::Connecting;
                 c.bind_ep(&ep);
                 c.connect_pd = pd;

@@ -1587,6 +1587,43 @@ pub(crate) fn copy_from_buf(
     Ok(done)
 }
 
+/// Appends the bytes of the `src` spans, in order, to `out`, every source
+/// region locked for reading (no zero fill first: a gather of a large
+/// message writes each byte once): if one is retired, nothing is appended
+/// (`Retired::src`).
+pub(crate) fn append_spans(
+    src: &[SpanRef<'_>],
+    out: &mut Vec<u8>,
+) -> std::result::Result<usize, Retired> {
+    let retired = Retired {
+        src: true,
+        dst: false,
+    };
+    let guards = lock_regions(src, false).ok_or(retired)?;
+    out.reserve(total(src));
+    let start = out.len();
+    for s in src {
+        if let Some((_, RegionLockGuard::R(r))) = guards.iter().find(|g| g.0 == s.region.id) {
+            out.extend_from_slice(&r[s.offset..s.offset + s.len]);
+        }
+    }
+    Ok(out.len() - start)
+}
+
+/// Runs `f` on the bytes of `span`, its region locked for writing (a
+/// provider receiving straight into registered memory): if the region is
+/// retired, `f` is not called.
+pub(crate) fn lend_span<R>(
+    span: SpanRef<'_>,
+    f: impl FnOnce(&mut [u8]) -> R,
+) -> std::result::Result<R, Retired> {
+    let mut g = span.region.try_write().ok_or(Retired {
+        src: false,
+        dst: true,
+    })?;
+    Ok(f(&mut g[span.offset..span.offset + span.len]))
+}
+
 /// Copies `min(total(src), dst.len())` bytes of the `src` spans, in order,
 /// into an owned buffer, every source region locked for reading: if one is
 /// retired, no byte moves (`Retired::src`).

@@ -320,9 +320,7 @@ impl EpInner {
     ) -> std::result::Result<(), DtoStatus> {
         let spans = local_access(iov, MemPriv::LOCAL_READ, self)?;
         let refs: Vec<SpanRef<'_>> = spans.iter().map(Span::as_ref).collect();
-        let start = out.len();
-        out.resize(start + mem::total(&refs), 0);
-        mem::copy_into_buf(&refs, &mut out[start..])
+        mem::append_spans(&refs, out)
             .map(|_| ())
             .map_err(|_| DtoStatus::LocalProtection)
     }
@@ -374,6 +372,87 @@ impl EpInner {
         mem::copy_from_buf(data, &refs)
             .map(|n| n as u64)
             .map_err(|_| DtoStatus::LocalProtection)
+    }
+
+    /// Lends the memory of a receive to `f`, for a provider that reads its
+    /// transport straight into it (no intermediate copy): `f` gets the
+    /// bytes of `r` from byte `offset` on, at most `len` of them and only as
+    /// far as they are contiguous (the rest of the segment holding
+    /// `offset`, or of the owned buffer), under that region's write lock.
+    /// What `f` writes there is received data, as if
+    /// [`EpInner::scatter_at`] had written it. `LocalLength` if `offset` is
+    /// at or past the end of the receive's memory, `LocalProtection` if a
+    /// key does not allow local write or the region is retired (`f` is not
+    /// called).
+    pub fn lend_recv<R>(
+        &self,
+        r: &mut RecvWr,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> std::result::Result<R, DtoStatus> {
+        if let Some(b) = r.buf.as_mut() {
+            let start = usize::try_from(offset).map_err(|_| DtoStatus::LocalLength)?;
+            if start >= b.len() {
+                return Err(DtoStatus::LocalLength);
+            }
+            let end = start + len.min(b.len() - start);
+            return Ok(f(&mut b[start..end]));
+        }
+        self.lend_local(&r.iov, offset, len, f)
+    }
+
+    /// [`EpInner::lend_recv`] for the local list of an RDMA read `wr`, the
+    /// memory its response lands in.
+    pub fn lend_read_sink<R>(
+        &self,
+        wr: &Wr,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> std::result::Result<R, DtoStatus> {
+        self.lend_local(&wr.iov, offset, len, f)
+    }
+
+    fn lend_local<R>(
+        &self,
+        iov: &[LmrTriplet],
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> std::result::Result<R, DtoStatus> {
+        let spans = local_access(iov, MemPriv::LOCAL_WRITE, self)?;
+        let mut skip = usize::try_from(offset).map_err(|_| DtoStatus::LocalLength)?;
+        for s in spans.iter().map(Span::as_ref) {
+            if skip >= s.len {
+                skip -= s.len;
+                continue;
+            }
+            let span = SpanRef {
+                region: s.region,
+                offset: s.offset + skip,
+                len: (s.len - skip).min(len),
+            };
+            return mem::lend_span(span, f).map_err(|_| DtoStatus::LocalProtection);
+        }
+        Err(DtoStatus::LocalLength)
+    }
+
+    /// Lends the memory of a peer's RDMA write to `f` (for a provider that
+    /// reads its transport straight into it): the `segment_length` bytes
+    /// at `target`, checked as [`EpInner::remote_write`] checks them
+    /// (`RemoteAccess`, and `f` is not called), under the region's write
+    /// lock. What `f` writes there is the peer's data.
+    pub fn lend_remote_write<R>(
+        &self,
+        target: RmrTriplet,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> std::result::Result<R, DtoStatus> {
+        if target.segment_length == 0 {
+            return Ok(f(&mut []));
+        }
+        let span = self.remote_span(target, target.segment_length, MemPriv::REMOTE_WRITE)?;
+        mem::lend_span(span.as_ref(), f).map_err(|_| DtoStatus::RemoteAccess)
     }
 
     /// A peer's RDMA write of `data` into this endpoint's memory at
