@@ -30,6 +30,7 @@
 
 use std::collections::VecDeque;
 
+use crate::crc::FpduCrc;
 use crate::ddp::{self, Buffer, DdpHeader, Segments};
 use crate::error::{MpaError, PostError, ProtocolError};
 use crate::fpdu::{self, FpduDecoder, FpduEvent, HeaderBuf, TrailerBuf};
@@ -250,9 +251,11 @@ impl Transmit {
             } => {
                 out.extend_from_slice(header);
                 if let Some(src) = payload {
-                    match mem.source(src) {
-                        Some(b) if b.len() == src.len() as usize => out.extend_from_slice(b),
-                        _ => return false,
+                    let start = out.len();
+                    if !mem.source_with(src, &mut |b| out.extend_from_slice(b))
+                        || out.len() - start != src.len() as usize
+                    {
+                        return false;
                     }
                 }
                 out.extend_from_slice(trailer);
@@ -1457,22 +1460,31 @@ impl Connection {
         mem: &M,
     ) -> Result<Transmit, ProtocolError> {
         let crc = self.neg.is_some_and(|n| n.crc);
-        let payload: &[u8] = match &src {
-            Some(s) if !s.is_empty() => {
-                let b = mem
-                    .source(s)
-                    .ok_or(ProtocolError::Local("payload source missing"))?;
-                if b.len() != s.len() as usize {
-                    return Err(ProtocolError::Local("payload source has the wrong length"));
-                }
-                b
-            }
-            _ => &[],
-        };
-        let header = fpdu::encode_header(hdr, inline, payload.len())
-            .map_err(|_| ProtocolError::Local("FPDU too long"))?;
-        let trailer = fpdu::encode_trailer(&header, payload, crc);
         let payload = src.filter(|s| !s.is_empty());
+        let len = payload.map_or(0, |s| s.len() as usize);
+        let header = fpdu::encode_header(hdr, inline, len)
+            .map_err(|_| ProtocolError::Local("FPDU too long"))?;
+        let mut c = crc.then(|| {
+            let mut c = FpduCrc::new();
+            c.update(&header);
+            c
+        });
+        if let Some(s) = &payload {
+            let mut got = 0usize;
+            let found = mem.source_with(s, &mut |b| {
+                got += b.len();
+                if let Some(c) = c.as_mut() {
+                    c.update(b);
+                }
+            });
+            if !found {
+                return Err(ProtocolError::Local("payload source missing"));
+            }
+            if got != len {
+                return Err(ProtocolError::Local("payload source has the wrong length"));
+            }
+        }
+        let trailer = fpdu::trailer_after(header.len(), len, c);
         Ok(Transmit::Fpdu {
             header,
             payload,

@@ -117,16 +117,26 @@ pub fn encode_header(
 /// Builds the trailer for a header and payload: the pad, then the CRC over
 /// header + payload + pad if `crc`, else four zero bytes.
 pub fn encode_trailer(header: &[u8], payload: &[u8], crc: bool) -> TrailerBuf {
-    let ulpdu = header.len() - 2 + payload.len();
+    let c = crc.then(|| {
+        let mut c = FpduCrc::new();
+        c.update(header);
+        c.update(payload);
+        c
+    });
+    trailer_after(header.len(), payload.len(), c)
+}
+
+/// [`encode_trailer`] for a payload checksummed by the caller (in pieces):
+/// `crc` is the running CRC over the header and payload (`None`: no CRC,
+/// four zero bytes); the pad is added here.
+pub fn trailer_after(header_len: usize, payload_len: usize, crc: Option<FpduCrc>) -> TrailerBuf {
+    let ulpdu = header_len - 2 + payload_len;
     let pad = pad_len(ulpdu);
     let mut t = TrailerBuf {
         bytes: [0; 8],
         len: (pad + 4) as u8,
     };
-    if crc {
-        let mut c = FpduCrc::new();
-        c.update(header);
-        c.update(payload);
+    if let Some(mut c) = crc {
         c.update(&t.bytes[..pad]);
         t.bytes[pad..pad + 4].copy_from_slice(&c.wire());
     }

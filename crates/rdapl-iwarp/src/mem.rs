@@ -98,8 +98,26 @@ pub trait Memory {
     /// PD and rights. Bounds are checked by the connection.
     fn lookup(&mut self, stag: u32, access: Access) -> Result<Region, StagError>;
     /// The bytes of `src`; must be exactly `src.len()` long (else the
-    /// connection fails with a local error).
-    fn source(&self, src: &Source) -> Option<&[u8]>;
+    /// connection fails with a local error). An implementation provides
+    /// this or [`Memory::source_with`]; the connection calls only the
+    /// latter, whose default calls this.
+    fn source(&self, src: &Source) -> Option<&[u8]> {
+        let _ = src;
+        None
+    }
+    /// Calls `f` on the bytes of `src` in order, in one or more pieces
+    /// that together are exactly `src.len()` long (for memory that is not
+    /// one slice, or is only readable under a lock); false if they cannot
+    /// be had (the connection then fails with a local error).
+    fn source_with(&self, src: &Source, f: &mut dyn FnMut(&[u8])) -> bool {
+        match self.source(src) {
+            Some(b) => {
+                f(b);
+                true
+            }
+            None => false,
+        }
+    }
     /// Stores received bytes.
     fn place(&mut self, dst: &Place, data: &[u8]);
     /// Invalidates `stag` for a Send with Invalidate.

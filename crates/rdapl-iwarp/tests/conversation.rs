@@ -279,3 +279,60 @@ fn convo_a_region(_s: &[u8], _stag: u32, _e: &[Event]) -> Vec<u8> {
     v[..4000].copy_from_slice(&convo::pattern(2, 6000)[10..4010]);
     v
 }
+
+/// A memory that hands payload out in small pieces ([`Memory::source_with`]),
+/// as a provider reading registered regions under their locks does.
+struct InPieces<'a>(&'a rdapl_iwarp::VecMemory);
+
+impl rdapl_iwarp::Memory for InPieces<'_> {
+    fn lookup(
+        &mut self,
+        _stag: u32,
+        _access: rdapl_iwarp::Access,
+    ) -> Result<rdapl_iwarp::Region, rdapl_iwarp::StagError> {
+        Err(rdapl_iwarp::StagError::Invalid)
+    }
+    fn source_with(&self, src: &rdapl_iwarp::Source, f: &mut dyn FnMut(&[u8])) -> bool {
+        match rdapl_iwarp::Memory::source(self.0, src) {
+            Some(b) => {
+                b.chunks(7).for_each(f);
+                true
+            }
+            None => false,
+        }
+    }
+    fn place(&mut self, _dst: &rdapl_iwarp::Place, _data: &[u8]) {}
+}
+
+#[test]
+fn payload_taken_in_pieces_keeps_the_crc_right() {
+    for crc in [true, false] {
+        let cfg = Config {
+            crc,
+            ..Config::default()
+        };
+        let mut p = Pair::new(cfg.clone(), cfg);
+        p.establish();
+        let msg = convo::pattern(77, 5000);
+        p.b.mem.recvs.insert(9, vec![0; 5000]);
+        p.b.conn.post_recv(9, 5000).unwrap();
+        p.a.mem.sends.insert(1, msg.clone());
+        p.a.conn.post_send(1, 5000).unwrap();
+        let mut wire = Vec::new();
+        while let Some(t) = p.a.conn.poll_transmit(&InPieces(&p.a.mem)) {
+            assert!(t.write_to(&InPieces(&p.a.mem), &mut wire));
+        }
+        p.b.conn.handle_input(0, &wire, &mut p.b.mem);
+        let evs = p.b.take_events();
+        assert!(
+            evs.contains(&Event::RecvComplete {
+                wr_id: 9,
+                len: 5000,
+                invalidated: None,
+                solicited: false,
+            }),
+            "{evs:?}"
+        );
+        assert_eq!(&p.b.mem.recvs[&9][..], &msg[..]);
+    }
+}

@@ -38,7 +38,7 @@
 //! sends garbage meets the engine's checks: an error, a Terminate, the
 //! connection broken, never a panic.
 
-use crate::memory::{ConnMemory, RecvState, RxOp, Sink, StagedRead};
+use crate::memory::{ConnMemory, RecvState, RxOp, Sink, Staged, StagedRead};
 use crate::outq::OutQueue;
 use crate::params::IaParams;
 use rdapl::provider::{CrInner, CrState, EpInner, SpInner, Wr, WrKind};
@@ -750,13 +750,12 @@ impl Conn {
     fn stage_read(&self, rr: &ReadRequest) -> StagedRead {
         let data = match &self.ep {
             Some(ep) => {
-                let mut d = vec![0u8; rr.size as usize];
                 let src = RmrTriplet {
                     rmr_context: rr.src_stag,
                     target_address: rr.src_to,
                     segment_length: u64::from(rr.size),
                 };
-                ep.remote_read(src, &mut d).map(|()| d)
+                ep.remote_gather(src).map(Arc::new)
             }
             None => Err(DtoStatus::RemoteAccess),
         };
@@ -868,15 +867,31 @@ impl Conn {
                 return true;
             }
             WrKind::Send | WrKind::SendInvalidate(_) | WrKind::RdmaWrite(_) => {
-                let mut data = self.out.freed.pop().unwrap_or_else(|| self.mem.take_buf());
-                if let Err(st) = ep.gather(&wr, &mut data) {
-                    slot.status = Some(st);
-                    slot.wr = Some(wr);
-                    self.slots.push_back(slot);
-                    self.break_local();
-                    return false;
-                }
-                let Ok(len) = u32::try_from(data.len()) else {
+                // The list held by reference; an owned buffer gathered.
+                let staged = match ep.gather_ref(&wr) {
+                    Ok(Some(g)) => Ok(Staged::Held(Arc::new(g))),
+                    Ok(None) => {
+                        let mut data = self.out.freed.pop().unwrap_or_else(|| self.mem.take_buf());
+                        ep.gather(&wr, &mut data)
+                            .map(|()| Staged::Copied(Arc::new(data)))
+                    }
+                    Err(st) => Err(st),
+                };
+                let staged = match staged {
+                    Ok(s) => s,
+                    Err(st) => {
+                        slot.status = Some(st);
+                        slot.wr = Some(wr);
+                        self.slots.push_back(slot);
+                        self.break_local();
+                        return false;
+                    }
+                };
+                let n = match &staged {
+                    Staged::Held(g) => g.len(),
+                    Staged::Copied(d) => d.len(),
+                };
+                let Ok(len) = u32::try_from(n) else {
                     slot.status = Some(DtoStatus::LocalLength);
                     slot.wr = Some(wr);
                     self.slots.push_back(slot);
@@ -884,7 +899,7 @@ impl Conn {
                     return false;
                 };
                 slot.len = u64::from(len);
-                self.mem.stage(id, data);
+                self.mem.stage(id, staged);
                 let Some(e) = self.engine.as_mut() else {
                     return false;
                 };
@@ -1214,23 +1229,48 @@ impl Conn {
                 match payload {
                     None => {}
                     Some(Source::Local { wr_id, offset, len }) => {
-                        let Some(d) = self.mem.staged.get(wr_id) else {
-                            return false;
-                        };
                         let start = *offset as usize;
-                        if !self.out.push_shared(d, start, start + *len as usize) {
+                        let end = start + *len as usize;
+                        let ok = match self.mem.staged.get(wr_id) {
+                            Some(Staged::Copied(d)) => self.out.push_shared(d, start, end),
+                            Some(Staged::Held(g)) => {
+                                self.count_held(end - start);
+                                self.out.push_held(g, start, end)
+                            }
+                            None => false,
+                        };
+                        if !ok {
                             return false;
                         }
                     }
-                    Some(src) => match rdapl_iwarp::Memory::source(&self.mem, src) {
-                        Some(b) if b.len() == src.len() as usize => self.out.push_bytes(b),
-                        _ => return false,
-                    },
+                    Some(Source::Region { stag, to, len }) => {
+                        let Some((g, off)) = self.mem.response(*stag, *to) else {
+                            return false;
+                        };
+                        let Some((s, e)) = crate::memory::range(off, *len, g.len()) else {
+                            return false;
+                        };
+                        let g = g.clone();
+                        self.count_held(e - s);
+                        if !self.out.push_held(&g, s, e) {
+                            return false;
+                        }
+                    }
                 }
                 self.out.push_bytes(trailer);
             }
         }
         true
+    }
+
+    /// Counts `n` payload bytes queued from registered memory (those that
+    /// go by reference, not copied).
+    fn count_held(&self, n: usize) {
+        if n >= crate::outq::SHARE_MIN {
+            self.stats
+                .sent_direct
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
     }
 
     /// Handles the engine's events.

@@ -185,6 +185,17 @@ impl Tcp {
         })
     }
 
+    /// Payload bytes its connections wrote to their sockets straight from
+    /// registered memory (Sends, RDMA Writes and Read Responses of at least
+    /// 2 KiB per segment), with no staging copy (a diagnostic).
+    pub fn sent_direct(&self) -> u64 {
+        self.core.lock().as_ref().map_or(0, |c| {
+            c.sh.stats
+                .sent_direct
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
     /// The progress thread, started on first use.
     fn core(&self) -> Result<Arc<Core>> {
         let mut g = self.core.lock();

@@ -4,10 +4,13 @@
 //! turns those names into the endpoint's registered memory, through the
 //! provider's view of the core only:
 //!
-//! * outbound Sends and RDMA Writes: bytes gathered into a staging buffer
-//!   when the request is handed to the engine, shared with the output
-//!   queue (which writes large payload from it directly) and recycled for
-//!   later gathers once written;
+//! * outbound Sends and RDMA Writes: the local list is checked when the
+//!   request is handed to the engine and held by reference
+//!   ([`rdapl::provider::Gather`]): the engine's CRC and the socket's
+//!   vectored writes read the registered regions themselves, under their
+//!   read locks, with no staging copy. A request with an owned buffer
+//!   ([`rdapl::Buf`]) is gathered into a staging buffer instead, shared
+//!   with the output queue and recycled once written;
 //! * inbound Sends: placed at their offset with `scatter_at`, or read from
 //!   the socket straight into the receive's memory (`lend_recv`, see
 //!   [`ConnMemory::lend`]);
@@ -15,18 +18,17 @@
 //!   (key, protection zone, right), the engine checks each segment against
 //!   it, and `remote_write` (or `lend_remote_write`) checks every chunk
 //!   again before a byte moves;
-//! * inbound RDMA Read Requests: the source is checked and copied with
-//!   `remote_read` when the request arrives (staged until the response has
-//!   gone out); a refused source fails the engine's STag lookup, so a
-//!   Terminate goes out and nothing is sent;
+//! * inbound RDMA Read Requests: the source is checked with
+//!   `remote_gather` when the request arrives and held by reference until
+//!   the response has gone out (its bytes are read when they are sent, as
+//!   an RNIC's DMA reads them); a refused source fails the engine's STag
+//!   lookup, so a Terminate goes out and nothing is sent;
 //! * Read Responses: placed into the read's local list with `scatter_read`
 //!   (or `lend_read_sink`).
 //!
-//! Gathering straight from registered regions (no staging copy) is a later
-//! step.
 //! Nothing here panics on what the wire says: every range is checked.
 
-use rdapl::provider::{EpInner, RecvWr, Wr};
+use rdapl::provider::{EpInner, Gather, RecvWr, Wr};
 use rdapl::{DtoStatus, MemPriv, RmrTriplet};
 use rdapl_iwarp::{Access, Memory, Place, Region, Source, StagError};
 use std::collections::{HashMap, VecDeque};
@@ -48,11 +50,28 @@ pub(crate) struct RecvState {
     pub status: Option<DtoStatus>,
 }
 
-/// A checked and copied RDMA Read source.
+/// A checked RDMA Read source, held by reference.
 pub(crate) struct StagedRead {
     pub stag: u32,
     pub to: u64,
-    pub data: Result<Vec<u8>, DtoStatus>,
+    pub data: Result<Arc<Gather>, DtoStatus>,
+}
+
+/// The payload of a Send or RDMA Write handed to the engine.
+pub(crate) enum Staged {
+    /// The request's own list, held by reference.
+    Held(Arc<Gather>),
+    /// Gathered bytes (a request with an owned buffer).
+    Copied(Arc<Vec<u8>>),
+}
+
+impl Staged {
+    fn len(&self) -> usize {
+        match self {
+            Staged::Held(g) => g.len(),
+            Staged::Copied(v) => v.len(),
+        }
+    }
 }
 
 /// An RDMA read of ours in flight: its request and the first placement
@@ -66,9 +85,9 @@ pub(crate) struct Sink {
 /// One connection's memory, as the engine sees it.
 pub(crate) struct ConnMemory {
     pub ep: Option<Arc<EpInner>>,
-    /// Gathered bytes of Sends and Writes, by engine id (shared with the
-    /// output queue, which keeps them until written).
-    pub staged: HashMap<u64, Arc<Vec<u8>>>,
+    /// Payload of Sends and Writes, by engine id (shared with the output
+    /// queue, which keeps it until written).
+    pub staged: HashMap<u64, Staged>,
     pub staged_bytes: usize,
     /// Gather buffers given back, for reuse (large sends would otherwise
     /// map, fault in and unmap fresh memory each time).
@@ -104,18 +123,20 @@ impl ConnMemory {
         }
     }
 
-    /// Stages the bytes of Send or Write `id`.
-    pub fn stage(&mut self, id: u64, data: Vec<u8>) {
+    /// Stages the payload of Send or Write `id`.
+    pub fn stage(&mut self, id: u64, data: Staged) {
         self.staged_bytes += data.len();
-        self.staged.insert(id, Arc::new(data));
+        self.staged.insert(id, data);
     }
 
-    /// Drops the bytes of `id` (transmitted or flushed).
+    /// Drops the payload of `id` (transmitted or flushed).
     pub fn unstage(&mut self, id: u64) {
         if let Some(d) = self.staged.remove(&id) {
             self.staged_bytes -= d.len();
             // Written already: the buffer is free for the next gather.
-            if let Ok(v) = Arc::try_unwrap(d) {
+            if let Staged::Copied(d) = d
+                && let Ok(v) = Arc::try_unwrap(d)
+            {
                 recycle(&mut self.pool, v);
             }
         }
@@ -197,6 +218,35 @@ fn slice(data: &[u8], offset: u64, len: u32) -> Option<&[u8]> {
     data.get(s..s.checked_add(usize::try_from(len).ok()?)?)
 }
 
+/// The range `[offset, offset + len)` as `usize`s, if it fits `total`.
+pub(crate) fn range(offset: u64, len: u32, total: usize) -> Option<(usize, usize)> {
+    let s = usize::try_from(offset).ok()?;
+    let e = s.checked_add(usize::try_from(len).ok()?)?;
+    (e <= total).then_some((s, e))
+}
+
+/// Calls `f` on bytes `[start, end)` of `g`, under its regions' read
+/// locks; false if a region is gone or the range is not inside it.
+fn held_bytes(g: &Gather, start: usize, end: usize, f: &mut dyn FnMut(&[u8])) -> bool {
+    let Some(l) = g.lock() else {
+        return false;
+    };
+    let Some(slices) = l.slices(start, end) else {
+        return false;
+    };
+    slices.for_each(f);
+    true
+}
+
+impl ConnMemory {
+    /// The source of the response to the read of `stag` starting at `to`:
+    /// the held source and the offset of `to` in it.
+    pub fn response(&self, stag: u32, to: u64) -> Option<(&Arc<Gather>, u64)> {
+        let f = self.responses.iter().find(|r| r.stag == stag)?;
+        Some((f.data.as_ref().ok()?, to.checked_sub(f.to)?))
+    }
+}
+
 impl Memory for ConnMemory {
     fn lookup(&mut self, stag: u32, access: Access) -> Result<Region, StagError> {
         match access {
@@ -234,15 +284,30 @@ impl Memory for ConnMemory {
         }
     }
 
-    fn source(&self, src: &Source) -> Option<&[u8]> {
+    fn source_with(&self, src: &Source, f: &mut dyn FnMut(&[u8])) -> bool {
         match *src {
-            Source::Local { wr_id, offset, len } => {
-                slice(self.staged.get(&wr_id)?, u64::from(offset), len)
-            }
+            Source::Local { wr_id, offset, len } => match self.staged.get(&wr_id) {
+                Some(Staged::Copied(d)) => match slice(d, u64::from(offset), len) {
+                    Some(b) => {
+                        f(b);
+                        true
+                    }
+                    None => false,
+                },
+                Some(Staged::Held(g)) => match range(u64::from(offset), len, g.len()) {
+                    Some((s, e)) => held_bytes(g, s, e, f),
+                    None => false,
+                },
+                None => false,
+            },
             Source::Region { stag, to, len } => {
-                let f = self.responses.iter().find(|r| r.stag == stag)?;
-                let d = f.data.as_ref().ok()?;
-                slice(d, to.checked_sub(f.to)?, len)
+                let Some((g, off)) = self.response(stag, to) else {
+                    return false;
+                };
+                match range(off, len, g.len()) {
+                    Some((s, e)) => held_bytes(g, s, e, f),
+                    None => false,
+                }
             }
         }
     }

@@ -2,12 +2,16 @@
 //! without copying large payload.
 //!
 //! Headers, trailers and small payloads are copied into byte segments;
-//! the payload of a Send or RDMA Write of at least [`SHARE_MIN`] bytes is
-//! queued by reference to its gathered buffer (shared with the
+//! payload of at least [`SHARE_MIN`] bytes is queued by reference: to the
+//! registered memory itself ([`Gather`], a Send's or RDMA Write's list, a
+//! Read Response's source), or to a gathered buffer (shared with the
 //! connection's memory, which may drop its own reference as soon as the
-//! engine is done with it), and the socket gets everything with vectored
-//! writes (header, payload and CRC of many FPDUs in one system call).
+//! engine is done with it). The socket gets everything with vectored
+//! writes (header, payload and CRC of many FPDUs in one system call),
+//! registered memory read under its regions' read locks for the call only,
+//! one list locked at a time.
 
+use rdapl::provider::Gather;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write};
 use std::sync::Arc;
@@ -21,13 +25,15 @@ const MAX_IOV: usize = 64;
 enum Seg {
     Bytes(Vec<u8>),
     Shared(Arc<Vec<u8>>, usize, usize),
+    /// Bytes `start..end` of registered memory.
+    Held(Arc<Gather>, usize, usize),
 }
 
 impl Seg {
-    fn bytes(&self) -> &[u8] {
+    fn len(&self) -> usize {
         match self {
-            Seg::Bytes(b) => b,
-            Seg::Shared(a, s, e) => &a[*s..*e],
+            Seg::Bytes(b) => b.len(),
+            Seg::Shared(_, s, e) | Seg::Held(_, s, e) => e - s,
         }
     }
 }
@@ -95,17 +101,74 @@ impl OutQueue {
         true
     }
 
-    /// Writes as much as the socket takes. `Ok(true)` if bytes moved.
+    /// Queues bytes `start..end` of registered memory by reference (a
+    /// copy if short). False (nothing queued) if the range is not inside
+    /// `g`, or (short) if its memory is gone.
+    pub fn push_held(&mut self, g: &Arc<Gather>, start: usize, end: usize) -> bool {
+        if start > end || end > g.len() {
+            return false;
+        }
+        if end - start >= SHARE_MIN {
+            self.len += end - start;
+            self.segs.push_back(Seg::Held(g.clone(), start, end));
+            return true;
+        }
+        let Some(l) = g.lock() else {
+            return false;
+        };
+        for b in l.slices(start, end).into_iter().flatten() {
+            self.push_bytes(b);
+        }
+        true
+    }
+
+    /// Writes as much as the socket takes. `Ok(true)` if bytes moved. An
+    /// error if registered memory queued by reference is gone (its region
+    /// was retired under a request in flight): the connection breaks.
     pub fn write_to(&mut self, w: &mut impl Write) -> io::Result<bool> {
         let mut moved = false;
         while self.len > 0 {
+            // One list of registered memory per call, locked for it.
+            let held = self.segs.iter().take(MAX_IOV).find_map(|s| match s {
+                Seg::Held(g, ..) => Some(g.clone()),
+                _ => None,
+            });
+            let lock =
+                match &held {
+                    Some(g) => Some(g.lock().ok_or_else(|| {
+                        io::Error::other("registered memory being sent was freed")
+                    })?),
+                    None => None,
+                };
             let n = {
                 let mut iov: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
                 let mut k = 0;
-                for (i, s) in self.segs.iter().take(MAX_IOV).enumerate() {
-                    let b = s.bytes();
-                    iov[k] = IoSlice::new(if i == 0 { &b[self.off..] } else { b });
+                'fill: for (i, s) in self.segs.iter().enumerate() {
+                    let skip = if i == 0 { self.off } else { 0 };
+                    match s {
+                        Seg::Bytes(b) => iov[k] = IoSlice::new(&b[skip..]),
+                        Seg::Shared(a, st, e) => iov[k] = IoSlice::new(&a[st + skip..*e]),
+                        Seg::Held(g, st, e) => {
+                            let (Some(h), Some(l)) = (&held, &lock) else {
+                                break 'fill;
+                            };
+                            if !Arc::ptr_eq(g, h) {
+                                break 'fill;
+                            }
+                            for b in l.slices(st + skip, *e).into_iter().flatten() {
+                                if k == MAX_IOV {
+                                    break 'fill;
+                                }
+                                iov[k] = IoSlice::new(b);
+                                k += 1;
+                            }
+                            continue;
+                        }
+                    }
                     k += 1;
+                    if k == MAX_IOV {
+                        break;
+                    }
                 }
                 match w.write_vectored(&iov[..k]) {
                     Ok(0) => return Ok(moved),
@@ -115,6 +178,7 @@ impl OutQueue {
                     Err(e) => return Err(e),
                 }
             };
+            drop(lock);
             moved = true;
             self.advance(n);
         }
@@ -127,7 +191,7 @@ impl OutQueue {
             let Some(front) = self.segs.front() else {
                 break;
             };
-            let left = front.bytes().len() - self.off;
+            let left = front.len() - self.off;
             if n < left {
                 self.off += n;
                 return;
@@ -155,6 +219,7 @@ impl OutQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdapl::mem::{Region, Span};
 
     /// A writer that takes at most `max` bytes per call.
     struct Trickle {
@@ -212,5 +277,80 @@ mod tests {
             q.write_to(&mut w).unwrap();
         }
         assert_eq!(w.out, want);
+    }
+
+    fn gather(r: &Arc<Region>, parts: &[(usize, usize)]) -> Arc<Gather> {
+        let spans = parts.iter().map(|&(offset, len)| Span {
+            region: r.clone(),
+            offset,
+            len,
+        });
+        Arc::new(Gather::from_spans(spans).unwrap())
+    }
+
+    #[test]
+    fn registered_memory_comes_out_in_order_across_lists_and_partial_writes() {
+        let r1 = Region::from_vec((0..20_000u32).map(|i| (i * 7) as u8).collect());
+        let r2 = Region::from_vec((0..9_000u32).map(|i| (i * 3) as u8).collect());
+        let bytes = |r: &Arc<Region>, o: usize, n: usize| r.read()[o..o + n].to_vec();
+        // Two lists, one of them crossing regions, taken in pieces.
+        let a = gather(&r1, &[(100, 9_000), (15_000, 4_000)]);
+        let b = Arc::new(
+            Gather::from_spans([
+                Span {
+                    region: r2.clone(),
+                    offset: 0,
+                    len: 9_000,
+                },
+                Span {
+                    region: r1.clone(),
+                    offset: 0,
+                    len: 50,
+                },
+            ])
+            .unwrap(),
+        );
+        let mut wa = bytes(&r1, 100, 9_000);
+        wa.extend(bytes(&r1, 15_000, 4_000));
+        let mut wb = bytes(&r2, 0, 9_000);
+        wb.extend(bytes(&r1, 0, 50));
+        for max in [1, 1000, 4096, 1 << 20] {
+            let mut q = OutQueue::default();
+            let mut want = Vec::new();
+            for (g, w, cuts) in [
+                (&a, &wa, [0, 3_000, 12_999, 13_000]),
+                (&b, &wb, [0, 100, 8_990, 9_050]),
+            ] {
+                for c in cuts.windows(2) {
+                    q.push_bytes(b"hdr");
+                    want.extend_from_slice(b"hdr");
+                    assert!(q.push_held(g, c[0], c[1]));
+                    want.extend_from_slice(&w[c[0]..c[1]]);
+                }
+            }
+            assert!(!q.push_held(&a, 10, 13_001));
+            assert!(!q.push_held(&a, 11, 10));
+            assert_eq!(q.len(), want.len());
+            let mut w = Trickle {
+                out: Vec::new(),
+                max,
+            };
+            while !q.is_empty() {
+                q.write_to(&mut w).unwrap();
+            }
+            assert!(w.out == want, "max {max}");
+        }
+        // Memory retired under a queued list: an error, never a read.
+        let mut q = OutQueue::default();
+        assert!(q.push_held(&b, 0, 9_050));
+        r2.retire();
+        let mut w = Trickle {
+            out: Vec::new(),
+            max: 1 << 20,
+        };
+        assert!(q.write_to(&mut w).is_err());
+        assert!(w.out.is_empty());
+        // A short range of it is copied at once, so it fails right away.
+        assert!(!q.push_held(&b, 0, 10));
     }
 }

@@ -251,6 +251,9 @@ pub(crate) struct Shared {
 pub(crate) struct Stats {
     /// Payload bytes read from a socket straight into their destination.
     pub placed_direct: AtomicU64,
+    /// Payload bytes queued for a socket by reference to registered
+    /// memory (written from it, no staging copy).
+    pub sent_direct: AtomicU64,
 }
 
 impl Shared {

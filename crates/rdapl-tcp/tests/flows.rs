@@ -430,15 +430,17 @@ fn a_message_in_segments_fills_a_scatter_list_in_order() {
     p.expect_end(ConnectionEventKind::Broken);
 }
 
-/// Bulk payload is read from the socket straight into its place (a
-/// receive's scatter list, an RDMA Write's region, an RDMA Read's sink
-/// list), segments of odd sizes and offsets, every byte checked, with CRC.
+/// Bulk payload is written to the socket straight from registered memory
+/// and read from the socket straight into its place (a receive's scatter
+/// list, an RDMA Write's region, an RDMA Read's sink list), segments of
+/// odd sizes and offsets, every byte checked, with CRC.
 #[test]
 fn bulk_payload_goes_straight_to_its_place() {
     let tcp = Tcp::new();
     let p = Pair::connected(&tcp, "127.0.12.1", "127.0.12.2", "crc=on");
     let n = 1u64 << 20;
     let before = tcp.placed_direct();
+    let sent_before = tcp.sent_direct();
     // A Send into three segments, out of order in the buffer.
     let rbuf = p.s.buf(2 * n as usize);
     // (length, offset): disjoint, out of order in the buffer.
@@ -503,6 +505,15 @@ fn bulk_payload_goes_straight_to_its_place() {
     assert!(
         direct > 2 * n,
         "only {direct} of {} bytes placed directly",
+        3 * n
+    );
+    // And all of them were sent straight from the registered regions (the
+    // Send's and the Write's lists, the Read Response's source), but for
+    // the short last segment of a message (under 2 KiB: copied).
+    let sent = tcp.sent_direct() - sent_before;
+    assert!(
+        sent >= 3 * n - 3 * 2048,
+        "only {sent} of {} bytes sent by reference",
         3 * n
     );
 }

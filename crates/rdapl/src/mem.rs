@@ -224,6 +224,12 @@ impl std::ops::DerefMut for RegionWrite<'_> {
 }
 
 impl Region {
+    /// The region's number (the order regions are locked in).
+    #[inline]
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// A zero-filled region of `len` bytes owned by rdapl.
     pub fn zeroed(len: usize) -> Arc<Region> {
         Region::from_vec(vec![0; len])

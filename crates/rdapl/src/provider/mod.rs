@@ -38,6 +38,7 @@
 //! in-process fast paths; moving it behind this interface into a crate of
 //! its own is the next step.)
 
+mod gather;
 pub mod loopback;
 mod registry;
 mod view;
@@ -45,6 +46,7 @@ mod view;
 pub use crate::ep::{EpCore, EpInner, NewWr, RecvWr, Wr};
 pub use crate::evd::{EvdProducer, Progress};
 pub use crate::sp::{CrInner, CrState, SpInner};
+pub use gather::{Gather, GatherLock};
 pub use registry::Registry;
 pub use view::WrKind;
 
