@@ -20,7 +20,7 @@
 //! structures, not of their parking strategies. A run pins its threads
 //! apart, records when each was not running, and takes its rate over the
 //! *live* ticks only, in which the consumer and enough producers were all
-//! running (see [`drive`]); a run with too little live time is *starved*
+//! running (see `drive`); a run with too little live time is *starved*
 //! ([`MIN_LIVE_SHARE`]). A *trial* runs every queue of one configuration
 //! once, back to back, in an order that rotates from trial to trial; the
 //! ratio EVD/crossbeam is taken inside the trial (none if either run was
@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 pub struct Params {
     /// Run time before the measured window starts.
     pub warmup: Duration,
-    /// Live time wanted in a run's window (see [`drive`]): the window
+    /// Live time wanted in a run's window (see `drive`): the window
     /// runs until its live ticks add up to this, or `max_window`.
     pub window: Duration,
     /// The longest window.
@@ -304,7 +304,7 @@ pub struct Sample {
     pub events: u64,
     /// The window's length, s.
     pub secs: f64,
-    /// Events the consumer took in the live ticks (see [`drive`]).
+    /// Events the consumer took in the live ticks (see `drive`).
     pub live_events: u64,
     /// Total length of the live ticks, s.
     pub live_secs: f64,
@@ -314,7 +314,7 @@ pub struct Sample {
     /// Per worker (producers, then the consumer): the share of the window
     /// it was not running, by its own clock gaps.
     pub off_frac: Vec<f64>,
-    /// Whether every worker was pinned to its CPU (see [`placement`]).
+    /// Whether every worker was pinned to its CPU (see `placement`).
     pub pinned: bool,
     /// Ticks of the window, live and not.
     pub ticks: usize,
@@ -476,7 +476,7 @@ fn wait_for(go: &AtomicBool) {
 pub const OFF_GAP: Duration = Duration::from_micros(50);
 
 /// A tick is live if for at least this share of it the consumer and
-/// enough producers were running (see [`drive`]).
+/// enough producers were running (see `drive`).
 pub const LIVE_TICK_SHARE: f64 = 0.9;
 
 /// Records when a worker thread was not running: it reads the clock once

@@ -28,9 +28,9 @@
 //!   receive posted within `recv_wait_ms` lets it go on; after that the
 //!   Send is fed anyway: the engine answers with a Terminate (no buffer),
 //!   the sender's Send completes `ReceiverNotReady` and both sides break.
-//! * **Bounded memory.** At most [`MAX_INFLIGHT`] requests and
-//!   [`MAX_STAGED`] staged bytes per connection leave the core's queue;
-//!   the input and output buffers stop growing at [`IO_HIGH`] bytes.
+//! * **Bounded memory.** At most `MAX_INFLIGHT` requests and
+//!   `MAX_STAGED` staged bytes per connection leave the core's queue;
+//!   the input and output buffers stop growing at `IO_HIGH` bytes.
 //!
 //! The engine is fed one FPDU at a time (its header is looked at first:
 //! whether it needs a receive, whether it is a Read Request to stage,

@@ -13,7 +13,7 @@
 //!   with the output queue and recycled once written;
 //! * inbound Sends: placed at their offset with `scatter_at`, or read from
 //!   the socket straight into the receive's memory (`lend_recv`, see
-//!   [`ConnMemory::lend`]);
+//!   `ConnMemory::lend`);
 //! * inbound RDMA Writes: the STag's extent comes from `remote_extent`
 //!   (key, protection zone, right), the engine checks each segment against
 //!   it, and `remote_write` (or `lend_remote_write`) checks every chunk

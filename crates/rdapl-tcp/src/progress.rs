@@ -1,7 +1,7 @@
 //! The progress engine: one thread per [`crate::Tcp`] instance, and the
 //! consumers' own threads.
 //!
-//! Every connection ([`crate::conn::Conn`]) sits behind a lock
+//! Every connection (`crate::conn::Conn`) sits behind a lock
 //! (`ConnCell`). The thread waits in `epoll_wait` on the non-blocking
 //! sockets, the listening sockets and an eventfd, and sets connections up
 //! and tears them down. Once a connection is established, data moves on
@@ -9,7 +9,7 @@
 //!
 //! * **Posters.** A send posted (`kick`) try-locks its connection and
 //!   pumps it at once: the request goes to the engine and its bytes to the
-//!   socket from the poster's thread. Contended, it queues a [`Cmd`] and
+//!   socket from the poster's thread. Contended, it queues a `Cmd` and
 //!   writes the eventfd instead (the lock's holder may have looked at the
 //!   queue before the post). A posted receive kicks only if a Send of the
 //!   peer waits for one (`Conn::stalled`, a Dekker pair with the stall).
