@@ -669,10 +669,15 @@ impl Connection {
         }
     }
 
-    /// The TCP stream ended (the peer closed or the socket failed).
+    /// The TCP stream ended (the peer closed or the socket failed). A
+    /// Terminate already due still comes out of
+    /// [`Connection::poll_transmit`] (the peer may have shut only its
+    /// sending side, after the bytes that caused it), and the connection
+    /// closes after it.
     pub fn handle_eof(&mut self) {
         match self.state {
             State::Closed => return,
+            State::Terminating if self.term_pending.is_some() => return,
             State::Established | State::AwaitRtr if self.decoder.at_boundary() => {}
             State::Terminating => {}
             _ => self

@@ -881,3 +881,33 @@ fn abort_sends_terminate() {
     assert!(evs.contains(&Event::Flushed { wr_id: 9 }));
     assert_eq!(evs.last(), Some(&Event::Closed));
 }
+
+/// Bad bytes followed at once by the end of the stream (the peer shut its
+/// sending side): the Terminate still goes out, then the connection closes.
+#[test]
+fn terminate_survives_the_end_of_the_stream() {
+    let mut p = pair();
+    let mut b = fpdu(&send_hdr(1, 0, true), b"abcd");
+    let n = b.len();
+    b[n - 1] ^= 0xFF;
+    p.b.conn.handle_input(0, &b, &mut p.b.mem);
+    p.b.conn.handle_eof();
+    assert!(!p.b.conn.is_closed(), "closes once its Terminate is out");
+    let out = p.b.drain_tx();
+    let (frames, err) = fpdu::decode_all(&out, true);
+    assert_eq!(err, None);
+    let t = frames
+        .iter()
+        .find(|f| f.header.opcode == Opcode::Terminate as u8)
+        .expect("a Terminate was sent");
+    assert_eq!(
+        Terminate::decode(&t.payload).unwrap().code,
+        llp::code(llp::RECEIVED_CRC)
+    );
+    assert!(p.b.conn.is_closed());
+    let evs = p.b.take_events();
+    assert_eq!(evs.last(), Some(&Event::Closed), "{evs:?}");
+    // A second end changes nothing.
+    p.b.conn.handle_eof();
+    assert!(p.b.take_events().is_empty());
+}

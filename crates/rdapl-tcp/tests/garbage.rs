@@ -192,18 +192,27 @@ fn bad_clients_get_a_terminate_and_the_server_keeps_serving() {
             DtoStatus::Flushed,
         ),
     ];
+    // Each bad input twice: the client keeps its sending side open, or
+    // shuts it right after the bytes (the end of the stream then reaches
+    // the server with them; the Terminate must still come back).
     for (what, bytes, want_term, recv_status) in bad {
-        let ep = s.ep2();
-        let mut raw = Raw::connect(&s, q, &ep, &rbuf);
-        raw.sock.write_all(&bytes).unwrap();
-        if !want_term {
-            raw.sock.shutdown(Shutdown::Write).unwrap();
+        for shut in [false, true] {
+            let ep = s.ep2();
+            let mut raw = Raw::connect(&s, q, &ep, &rbuf);
+            raw.sock.write_all(&bytes).unwrap();
+            if shut || !want_term {
+                raw.sock.shutdown(Shutdown::Write).unwrap();
+            }
+            assert_eq!(
+                raw.terminated(),
+                want_term,
+                "{what} (shut {shut}): a Terminate"
+            );
+            assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Broken, "{what}");
+            assert_eq!(next_dto(&s.rcv).status, recv_status, "{what}");
+            assert_eq!(ep.state(), EpState::Disconnected, "{what}");
+            ep.free().unwrap();
         }
-        assert_eq!(raw.terminated(), want_term, "{what}: a Terminate");
-        assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Broken, "{what}");
-        assert_eq!(next_dto(&s.rcv).status, recv_status, "{what}");
-        assert_eq!(ep.state(), EpState::Disconnected, "{what}");
-        ep.free().unwrap();
     }
 
     // The good connection still works.
