@@ -1,4 +1,4 @@
-//! # rdapl: the DAT 2.0 Direct Access Transport in Rust
+//! # rdapl-core: the core of rdapl, the DAT 2.0 Direct Access Transport in Rust
 //!
 //! rdapl implements the programming model of kDAPL and uDAPL (the DAT 2.0
 //! API): endpoints, registered memory, send/receive, RDMA read/write and
@@ -15,8 +15,13 @@
 //! protection zones and registered memory ([`pz`], [`mem`]: LMRs owned,
 //! borrowed or raw, RMRs, fast registration), endpoints ([`ep`]), service
 //! points and connection requests ([`sp`]), shared receive queues ([`srq`]),
-//! and the provider interface ([`provider`]) with the in-process
-//! [`provider::loopback`] provider as the embedded default.
+//! and the provider interface ([`provider`]).
+//!
+//! No provider lives here: applications use the `rdapl` crate, which
+//! re-exports this one at the same paths and adds the providers it was
+//! built with (the in-process loopback provider, crate `rdapl-loopback`,
+//! the default) and opening by name (`Ia::open`, its `IaOpen` trait). The
+//! examples below are written against it.
 //!
 //! ## A connection on the loopback provider
 //!
@@ -124,7 +129,7 @@ pub use {
     ep_builder::EpBuilder,
     ia::{CloseFlags, Ia, IaAttr, IaOptions, ProviderAttr},
     mem::{LmrTriplet, MemPriv, Region, RmrTriplet},
-    provider::{Registry, loopback::Loopback},
+    provider::Registry,
     pz::{BorrowedLmr, Lmr, LmrScope, Pz, Rmr, lmr_scope},
     sp::{Cr, CrState, Psp, Rsp},
     srq::{Srq, SrqParam},

@@ -56,7 +56,7 @@ macro_rules! prefetch_hint {
     ($(#[$doc:meta])* $name:ident, $insn:literal) => {
         $(#[$doc])*
         #[inline(always)]
-        pub(crate) fn $name(addr: *const u8) {
+        pub fn $name(addr: *const u8) {
             #[cfg(all(target_arch = "x86_64", not(rdapl_loom)))]
             // SAFETY: a prefetch is a hint: it cannot fault (any address
             // is allowed, mapped or not), changes no register or memory

@@ -37,7 +37,7 @@
 //!   "ready to receive" marker), and it reaches no byte, so no grant is
 //!   bypassed. A request of one byte or more is checked in full;
 //! * a region retired between resolving its key and the copy (see
-//!   [`crate::mem`]): no byte moved, `LocalProtection` if it is the
+//!   [`rdapl_core::mem`]): no byte moved, `LocalProtection` if it is the
 //!   poster's own buffer, `RemoteAccess` (for a send: `RemoteResponder`, and
 //!   `LocalProtection` on the receive) if it is the peer's;
 //! * any DTO error breaks the connection: everything outstanding on both
@@ -53,87 +53,30 @@
 //! Fault injection (used by the tests): `Ep::inject_failure`,
 //! `Ep::inject_delay`, `Ep::inject_break`.
 
-use crate::ep::{
-    CompletionFlags, EpCore, EpInner, EpState, NewWr, RecvQueue, RecvWr, Request, Wr, WrOp,
+use parking_lot::{Mutex, MutexGuard};
+use rdapl_core::ep::{CompletionFlags, EpState};
+use rdapl_core::error::{Error, Result, Subtype};
+use rdapl_core::evd::{EvdProducer, MAX_QLEN, UpcallPolicy};
+use rdapl_core::event::{ConnectionEventKind, DtoStatus};
+use rdapl_core::ia::{IaAttr, ProviderAttr};
+use rdapl_core::mem::{LmrTriplet, MemPriv, RmrTriplet};
+use rdapl_core::provider::soft::{
+    self, KeyCache, RecvQueue, Request, Span, SpanRef, SpanRefs, Spans, Timer, WrOp,
 };
-use crate::error::{Error, Result, Subtype};
-use crate::evd::{EvdProducer, MAX_QLEN, UpcallPolicy};
-use crate::event::{ConnectionEventKind, DtoStatus};
-use crate::ia::{IaAttr, ProviderAttr};
-use crate::mem::{self, KeyCache, MemPriv, Span, SpanRefs, Spans};
-use crate::provider::{Provider, Transport};
-use crate::sp::{CrInner, CrState, SpInner};
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use rdapl_core::provider::{
+    CrInner, CrState, EpCore, EpInner, IaInner, NewWr, Provider, RecvWr, SpInner, Transport, Wr,
+};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-type Job = Box<dyn FnOnce() + Send>;
-
-/// A one-thread timer: runs jobs at their deadlines. Its thread ends when
-/// the timer is stopped (its fabric dropped).
-struct Timer {
-    jobs: Mutex<Vec<(Instant, Job)>>,
-    stopped: std::sync::atomic::AtomicBool,
-    cv: Condvar,
-}
-
-impl Timer {
-    fn start() -> Arc<Timer> {
-        let t = Arc::new(Timer {
-            jobs: Mutex::new(Vec::new()),
-            stopped: std::sync::atomic::AtomicBool::new(false),
-            cv: Condvar::new(),
-        });
-        let t2 = t.clone();
-        std::thread::Builder::new()
-            .name("rdapl-loopback-timer".into())
-            .spawn(move || t2.run())
-            .expect("spawning the loopback timer thread");
-        t
-    }
-
-    fn at(&self, when: Instant, job: Job) {
-        self.jobs.lock().push((when, job));
-        self.cv.notify_one();
-    }
-
-    fn stop(&self) {
-        let _g = self.jobs.lock();
-        self.stopped.store(true, Ordering::SeqCst);
-        self.cv.notify_one();
-    }
-
-    fn run(&self) {
-        let mut jobs = self.jobs.lock();
-        loop {
-            if self.stopped.load(Ordering::SeqCst) {
-                return;
-            }
-            let now = Instant::now();
-            if let Some(i) = jobs.iter().position(|(w, _)| *w <= now) {
-                let (_, job) = jobs.swap_remove(i);
-                drop(jobs);
-                job();
-                jobs = self.jobs.lock();
-                continue;
-            }
-            match jobs.iter().map(|(w, _)| *w).min() {
-                Some(next) => {
-                    self.cv.wait_until(&mut jobs, next);
-                }
-                None => self.cv.wait(&mut jobs),
-            }
-        }
-    }
-}
-
 /// The loopback provider: one in-process fabric. IAs opened from the same
 /// instance reach each other; another instance ([`Loopback::new`]) is a
-/// separate fabric with its own settings. The registry's `"loopback"`
-/// ([`crate::provider::Registry::builtin`]) is one instance.
+/// separate fabric with its own settings. The `"loopback"` of the `rdapl`
+/// crate's registry of built-in providers (`rdapl::builtin()`, what
+/// `Ia::open` opens from) is one instance.
 pub struct Loopback {
     fabric: Arc<Fabric>,
 }
@@ -160,7 +103,7 @@ impl Loopback {
             fabric: Arc::new(Fabric {
                 listeners: Mutex::new(HashMap::new()),
                 addresses: Mutex::new(HashMap::new()),
-                timer: Timer::start(),
+                timer: Timer::start("rdapl-loopback-timer"),
                 rnr_timeout_us: AtomicU64::new(200_000),
             }),
         })
@@ -262,7 +205,7 @@ impl Provider for Loopback {
                     .find(|a| used.get(a).is_none_or(|&n| n == 0))
             })
             .ok_or(Error::InsufficientResources {
-                resource: crate::error::Subtype::ResourceDevice,
+                resource: rdapl_core::error::Subtype::ResourceDevice,
                 what: "loopback: every default address 127.0.0.1-254 is in use",
             })?;
         *used.entry(addr).or_insert(0) += 1;
@@ -288,12 +231,12 @@ impl Transport for LoopbackIa {
 
     fn listen(&self, sp: &Arc<SpInner>) -> Result<()> {
         let mut l = self.lb.listeners.lock();
-        let key = (self.addr, sp.conn_qual);
+        let key = (self.addr, sp.conn_qual());
         if l.get(&key)
             .and_then(Weak::upgrade)
-            .is_some_and(|s| !s.is_freed())
+            .is_some_and(|s| !s.freed())
         {
-            return Err(Error::ConnQualInUse(sp.conn_qual));
+            return Err(Error::ConnQualInUse(sp.conn_qual()));
         }
         l.insert(key, Arc::downgrade(sp));
         Ok(())
@@ -301,7 +244,7 @@ impl Transport for LoopbackIa {
 
     fn unlisten(&self, sp: &SpInner) {
         let mut l = self.lb.listeners.lock();
-        let key = (self.addr, sp.conn_qual);
+        let key = (self.addr, sp.conn_qual());
         if l.get(&key).is_some_and(|w| std::ptr::eq(w.as_ptr(), sp)) {
             l.remove(&key);
         }
@@ -321,7 +264,7 @@ impl Transport for LoopbackIa {
             .lock()
             .get(&(remote, conn_qual))
             .and_then(Weak::upgrade)
-            .filter(|s| !s.is_freed());
+            .filter(|s| !s.freed());
         let Some(sp) = sp else {
             let reachable = self
                 .lb
@@ -346,17 +289,17 @@ impl Transport for LoopbackIa {
         let cr = CrInner::new(&sp, private_data, self.addr, Arc::downgrade(ep));
         ep.core.lock().pending_cr = Some(cr.clone());
         if sp.deliver(&cr).is_err() {
-            cr.cancel();
+            cr.settle_as(CrState::Cancelled);
             fail_active(ep, ConnectionEventKind::NonPeerRejected, None);
             return Ok(());
         }
         // (A timeout too long for an instant is as good as none.)
-        if let Some(at) = crate::sync::deadline(timeout) {
+        if let Some(at) = soft::deadline(timeout) {
             let (cr, ep) = (cr.clone(), Arc::downgrade(ep));
             self.lb.timer.at(
                 at,
                 Box::new(move || {
-                    if cr.cancel() {
+                    if cr.settle_as(CrState::Cancelled) {
                         if let Some(ep) = ep.upgrade() {
                             fail_active(&ep, ConnectionEventKind::TimedOut, None);
                         }
@@ -369,7 +312,7 @@ impl Transport for LoopbackIa {
 
     fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
         let active = cr.active.upgrade();
-        if !cr.settle(CrState::Accepted) {
+        if !cr.settle_as(CrState::Accepted) {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }
         let Some(active) = active else {
@@ -382,19 +325,19 @@ impl Transport for LoopbackIa {
             }
             // One number for the connection, on both sides and both
             // receive queues (locked after both endpoints).
-            let conn = crate::ep::next_conn();
+            let conn = soft::next_conn();
             ep.rq.lock().conn = conn;
             active.rq.lock().conn = conn;
             cp.conn = conn;
             ca.conn = conn;
             cp.state = EpState::Connected;
             cp.peer = Some(Arc::downgrade(&active));
-            cp.peer_mem = Some((active.ia.clone(), active.pz.inner.id));
+            cp.peer_mem = Some((active.ia.clone(), active.pz_handle()));
             cp.peer_keys.clear();
-            cp.remote = Some((cr.remote_address, cr.conn_qual));
+            cp.remote = Some((cr.remote(), cr.qualifier()));
             ca.state = EpState::Connected;
             ca.peer = Some(Arc::downgrade(ep));
-            ca.peer_mem = Some((ep.ia.clone(), ep.pz.inner.id));
+            ca.peer_mem = Some((ep.ia.clone(), ep.pz_handle()));
             ca.peer_keys.clear();
             ca.pending_cr = None;
             ca.peer_private = Some(private_data.clone().into_boxed_slice());
@@ -409,7 +352,7 @@ impl Transport for LoopbackIa {
     }
 
     fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
-        if !cr.settle(CrState::Rejected) {
+        if !cr.settle_as(CrState::Rejected) {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }
         if let Some(active) = cr.active.upgrade() {
@@ -491,7 +434,7 @@ impl Transport for LoopbackIa {
                         }
                         Ok(_) => {}
                         // No receive yet: it waits at the head.
-                        Err(wr) => c.sends.push_back(wr.into_wr()),
+                        Err(wr) => c.sends.push_back(wr.queued()),
                     }
                     return;
                 }
@@ -516,12 +459,12 @@ impl Transport for LoopbackIa {
                 _ => wr,
             }
         };
-        core.sends.push_back(wr.into_wr());
+        core.sends.push_back(wr.queued());
         progress_locked(&self.lb, ep, core);
     }
 
-    fn srq_posted(&self, srq: &crate::srq::SrqInner) {
-        for ep in srq.endpoints() {
+    fn srq_posted(&self, srq: &rdapl_core::srq::SrqInner) {
+        for ep in srq.takers() {
             let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
             if let Some(p) = peer {
                 progress(&self.lb, &p);
@@ -632,11 +575,11 @@ fn progress_locked<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: MutexGuard
 /// moved) if any check or the copy failed.
 fn rdma_try(
     a: &EpInner,
-    iov: &[crate::mem::LmrTriplet],
+    iov: &[LmrTriplet],
     (keys, peer_keys): (&mut KeyCache, &mut KeyCache),
-    peer: &crate::ia::IaInner,
-    peer_pz: crate::event::PzHandle,
-    r: crate::mem::RmrTriplet,
+    peer: &IaInner,
+    peer_pz: rdapl_core::event::PzHandle,
+    r: RmrTriplet,
     write: bool,
 ) -> Option<u64> {
     let (local_right, remote_right) = if write {
@@ -653,7 +596,7 @@ fn rdma_try(
                 t.virtual_address,
                 t.segment_length,
                 local_right,
-                a.pz.inner.id,
+                a.pz_handle(),
                 true,
             )?;
             let remote = peer.mem.resolve_one_cached(
@@ -666,9 +609,9 @@ fn rdma_try(
                 false,
             )?;
             let copied = if write {
-                mem::copy_one(local, remote)
+                soft::copy_one(local, remote)
             } else {
-                mem::copy_one(remote, local)
+                soft::copy_one(remote, local)
             };
             return copied.ok().map(|_| t.segment_length);
         }
@@ -676,9 +619,9 @@ fn rdma_try(
     let mut hold = Spans::new();
     let local =
         a.ia.mem
-            .resolve_local_cached(keys, &mut hold, iov, local_right, a.pz.inner.id)
+            .resolve_local_cached(keys, &mut hold, iov, local_right, a.pz_handle())
             .ok()?;
-    let len = mem::total(&local) as u64;
+    let len = soft::total(&local) as u64;
     // Zero bytes: the remote key is not checked (see the module docs).
     if len == 0 {
         return Some(0);
@@ -697,9 +640,9 @@ fn rdma_try(
         .ok()?;
     let remote = std::slice::from_ref(&remote);
     let copied = if write {
-        mem::copy_refs(&local, remote)
+        soft::copy_refs(&local, remote)
     } else {
-        mem::copy_refs(remote, &local)
+        soft::copy_refs(remote, &local)
     };
     copied.ok().map(|_| len)
 }
@@ -800,12 +743,7 @@ fn stop_both((a, ca): (&EpInner, &mut EpCore), (b, cb): (&EpInner, &mut EpCore))
 
 /// Executes the head request of `a` (a send, RDMA write or RDMA read)
 /// against peer `b`, both locked, and publishes its completions.
-fn execute(
-    lb: &Arc<Fabric>,
-    a: &Arc<EpInner>,
-    b: &Arc<EpInner>,
-    ca: &mut crate::ep::EpCore,
-) -> Step {
+fn execute(lb: &Arc<Fabric>, a: &Arc<EpInner>, b: &Arc<EpInner>, ca: &mut EpCore) -> Step {
     let head = ca.sends.front().expect("head");
     match head.op {
         WrOp::Send | WrOp::SendInvalidate(_) => {
@@ -846,7 +784,7 @@ fn send<R: Request>(
     lb: &Arc<Fabric>,
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
-    ca: &mut crate::ep::EpCore,
+    ca: &mut EpCore,
     wr: R,
 ) -> std::result::Result<Step, R> {
     // Under `b`'s receive queue lock throughout (so the receive's
@@ -864,7 +802,7 @@ fn send_locked<R: Request>(
     lb: &Arc<Fabric>,
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
-    ca: &mut crate::ep::EpCore,
+    ca: &mut EpCore,
     wr: R,
     rq: &mut RecvQueue,
 ) -> std::result::Result<Step, R> {
@@ -903,8 +841,7 @@ fn send_locked<R: Request>(
         // `refill` above said so under the posters' lock; a shared receive
         // queue's posts run its endpoints' peers' progress anyway.
         if ca.rnr_deadline.is_none() {
-            let deadline =
-                crate::sync::deadline(Some(lb.rnr_timeout())).unwrap_or_else(Instant::now);
+            let deadline = soft::deadline(Some(lb.rnr_timeout())).unwrap_or_else(Instant::now);
             ca.rnr_deadline = Some(deadline);
             let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
             lb.timer
@@ -941,7 +878,7 @@ fn send_locked<R: Request>(
         &mut hold_src,
         wr.iov(),
         MemPriv::LOCAL_READ,
-        a.pz.inner.id,
+        a.pz_handle(),
     ) {
         Ok(s) => s,
         Err(st) => {
@@ -955,7 +892,7 @@ fn send_locked<R: Request>(
         &mut hold_dst,
         &rwr.iov,
         MemPriv::LOCAL_WRITE,
-        b.pz.inner.id,
+        b.pz_handle(),
     ) {
         Ok(d) => d,
         Err(st) => {
@@ -968,20 +905,20 @@ fn send_locked<R: Request>(
         rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
     }
     // (An owned buffer's list is empty: its bytes stand in for it.)
-    let len = wr.src_buf().map_or_else(|| mem::total(&src), <[u8]>::len);
+    let len = wr.src_buf().map_or_else(|| soft::total(&src), <[u8]>::len);
     let room = rwr
         .buf
         .as_ref()
-        .map_or_else(|| mem::total(&dst), |d| d.len());
+        .map_or_else(|| soft::total(&dst), |d| d.len());
     if len > room {
         wr.complete(a, DtoStatus::RemoteResponder, 0);
         complete_taken(b, rq.taken, rwr, DtoStatus::LocalLength, 0);
         return Ok(Step::Broken);
     }
     let copied = match (wr.src_buf(), rwr.buf.as_deref_mut()) {
-        (None, None) => mem::copy_refs(&src, &dst),
-        (Some(s), None) => mem::copy_from_buf(s, &dst),
-        (None, Some(d)) => mem::copy_into_buf(&src, d),
+        (None, None) => soft::copy_refs(&src, &dst),
+        (Some(s), None) => soft::copy_from_buf(s, &dst),
+        (None, Some(d)) => soft::copy_into_buf(&src, d),
         (Some(s), Some(d)) => {
             d[..s.len()].copy_from_slice(s);
             Ok(s.len())
@@ -1031,7 +968,7 @@ fn send_locked<R: Request>(
 fn send_fast<R: Request>(
     a: &EpInner,
     b: &EpInner,
-    ca: &mut crate::ep::EpCore,
+    ca: &mut EpCore,
     wr: R,
 ) -> std::result::Result<(), R> {
     if b.srq.is_some() {
@@ -1043,9 +980,9 @@ fn send_fast<R: Request>(
         e.prefetch_complete();
     }
     for h in ca.peer_hints {
-        crate::evd::prefetch_write(h as *const u8);
+        soft::prefetch_write(h as *const u8);
     }
-    crate::evd::prefetch_read(ca.peer_read_hint as *const u8);
+    soft::prefetch_read(ca.peer_read_hint as *const u8);
     let mut guard = b.rq.lock();
     let rq = &mut *guard;
     // Of another connection (`b`'s ended): as in `send`.
@@ -1060,7 +997,7 @@ fn send_fast<R: Request>(
     let copied = if wr.src_buf().is_none() && rwr.buf.is_none() {
         if let [d] = &rwr.iov[..] {
             // The receive buffer, by its address (a hint cannot fault).
-            crate::evd::prefetch_write(d.virtual_address as usize as *const u8);
+            soft::prefetch_write(d.virtual_address as usize as *const u8);
         }
         copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
     } else {
@@ -1133,8 +1070,8 @@ fn copy_one_cached(
     a: &EpInner,
     b: &EpInner,
     (ka, kb): (&mut KeyCache, &mut KeyCache),
-    src: &[crate::mem::LmrTriplet],
-    dst: &[crate::mem::LmrTriplet],
+    src: &[LmrTriplet],
+    dst: &[LmrTriplet],
 ) -> Option<(u64, usize)> {
     let ([s], [d]) = (src, dst) else {
         return None;
@@ -1145,7 +1082,7 @@ fn copy_one_cached(
     let src = resolve_triplet(a, ka, s, MemPriv::LOCAL_READ)?;
     let dst = resolve_triplet(b, kb, d, MemPriv::LOCAL_WRITE)?;
     let dst_lock = dst.region.lock_addr();
-    mem::copy_one(src, dst).ok().map(|n| (n as u64, dst_lock))
+    soft::copy_one(src, dst).ok().map(|n| (n as u64, dst_lock))
 }
 
 /// The span of one triplet `t` of `ep` (its IA's keys, its zone), for
@@ -1154,16 +1091,16 @@ fn copy_one_cached(
 fn resolve_triplet<'c>(
     ep: &EpInner,
     cache: &'c mut KeyCache,
-    t: &crate::mem::LmrTriplet,
+    t: &LmrTriplet,
     right: MemPriv,
-) -> Option<crate::mem::SpanRef<'c>> {
+) -> Option<SpanRef<'c>> {
     ep.ia.mem.resolve_one_cached(
         cache,
         t.lmr_context,
         t.virtual_address,
         t.segment_length,
         right,
-        ep.pz.inner.id,
+        ep.pz_handle(),
         true,
     )
 }
@@ -1190,7 +1127,7 @@ fn copy_one_owned<R: Request>(
                 return None;
             }
             let dst = resolve_triplet(b, kb, d, MemPriv::LOCAL_WRITE)?;
-            mem::copy_from_buf(s, &[dst]).ok()?
+            soft::copy_from_buf(s, &[dst]).ok()?
         }
         (None, Some(d)) => {
             let [s] = wr.iov() else { return None };
@@ -1198,7 +1135,7 @@ fn copy_one_owned<R: Request>(
                 return None;
             }
             let src = resolve_triplet(a, ka, s, MemPriv::LOCAL_READ)?;
-            mem::copy_into_buf(&[src], d).ok()?
+            soft::copy_into_buf(&[src], d).ok()?
         }
         (None, None) => return None,
     };
@@ -1208,13 +1145,13 @@ fn copy_one_owned<R: Request>(
 /// An RDMA write (`write`) or read of `a`'s request `wr` against `r` on the
 /// peer `b`: the local list is checked first (`LocalProtection`), then the
 /// remote key, range, right and zone (`RemoteAccess`); only then one copy.
-fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool) -> Step {
+fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: RmrTriplet, write: bool) -> Step {
     let (local_right, remote_right) = if write {
         (MemPriv::LOCAL_READ, MemPriv::REMOTE_WRITE)
     } else {
         (MemPriv::LOCAL_WRITE, MemPriv::REMOTE_READ)
     };
-    let local = match a.ia.mem.resolve_local(&wr.iov, local_right, a.pz.inner.id) {
+    let local = match a.ia.mem.resolve_local(&wr.iov, local_right, a.pz_handle()) {
         Ok(l) => l,
         Err(st) => {
             a.complete(wr, st, 0);
@@ -1222,7 +1159,7 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
         }
     };
     let local: SpanRefs<'_> = local.iter().map(Span::as_ref).collect();
-    let len = mem::total(&local) as u64;
+    let len = soft::total(&local) as u64;
     // Zero bytes: the remote key is not checked (see the module docs).
     if len == 0 {
         a.complete(wr, DtoStatus::Success, 0);
@@ -1233,7 +1170,7 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
         r.target_address,
         len,
         remote_right,
-        b.pz.inner.id,
+        b.pz_handle(),
     ) {
         Ok(span) => span,
         Err(_) => {
@@ -1243,9 +1180,9 @@ fn rdma(a: &EpInner, b: &EpInner, wr: Wr, r: crate::mem::RmrTriplet, write: bool
     };
     let remote = [remote.as_ref()];
     let copied = if write {
-        mem::copy_refs(&local, &remote).map_err(|r| r.src)
+        soft::copy_refs(&local, &remote).map_err(|r| r.src)
     } else {
-        mem::copy_refs(&remote, &local).map_err(|r| r.dst)
+        soft::copy_refs(&remote, &local).map_err(|r| r.dst)
     };
     let (status, len, step) = match copied {
         Ok(_) => (DtoStatus::Success, len, Step::Next),
@@ -1263,8 +1200,8 @@ fn untake_recv(b: &EpInner, rq: &mut RecvQueue, wr: RecvWr) {
     match (&b.srq, &b.recv_evd) {
         (Some(srq), Some(evd)) => {
             let _ = evd.release(wr.res); // reserved on this EVD
-            srq.inner.recvs.lock().push_front(crate::srq::SrqWr {
-                iov: crate::mem::Iov::from_slice(&wr.iov),
+            srq.inner.recvs.lock().push_front(soft::SrqWr {
+                iov: soft::Iov::from_slice(&wr.iov),
                 cookie: wr.cookie,
                 flags: wr.flags,
             });
@@ -1297,9 +1234,10 @@ fn rnr_expired(lb: &Arc<Fabric>, a: Weak<EpInner>, deadline: Instant) {
 
 #[cfg(test)]
 mod tests {
-    use crate::ep::test_hooks::{ABORT_GAP, BREAK_GAP, POST_RECV_GAP};
-    use crate::evd::EvdProducer;
-    use crate::*;
+    use rdapl_core::ep::test_hooks::{ABORT_GAP, BREAK_GAP, POST_RECV_GAP};
+    use rdapl_core::evd::EvdProducer;
+    use rdapl_core::*;
+    use std::sync::Arc;
     use std::time::Duration;
 
     const T: Duration = Duration::from_secs(5);
@@ -1311,12 +1249,18 @@ mod tests {
         ep: Ep,
     }
 
+    /// The fabric of these tests.
+    fn fabric() -> Arc<dyn rdapl_core::provider::Provider> {
+        static FABRIC: std::sync::OnceLock<Arc<super::Loopback>> = std::sync::OnceLock::new();
+        FABRIC.get_or_init(super::Loopback::new).clone()
+    }
+
     fn side(addr: &str) -> Side {
         let opts = ia::IaOptions {
             params: format!("addr={addr}"),
             ..Default::default()
         };
-        let ia = Ia::open_with("loopback", opts).unwrap();
+        let ia = Ia::open_provider(fabric(), opts).unwrap();
         let pz = ia.pz_create().unwrap();
         let evd = ia
             .evd_create(64, EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR)
