@@ -472,7 +472,8 @@ pub struct RecvQueue {
     pub recvs: VecDeque<RecvWr>,
     /// Receives that left the endpoint for good (taken by a send, flushed,
     /// dropped by a reset), ever; published to posters in
-    /// [`EpInner::taken`] before this lock is released.
+    /// the endpoint's own count (by [`EpInner::publish_taken`]) before this
+    /// lock is released.
     pub taken: u64,
     /// Resolved keys of this endpoint's IA for its receive buffers (as the
     /// peer's sends resolve them).
