@@ -940,7 +940,7 @@ mod tests {
 /// Loom models of the ring against the contract the EVD relies on (module
 /// docs): exactly once in FIFO order, and the fenced emptiness check, also
 /// across a ring change. Run with the EVD models (`scripts/test-all.sh`):
-/// `RUSTFLAGS="--cfg rdapl_loom" cargo test -p rdapl --lib --release`.
+/// `RUSTFLAGS="--cfg rdapl_loom" cargo test -p rdapl-core --lib --release`.
 #[cfg(all(test, rdapl_loom))]
 mod loom_tests {
     use super::*;
