@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs the whole rdapl test suite: format and lint checks, every unit,
 # integration and doc test of the workspace (all features), the loom
-# models of the EVD and CNO protocols (--cfg rdapl_loom), and a check that
-# a downstream crate's own --cfg loom leaves rdapl whole. The object-model
-# tests run three times: on the loopback provider, on the asynchronous test
+# models of the EVD and CNO protocols (--cfg rdapl_loom, on rdapl-core), and
+# a check that a downstream crate's own --cfg loom leaves rdapl whole. The
+# object-model tests (the conformance suite, crates/rdapl/tests, on the
+# rdapl-loopback crate by default) run three times: on the loopback
+# provider, on the asynchronous test
 # provider "pipe" (tests/common/pipe.rs, written with the public provider
 # interface alone) and on the TCP/iWARP provider over 127.0.0.1; the last
 # two skip, with a printed reason, what only the loopback does.
@@ -35,7 +37,7 @@ RDAPL_TEST_PROVIDER=tcp cargo test -p rdapl --all-features --tests
 echo "== loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-3}, warnings denied)"
 LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" RUSTFLAGS="--cfg rdapl_loom -D warnings" \
   CARGO_TARGET_DIR=target/loom \
-  cargo test -p rdapl --lib --test loom_evd --release
+  cargo test -p rdapl-core --lib --test loom_evd --release
 
 echo "== a downstream crate built with --cfg loom still sees the whole object model"
 RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/downstream-loom \

@@ -84,7 +84,7 @@ use crate::stats::{Summary, percentile_sorted, ratio, rep_ratios, sorted_pools};
 use crate::util::{as_nanos, spin_poll};
 use rdapl::{
     Buf, CloseFlags, CompletionFlags, ConnectionEventKind, DtoOp, DtoStatus, Ep, Evd, EvdFlags,
-    Event, Ia, IaOptions, Lmr, LmrTriplet, MemPriv, Psp, Pz, Region, RmrTriplet,
+    Event, Ia, IaOpen, IaOptions, Lmr, LmrTriplet, MemPriv, Psp, Pz, Region, RmrTriplet,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};

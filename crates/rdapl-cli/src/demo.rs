@@ -44,8 +44,8 @@
 use rdapl::event::EpHandle;
 use rdapl::{
     CloseFlags, CompletionFlags, ConnectionEventKind, DtoCompletion, DtoOp, DtoStatus, Ep, EpAttr,
-    EpState, Evd, EvdFlags, Event, Ia, IaAttr, IaOptions, Lmr, MemPriv, Poller, PollerConfig, Psp,
-    Pz, ReEnable, Region, RmrTriplet, Upcall, UpcallPolicy,
+    EpState, Evd, EvdFlags, Event, Ia, IaAttr, IaOpen, IaOptions, Lmr, MemPriv, Poller,
+    PollerConfig, Psp, Pz, ReEnable, Region, RmrTriplet, Upcall, UpcallPolicy,
 };
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};

@@ -5,7 +5,7 @@
 //! (`pub mod info;`). Until it does, `tests/demo.rs` compiles this file
 //! directly with `#[path = "../src/info.rs"] mod info;`.
 //!
-//! For each provider of [`rdapl::Registry::builtin`], an IA is opened with
+//! For each provider of [`rdapl::builtin()`], an IA is opened with
 //! default options, queried (`dat_ia_query`) and closed gracefully; what the
 //! IA reports is printed. A provider whose IA cannot be opened still gets its
 //! provider attributes (from the provider itself) and the error.
@@ -16,7 +16,7 @@ use std::fmt::Write;
 /// Builds the report of every provider.
 pub fn run() -> String {
     crate::register_providers();
-    let providers = rdapl::Registry::builtin().providers();
+    let providers = rdapl::builtin().providers();
     let mut out = String::new();
     let _ = writeln!(out, "{} provider(s)", providers.len());
     for p in providers {

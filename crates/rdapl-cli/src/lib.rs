@@ -24,7 +24,7 @@
 pub fn register_providers() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let _ = rdapl::Registry::builtin().register(rdapl_tcp::Tcp::new());
+        let _ = rdapl::builtin().register(rdapl_tcp::Tcp::new());
     });
 }
 

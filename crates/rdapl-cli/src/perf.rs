@@ -19,7 +19,7 @@
 
 use rdapl::{
     CloseFlags, CompletionFlags, ConnectionEventKind, DtoOp, DtoStatus, Evd, EvdFlags, Event, Ia,
-    IaOptions, Lmr, MemPriv, Region,
+    IaOpen, IaOptions, Lmr, MemPriv, Region,
 };
 use std::fmt::Write as _;
 use std::net::IpAddr;

@@ -30,7 +30,7 @@
 
 use rdapl::{
     CloseFlags, CompletionFlags, ConnectionEventKind, DtoOp, DtoStatus, Ep, Evd, EvdFlags, Event,
-    Ia, IaOptions, Lmr, MemPriv, Region, RmrTriplet,
+    Ia, IaOpen, IaOptions, Lmr, MemPriv, Region, RmrTriplet,
 };
 use std::collections::VecDeque;
 use std::net::IpAddr;

@@ -70,7 +70,7 @@ fn held_notify_evd() -> (
 /// Fixed core bug (regression test): a notify-only EVD re-armed while its
 /// previous notify run is still alive lost the wakeup of the next arrival.
 ///
-/// `state::schedule_runs` (crates/rdapl/src/evd/state.rs, the
+/// `state::schedule_runs` (crates/rdapl-core/src/evd/state.rs, the
 /// `Policy::Notify if s.has(NOTIFY_ARMED) && s.runs() == 0` arm) scheduled
 /// nothing while `runs != 0` and left `NOTIFY_ARMED` set, expecting the
 /// live run to take care of it; but `state::run_step` fired a notify only on
@@ -183,7 +183,7 @@ fn poller_with_a_small_queue_does_not_hang() {
 /// Core bug: a `Teardown` caller blocked on a running upcall never returns if
 /// upcalls are re-enabled meanwhile.
 ///
-/// `modify_upcall(Teardown)` (crates/rdapl/src/evd/mod.rs) sets
+/// `modify_upcall(Teardown)` (crates/rdapl-core/src/evd/mod.rs) sets
 /// `TD_WAITING` and sleeps on `teardown_cv` until `inup == 0 || FREED ||
 /// policy != Teardown`, with no timeout. The enabling branch of
 /// `modify_upcall` goes through `state::enable`, which clears `TD_WAITING`

@@ -1,6 +1,7 @@
 //! `rdapl demo` and `rdapl info`, driven as library calls.
 //!
 
+use rdapl::IaOpen;
 use rdapl_cli::{demo, info};
 
 use demo::{DemoOptions, DemoSummary};

@@ -467,6 +467,12 @@ fn tshark(pcap: &Path, extra: &[&str]) -> String {
 /// The capture: per scenario, the MPA Request and Reply with the CRC flag
 /// expected, every CRC good when on; no malformed frame anywhere.
 fn check_pcap(pcap: &Path) -> Result<String, String> {
+    if !pcap.exists() {
+        return Err(format!(
+            "no capture at {} (the VM wrote no output: see its console.log and host.log)",
+            pcap.display()
+        ));
+    }
     let mut report = String::new();
     let bad = tshark(
         pcap,

@@ -115,7 +115,7 @@ use parking_lot::Mutex;
 use progress::{Cmd, Listener, Shared};
 use rdapl::error::Subtype;
 use rdapl::provider::{CrInner, CrState, EpInner, Provider, SpInner, Transport};
-use rdapl::{Error, IaAttr, Loopback, ProviderAttr, Result};
+use rdapl::{Error, IaAttr, ProviderAttr, Result};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -217,7 +217,7 @@ impl Provider for Tcp {
             name: "tcp".into(),
             description: "iWARP (MPA/DDP/RDMAP) over TCP sockets".into(),
             max_private_data_size: MAX_PRIVATE_DATA,
-            ..Loopback::new().attr()
+            ..ProviderAttr::default()
         }
     }
 
@@ -228,7 +228,8 @@ impl Provider for Tcp {
             max_message_size: 1 << 30,
             max_rdma_size: 1 << 30,
             max_private_data_size: MAX_PRIVATE_DATA,
-            ..Loopback::new().ia_attr(address)
+            address,
+            ..IaAttr::default()
         }
     }
 

@@ -18,7 +18,7 @@ fn the_provider_is_named_and_reports_its_limits() {
     assert_eq!(pattr.name, "tcp");
     assert_eq!(attr.adapter_name, "tcp0");
     assert_eq!(attr.max_private_data_size, rdapl_tcp::MAX_PRIVATE_DATA);
-    let reg = Registry::with_builtin();
+    let reg = Registry::new();
     reg.register(tcp.clone()).unwrap();
     assert!(reg.names().contains(&"tcp".to_string()));
     // A qualifier that maps outside the TCP ports is refused.

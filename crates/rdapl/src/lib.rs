@@ -1,131 +1,107 @@
 //! # rdapl: the DAT 2.0 Direct Access Transport in Rust
 //!
-//! rdapl implements the programming model of kDAPL and uDAPL (the DAT 2.0
-//! API): endpoints, registered memory, send/receive, RDMA read/write and
-//! connection management, whose completions flow through **Event
-//! Dispatchers** (EVDs).
+//! The crate applications use. It re-exports the core, [`rdapl_core`],
+//! whole and at the same paths (events, errors, the EVD engine, the object
+//! model, the provider interface: see its docs), and adds the providers it
+//! was built with:
 //!
-//! This crate is the core: the event types ([`event`]), typed errors mapped
-//! to DAT return codes ([`error`]), the EVD engine ([`evd`]), where upcalls
-//! run ([`dispatch`]), consumer notification objects ([`cno`]), the poller
-//! that implements the drain/re-arm flow for the consumer ([`poller`]), and
-//! (with the `stream` feature) an async `Stream` of events (module `stream`).
+//! * [`provider::loopback`] (the crate `rdapl-loopback`): the in-process
+//!   loopback provider, the default;
+//! * [`builtin()`]: the registry of those providers, from which
+//!   [`Ia::open`](IaOpen::open) and [`Ia::open_with`](IaOpen::open_with)
+//!   open an IA by name ([`IaOpen`], in scope with `use rdapl::*`).
 //!
-//! The DAT object model sits on top: the interface adapter ([`ia`]),
-//! protection zones and registered memory ([`pz`], [`mem`]: LMRs owned,
-//! borrowed or raw, RMRs, fast registration), endpoints ([`ep`]), service
-//! points and connection requests ([`sp`]), shared receive queues ([`srq`]),
-//! and the provider interface ([`provider`]) with the in-process
-//! [`provider::loopback`] provider as the embedded default.
-//!
-//! ## A connection on the loopback provider
+//! Other providers are values an application opens with
+//! [`Ia::open_provider`], or registers in a [`Registry`] of its own (the
+//! `rdapl` command adds the TCP provider, crate `rdapl-tcp`, that way).
 //!
 //! ```
 //! use rdapl::*;
-//! use std::time::Duration;
-//! let t = Some(Duration::from_secs(5));
-//! let open = |a: &str| {
-//!     Ia::open_with("loopback", IaOptions { params: format!("addr={a}"), ..Default::default() })
-//!         .unwrap()
-//! };
-//! let (server, client) = (open("127.0.200.1"), open("127.0.200.2"));
-//! let flags = EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR;
-//! let (sevd, cevd) = (server.evd_create(64, flags).unwrap(), client.evd_create(64, flags).unwrap());
-//! let (spz, cpz) = (server.pz_create().unwrap(), client.pz_create().unwrap());
-//! let sep = server.ep_create(&spz, Some(&sevd), Some(&sevd), Some(&sevd), None).unwrap();
-//! let cep = client.ep_create(&cpz, Some(&cevd), Some(&cevd), Some(&cevd), None).unwrap();
-//! let _psp = server.psp_create(7000, &sevd).unwrap();
-//! cep.connect(server.address(), 7000, t, b"hello").unwrap();
-//! let Event::ConnectionRequest(cr) = sevd.wait(t, 1).unwrap().0 else { panic!() };
-//! server.cr(cr.cr).unwrap().accept(&sep, b"welcome").unwrap();
-//! // Server: Established; client: Established with the accept's private data.
-//! assert!(matches!(sevd.wait(t, 1).unwrap().0, Event::Connection(_)));
-//! let Event::Connection(e) = cevd.wait(t, 1).unwrap().0 else { panic!() };
-//! assert_eq!(e.private_data.as_deref(), Some(&b"welcome"[..]));
-//! // One RDMA write, checked on the server.
-//! let sink = spz.lmr_create(Region::zeroed(16), MemPriv::ALL).unwrap();
-//! let src = cpz.lmr_create_from(b"rdma".to_vec(), MemPriv::LOCAL_READ).unwrap();
-//! cep.post_rdma_write(&[src.triplet(0, 4).unwrap()], sink.rmr_triplet(0, 4).unwrap(), 1,
-//!     CompletionFlags::DEFAULT).unwrap();
-//! assert!(cevd.wait(t, 1).unwrap().0.as_dto().unwrap().status.is_success());
-//! assert_eq!(&sink.to_vec().unwrap()[..4], b"rdma");
-//! ```
-//!
-//! ## Switching between upcalls and polling, race-free
-//!
-//! ```
-//! use rdapl::{Evd, EvdFlags, ReEnable, UpcallPolicy};
-//! use std::sync::Arc;
-//!
-//! let evd = Evd::create(64, EvdFlags::SOFTWARE).unwrap();
-//! evd.modify_upcall(UpcallPolicy::Disable, Some(Arc::new(|_: &Evd, _, _| {})), ReEnable::Strict)
-//!     .unwrap();
-//! evd.post_se(7).unwrap();
-//! // Strict: re-enabling with an event queued is refused; keep polling.
-//! assert!(matches!(
-//!     evd.modify_upcall(UpcallPolicy::SingleInstance, None, ReEnable::Strict),
-//!     Err(rdapl::Error::Busy { pending: 1 })
-//! ));
-//! assert_eq!(evd.dequeue().unwrap(), Some(rdapl::Event::Software(7)));
-//! assert_eq!(evd.modify_upcall(UpcallPolicy::SingleInstance, None, ReEnable::Strict), Ok(0));
+//! let ia = Ia::open("loopback").unwrap();
+//! assert_eq!(ia.query().unwrap().1.name, "loopback");
+//! assert_eq!(builtin().names(), ["loopback"]);
+//! // A fabric of its own, as a value.
+//! let own = Ia::open_provider(Loopback::new(), IaOptions::default()).unwrap();
+//! assert_ne!(own.handle(), ia.handle());
 //! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod buf;
-pub mod cno;
-mod context;
-pub mod dispatch;
-#[cfg(not(rdapl_loom))]
-pub mod ep;
-#[cfg(not(rdapl_loom))]
-mod ep_builder;
-pub mod error;
-pub mod evd;
-pub mod event;
-#[cfg(not(rdapl_loom))]
-pub mod ia;
-#[cfg(not(rdapl_loom))]
-pub mod mem;
-#[cfg(not(rdapl_loom))]
-pub mod poller;
-#[cfg(not(rdapl_loom))]
-pub mod provider;
-#[cfg(not(rdapl_loom))]
-pub mod pz;
-#[cfg(not(rdapl_loom))]
-pub mod sp;
-#[cfg(not(rdapl_loom))]
-pub mod srq;
-#[cfg(feature = "stream")]
-pub mod stream;
-mod sync;
+pub use rdapl_core::*;
+pub use rdapl_loopback::Loopback;
 
-pub use buf::{Buf, BufRefused};
-pub use cno::{Cno, CnoHandle};
-#[cfg(not(rdapl_loom))]
-pub use dispatch::Dispatcher;
-pub use dispatch::{Dispatch, DispatchRun};
-pub use error::{DatReturn, Error, Result, Subtype};
-pub use evd::{
-    Enabled, Evd, EvdBuilder, EvdParam, Feeder, Misdirected, Overflowed, ReEnable, Reservation,
-    Upcall, UpcallPolicy,
-};
-pub use event::{
-    AsyncError, AsyncErrorKind, ConnectionEvent, ConnectionEventKind, CrArrival, DatObject,
-    DtoCompletion, DtoOp, DtoStatus, EvdFlags, EvdHandle, Event, EventNumber, EventStream,
-    RmrBindCompletion,
-};
-#[cfg(not(rdapl_loom))]
-pub use poller::{Poller, PollerConfig, PollerEntry};
-#[cfg(not(rdapl_loom))]
-pub use {
-    ep::{CompletionFlags, Ep, EpAttr, EpParam, EpState},
-    ep_builder::EpBuilder,
-    ia::{CloseFlags, Ia, IaAttr, IaOptions, ProviderAttr},
-    mem::{LmrTriplet, MemPriv, Region, RmrTriplet},
-    provider::{Registry, loopback::Loopback},
-    pz::{BorrowedLmr, Lmr, LmrScope, Pz, Rmr, lmr_scope},
-    sp::{Cr, CrState, Psp, Rsp},
-    srq::{Srq, SrqParam},
-};
+pub mod provider {
+    //! Providers: the core's provider interface ([`rdapl_core::provider`],
+    //! re-exported whole) and the providers this crate was built with.
+
+    pub use rdapl_core::provider::*;
+    /// The in-process loopback provider (the crate `rdapl-loopback`).
+    pub use rdapl_loopback as loopback;
+}
+
+use std::sync::OnceLock;
+
+/// A registry of the providers this crate was built with: a new loopback
+/// instance (its own fabric), the default (the name `""` or `"loopback"`).
+pub fn with_builtin() -> Registry {
+    let r = Registry::new();
+    r.register(Loopback::new())
+        .expect("an empty registry takes a named provider");
+    r
+}
+
+/// The registry [`Ia::open`](IaOpen::open) uses: the built-in providers
+/// ([`with_builtin`]), made on first use. Its loopback instance is the
+/// process's default in-process fabric.
+pub fn builtin() -> &'static Registry {
+    static BUILTIN: OnceLock<Registry> = OnceLock::new();
+    BUILTIN.get_or_init(with_builtin)
+}
+
+/// Opening an IA by provider name, from [`builtin()`]: `Ia::open("loopback")`.
+/// In scope with `use rdapl::*`, else `use rdapl::IaOpen`.
+pub trait IaOpen: Sized {
+    /// Opens an IA of the named provider with default options
+    /// (`dat_ia_open`). `""` or `"loopback"` is the loopback provider;
+    /// `ProviderNotFound` if there is none of that name.
+    fn open(name: &str) -> Result<Self>;
+
+    /// Opens an IA of the named provider with `opts`.
+    fn open_with(name: &str, opts: IaOptions) -> Result<Self>;
+}
+
+impl IaOpen for Ia {
+    fn open(name: &str) -> Result<Ia> {
+        builtin().open(name, IaOptions::default())
+    }
+
+    fn open_with(name: &str, opts: IaOptions) -> Result<Ia> {
+        builtin().open(name, opts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_by_name_with_loopback_the_default() {
+        let r = with_builtin();
+        assert_eq!(r.names(), vec!["loopback".to_string()]);
+        assert_eq!(r.get("").unwrap().attr().name, "loopback");
+        assert!(r.get("tcp").is_none());
+        assert!(matches!(
+            r.open("tcp", IaOptions::default()),
+            Err(Error::ProviderNotFound(n)) if n == "tcp"
+        ));
+        assert!(matches!(
+            r.register(Loopback::new()),
+            Err(Error::InvalidParameter { arg: 1, .. })
+        ));
+        assert!(matches!(
+            Ia::open("tcp"),
+            Err(Error::ProviderNotFound(n)) if n == "tcp"
+        ));
+        assert_eq!(Ia::open("").unwrap().query().unwrap().1.name, "loopback");
+    }
+}

@@ -39,7 +39,7 @@ fn the_provider_is_named_and_opens_ias() {
     let (attr, pattr) = ia.query().unwrap();
     assert_eq!(pattr.name, "pipe");
     assert_eq!(attr.adapter_name, "pipe0");
-    let reg = Registry::with_builtin();
+    let reg = rdapl::with_builtin();
     reg.register(pipe).unwrap();
     assert_eq!(
         reg.names(),

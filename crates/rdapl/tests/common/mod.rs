@@ -265,7 +265,7 @@ pub fn provider() -> Arc<dyn rdapl::provider::Provider> {
     P.get_or_init(|| match std::env::var("RDAPL_TEST_PROVIDER").as_deref() {
         Ok("pipe") => pipe::Pipe::new(),
         Ok("tcp") => rdapl_tcp::Tcp::new(),
-        Ok("loopback") | Err(_) => rdapl::Registry::builtin().get("loopback").unwrap(),
+        Ok("loopback") | Err(_) => rdapl::builtin().get("loopback").unwrap(),
         Ok(other) => panic!("RDAPL_TEST_PROVIDER={other}: unknown (loopback, pipe, tcp)"),
     })
     .clone()

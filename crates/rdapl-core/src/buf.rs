@@ -82,7 +82,7 @@ impl Buf {
     /// through these values).
     #[cfg(not(rdapl_loom))]
     #[inline]
-    pub(crate) fn hint_addrs(&self) -> (usize, usize) {
+    pub fn hint_addrs(&self) -> (usize, usize) {
         (
             std::ptr::from_ref::<BufInner>(&self.0) as usize,
             self.as_ptr() as usize,

@@ -479,7 +479,7 @@ impl Error {
     }
 
     /// Shorthand for an `InvalidParameter` error.
-    pub(crate) fn param(arg: u8, what: &'static str) -> Error {
+    pub fn param(arg: u8, what: &'static str) -> Error {
         Error::InvalidParameter { arg, what }
     }
 

@@ -127,7 +127,7 @@ impl CompletionFlags {
         self.0 & o.0 == o.0
     }
     /// Set by the provider on a receive filled by a solicited send.
-    pub(crate) const SOLICITED_ARRIVAL: CompletionFlags = CompletionFlags(0x8000_0000);
+    pub const SOLICITED_ARRIVAL: CompletionFlags = CompletionFlags(0x8000_0000);
 
     fn quiet_on_success(self) -> bool {
         self.0 & (Self::SUPPRESS.0 | Self::UNSIGNALLED.0) != 0
@@ -143,13 +143,17 @@ impl std::ops::BitOr for CompletionFlags {
 
 /// What a work request does. Small (the common requests are moved through
 /// queues on the data path); the rare memory operations are boxed.
-pub(crate) enum WrOp {
+pub enum WrOp {
+    /// A send.
     Send,
     /// A send that also invalidates the peer's key (RDMAP Send with
     /// Invalidate).
     SendInvalidate(u32),
+    /// A receive.
     Recv,
+    /// An RDMA write to the peer's memory.
     RdmaWrite(RmrTriplet),
+    /// An RDMA read of the peer's memory.
     RdmaRead(RmrTriplet),
     /// A bind, fast-register map or invalidate.
     Local(Box<LocalOp>),
@@ -157,23 +161,35 @@ pub(crate) enum WrOp {
 
 /// A work request that changes memory registrations (executed in order with
 /// the endpoint's other requests).
-pub(crate) enum LocalOp {
+pub enum LocalOp {
     /// Bind (or unbind, `len == 0`) a window; `new_ctx` is its next key.
     Bind {
+        /// The window's LMR key and the triplet it binds (`None`: unbind).
         target: Option<(u32, LmrTriplet)>,
+        /// The rights granted.
         privs: MemPriv,
+        /// The window's next key.
         new_ctx: u32,
     },
     /// Map a fast-registration LMR onto a region.
     Fmr {
+        /// The fast-registration LMR.
         lmr: Lmr,
+        /// The region it maps.
         region: Arc<Region>,
+        /// The rights granted.
         privs: MemPriv,
+        /// The LMR's next key.
         new_ctx: u32,
     },
     /// Invalidate a fast-registration LMR: at execution its key becomes
     /// `new_ctx` (reserved at post time) and its mapping goes.
-    Invalidate { lmr: Lmr, new_ctx: u32 },
+    Invalidate {
+        /// The fast-registration LMR.
+        lmr: Lmr,
+        /// The LMR's next key.
+        new_ctx: u32,
+    },
 }
 
 impl WrOp {
@@ -203,15 +219,19 @@ impl WrOp {
     }
 }
 
-/// A posted work request (opaque outside the crate).
+/// A posted work request. A provider reads it through its methods (the
+/// provider's view); an in-process provider (see [`crate::provider::soft`])
+/// may read its fields.
 pub struct Wr {
-    pub(crate) op: WrOp,
-    pub(crate) iov: crate::mem::Iov,
+    /// What it does.
+    pub op: WrOp,
+    /// Its scatter/gather list (empty for an owned buffer's request).
+    pub iov: crate::mem::Iov,
     pub(crate) cookie: u64,
     pub(crate) flags: CompletionFlags,
     pub(crate) res: Reservation,
     /// Fault injection: do not start before this instant.
-    pub(crate) not_before: Option<Instant>,
+    pub not_before: Option<Instant>,
     /// An owned buffer (`post_send_buf`, or a receive's): the request's
     /// data instead of `iov` (its first `buf_len` bytes), handed back with
     /// the completion.
@@ -221,19 +241,23 @@ pub struct Wr {
 }
 
 /// The scatter/gather list of a queued receive (one entry inline).
-pub(crate) type RecvIov = smallvec::SmallVec<[LmrTriplet; 1]>;
+pub type RecvIov = smallvec::SmallVec<[LmrTriplet; 1]>;
 
 /// A posted receive as queued: one cache line, aligned (a sender on
 /// another core reads exactly one line of it).
 #[repr(align(64))]
 pub struct RecvWr {
-    pub(crate) iov: RecvIov,
-    pub(crate) cookie: u64,
-    pub(crate) flags: CompletionFlags,
-    pub(crate) res: Reservation,
+    /// Its scatter/gather list (empty for an owned buffer's receive).
+    pub iov: RecvIov,
+    /// Its cookie.
+    pub cookie: u64,
+    /// Its completion flags.
+    pub flags: CompletionFlags,
+    /// Its completion's reservation on the receive EVD.
+    pub res: Reservation,
     /// An owned buffer (`post_recv_buf`) to receive into instead of `iov`
     /// (then empty), handed back with the completion.
-    pub(crate) buf: Option<Buf>,
+    pub buf: Option<Buf>,
 }
 
 const _: () = assert!(std::mem::size_of::<RecvWr>() == 64);
@@ -256,17 +280,20 @@ impl From<RecvWr> for Wr {
 
 /// A request (not a receive) being posted, every check passed and its
 /// completion reserved, handed to the transport under the endpoint's lock
-/// (opaque outside the crate). Its scatter/gather list is still the
+/// (read through its methods, or its fields by an in-process provider).
+/// Its scatter/gather list is still the
 /// caller's: a request that completes at once is never copied into a
 /// [`Wr`]; one that waits is copied into one and queued.
 pub struct NewWr<'a> {
-    pub(crate) op: WrOp,
-    pub(crate) iov: &'a [LmrTriplet],
+    /// What it does.
+    pub op: WrOp,
+    /// Its scatter/gather list, still the caller's.
+    pub iov: &'a [LmrTriplet],
     pub(crate) cookie: u64,
     pub(crate) flags: CompletionFlags,
     pub(crate) res: Reservation,
     /// Fault injection: do not start before this instant.
-    pub(crate) not_before: Option<Instant>,
+    pub not_before: Option<Instant>,
     /// An owned buffer to send from instead of `iov` (see [`Wr::buf`]).
     pub(crate) buf: Option<Buf>,
     /// The bytes of `buf` the send carries.
@@ -291,7 +318,7 @@ impl NewWr<'_> {
 
 /// A send or RDMA request as a transport executes it: queued ([`Wr`]) or
 /// being posted ([`NewWr`]).
-pub(crate) trait Request {
+pub trait Request {
     /// Its scatter/gather list (empty for an owned buffer's request).
     fn iov(&self) -> &[LmrTriplet];
     /// The bytes it sends from its owned buffer, if it has one.
@@ -370,48 +397,55 @@ impl Request for NewWr<'_> {
     }
 }
 
-/// Mutable endpoint state, under the endpoint's lock (opaque outside the
-/// crate). Providers lock two endpoints in handle order.
+/// Mutable endpoint state, under the endpoint's lock. Providers lock two
+/// endpoints in handle order. A provider reads and changes it through its
+/// methods (the provider's view); an in-process provider (see
+/// [`crate::provider::soft`]) works on its public fields, keeping the
+/// invariants each one states.
 ///
 /// In declaration order: what a peer's progress reads here (the state)
 /// comes first, on the lock's cache line.
 #[repr(C)]
 pub struct EpCore {
-    pub(crate) state: EpState,
+    /// The endpoint's state (change it with [`EpInner::set_state`], which
+    /// also tells the posters).
+    pub state: EpState,
     /// The connection this endpoint's requests belong to (a number unique
     /// in the process, set on both sides when it is established; stale once
     /// it ends): a send lands only in a receive queue of the same
     /// connection ([`RecvQueue::conn`]).
-    pub(crate) conn: u64,
+    pub conn: u64,
     /// Fault injection: the next executed request fails with this status.
-    pub(crate) fail_next: Option<DtoStatus>,
-    pub(crate) sends: VecDeque<Wr>,
-    /// Loopback: the connected peer.
-    pub(crate) peer: Option<Weak<EpInner>>,
-    /// Loopback: the connected peer's registration table and protection
+    pub fail_next: Option<DtoStatus>,
+    /// The request queue: requests posted and not yet executed, in order.
+    pub sends: VecDeque<Wr>,
+    /// In-process providers (the loopback): the connected peer.
+    pub peer: Option<Weak<EpInner>>,
+    /// In-process providers: the connected peer's registration table and protection
     /// zone (what an RDMA request needs of it), set and cleared with `peer`.
-    pub(crate) peer_mem: Option<(Arc<IaInner>, crate::event::PzHandle)>,
+    pub peer_mem: Option<(Arc<IaInner>, crate::event::PzHandle)>,
     /// Resolved keys of this endpoint's IA for its own requests (its
     /// receive buffers' keys are cached in its [`RecvQueue`]).
-    pub(crate) keys: crate::mem::KeyCache,
+    pub keys: crate::mem::KeyCache,
     /// Resolved keys of the peer's IA (RDMA targets); cleared with `peer_mem`.
-    pub(crate) peer_keys: crate::mem::KeyCache,
-    pub(crate) remote: Option<(IpAddr, u64)>,
+    pub peer_keys: crate::mem::KeyCache,
+    /// The remote IA address and connection qualifier, once connecting.
+    pub remote: Option<(IpAddr, u64)>,
     /// The head send waits for a receive until this instant.
-    pub(crate) rnr_deadline: Option<Instant>,
+    pub rnr_deadline: Option<Instant>,
     /// Fault injection: requests posted from now on start this much later.
     pub(crate) delay: Option<Duration>,
     /// Active side: the connection request in flight.
-    pub(crate) pending_cr: Option<Arc<crate::sp::CrInner>>,
+    pub pending_cr: Option<Arc<crate::sp::CrInner>>,
     /// Private data received from the peer (accept on the active side).
-    pub(crate) peer_private: Option<Box<[u8]>>,
+    pub peer_private: Option<Box<[u8]>>,
     /// Addresses the next send to the peer will probably touch (its head
     /// receive, the lock of its receive region), recorded by the last
     /// send: prefetch hints only, never dereferenced (0: none).
-    pub(crate) peer_hints: [usize; 2],
+    pub peer_hints: [usize; 2],
     /// Like `peer_hints`, a line the next send will only read: the header
     /// of the head receive's owned buffer (0: none).
-    pub(crate) peer_read_hint: usize,
+    pub peer_read_hint: usize,
 }
 
 /// The receive queue of an endpoint, the taking end of a two-lock queue
@@ -425,24 +459,25 @@ pub struct EpCore {
 /// Lock order: an endpoint's lock, then this one, then [`PostedRecvs`]'
 /// (locks of two endpoints are taken before any receive queue's); a poster
 /// takes the posters' lock alone.
-pub(crate) struct RecvQueue {
+pub struct RecvQueue {
     /// The connection the posted receives belong to: set with
     /// [`EpCore::conn`] when it is established, cleared (0, no connection)
     /// when it breaks and on reset, under this lock. A peer's send checks it
     /// under this lock against its own `EpCore::conn` before it takes a
     /// receive: a send of a connection that ended on this side (the peer
     /// not yet told) never lands in a receive posted for the next one.
-    pub(crate) conn: u64,
+    pub conn: u64,
     /// The oldest posted receives, in order (all of them older than those
     /// still in [`PostedRecvs`]).
-    pub(crate) recvs: VecDeque<RecvWr>,
+    pub recvs: VecDeque<RecvWr>,
     /// Receives that left the endpoint for good (taken by a send, flushed,
     /// dropped by a reset), ever; published to posters in
-    /// [`EpInner::taken`] before this lock is released.
-    pub(crate) taken: u64,
+    /// the endpoint's own count (by [`EpInner::publish_taken`]) before this
+    /// lock is released.
+    pub taken: u64,
     /// Resolved keys of this endpoint's IA for its receive buffers (as the
     /// peer's sends resolve them).
-    pub(crate) keys: crate::mem::KeyCache,
+    pub keys: crate::mem::KeyCache,
 }
 
 impl RecvQueue {
@@ -453,7 +488,7 @@ impl RecvQueue {
     /// lock is released, so that a receive posted from then on kicks the
     /// peer's progress.
     #[inline]
-    pub(crate) fn refill(&mut self, ep: &EpInner, mark_wanted: bool) {
+    pub fn refill(&mut self, ep: &EpInner, mark_wanted: bool) {
         if !self.recvs.is_empty() {
             return;
         }
@@ -469,14 +504,14 @@ impl RecvQueue {
 
     /// Takes the oldest posted receive for good (see [`RecvQueue::refill`]).
     #[inline]
-    pub(crate) fn pop(&mut self) -> Option<RecvWr> {
+    pub fn pop(&mut self) -> Option<RecvWr> {
         let r = self.recvs.pop_front()?;
         self.taken += 1;
         Some(r)
     }
 
     /// Puts back a receive [`RecvQueue::pop`] took, at the head.
-    pub(crate) fn unpop(&mut self, r: RecvWr) {
+    pub fn unpop(&mut self, r: RecvWr) {
         self.recvs.push_front(r);
         self.taken -= 1;
     }
@@ -493,7 +528,7 @@ impl RecvQueue {
 }
 
 /// The posting end of an endpoint's receive queue (see [`RecvQueue`]).
-pub(crate) struct PostedRecvs {
+pub struct PostedRecvs {
     /// The endpoint's state while it refuses receives (`DisconnectPending`,
     /// `Disconnected`), else `None`: set with the state under this lock
     /// (see [`EpInner::set_state`]), which `post_recv` holds from this
@@ -521,27 +556,31 @@ pub struct Ep {
 pub struct EpInner {
     /// The consumer context (`DAT_CONTEXT`).
     pub(crate) context: crate::context::ContextSlot,
-    pub(crate) id: EpHandle,
-    pub(crate) ia: Arc<IaInner>,
+    /// The endpoint's handle: providers lock two endpoints in handle order.
+    pub id: EpHandle,
+    /// Its IA (its registration table: [`IaInner::mem`]).
+    pub ia: Arc<IaInner>,
     pub(crate) pz: Pz,
     pub(crate) attr: EpAttr,
-    pub(crate) recv_evd: Option<Evd>,
+    /// Its receive EVD.
+    pub recv_evd: Option<Evd>,
     pub(crate) request_evd: Option<Evd>,
     pub(crate) conn_evd: Option<Evd>,
-    pub(crate) srq: Option<crate::srq::Srq>,
+    /// Its shared receive queue, if it takes receives from one.
+    pub srq: Option<crate::srq::Srq>,
     feeders: Mutex<Vec<Feeder>>,
     /// Cache-padded: both threads of a connection take it on every
     /// transfer; the read-mostly fields above (and the `Arc`'s counts,
     /// which a peer's progress touches) stay out of its cache lines.
-    pub(crate) core: CachePadded<Mutex<EpCore>>,
+    pub core: CachePadded<Mutex<EpCore>>,
     /// The taking end of the receive queue (the peer's sends take
     /// receives under this lock alone; see [`RecvQueue`]).
-    pub(crate) rq: CachePadded<Mutex<RecvQueue>>,
+    pub rq: CachePadded<Mutex<RecvQueue>>,
     /// The posting end of the receive queue: the endpoint's own posts take
     /// this lock, and besides them only state changes, flushes, resets and
     /// a peer's send whose end of the queue ran dry (see
     /// [`RecvQueue::refill`]).
-    pub(crate) posted: CachePadded<Mutex<PostedRecvs>>,
+    pub posted: CachePadded<Mutex<PostedRecvs>>,
     /// [`RecvQueue::taken`], published for posters (on a line of its own:
     /// the taking side writes it, posters read it only when the queue looks
     /// full).
@@ -550,13 +589,13 @@ pub struct EpInner {
     /// prefetch hint for `post_recv`, never dereferenced (0: none). On a
     /// line of its own: only the poster writes it.
     recv_hint: CachePadded<AtomicUsize>,
-    /// Loopback: the peer's head send found no receive here. Set by the
+    /// In-process providers: the peer's head send found no receive here. Set by the
     /// peer's progress under both receive-queue locks (see
     /// [`RecvQueue::refill`]; a poster that takes the posters' lock after
     /// that reads it set), cleared under the receive queue's lock when a
     /// send finds a receive; a receive posted while it is clear needs no
     /// kick of the peer.
-    pub(crate) recv_wanted: AtomicBool,
+    pub recv_wanted: AtomicBool,
     freed: AtomicBool,
 }
 
@@ -610,7 +649,7 @@ fn queue_full() -> Error {
 }
 
 /// A new connection number ([`EpCore::conn`]): unique in the process, never 0.
-pub(crate) fn next_conn() -> u64 {
+pub fn next_conn() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
@@ -990,8 +1029,8 @@ impl Ep {
 
     /// Posts an RDMA write of `iov` to `remote` (`dat_ep_post_rdma_write`).
     /// A write of zero bytes moves nothing and, as on InfiniBand and iWARP,
-    /// is not checked against the remote key (see
-    /// [`crate::provider::loopback`]).
+    /// is not checked against the remote key (see the loopback provider's
+    /// module docs, crate `rdapl-loopback`).
     pub fn post_rdma_write(
         &self,
         iov: &[LmrTriplet],
@@ -1334,7 +1373,7 @@ impl EpInner {
         if let Some(b) = buf {
             self.check_buf(b, b.len(), flags, true)?;
         }
-        #[cfg(test)]
+        #[cfg(any(test, feature = "test-hooks"))]
         if let Some(f) = test_hooks::POST_RECV_GAP.with(|h| h.borrow_mut().take()) {
             f();
         }
@@ -1458,6 +1497,7 @@ impl EpInner {
     /// Completes a work request with `status` and `len` bytes transferred
     /// (exactly once: it is consumed). The DAT completion-flag rules apply
     /// here (a suppressed success is released, not queued).
+    #[inline]
     pub fn complete(&self, wr: Wr, status: DtoStatus, len: u64) {
         let is_recv = matches!(wr.op, WrOp::Recv);
         let op = wr.op.dto_op();
@@ -1468,6 +1508,7 @@ impl EpInner {
 
     /// Completes a receive with `status` and `len` bytes transferred, as
     /// [`EpInner::complete`] does.
+    #[inline]
     pub fn complete_recv(&self, r: RecvWr, status: DtoStatus, len: u64) {
         self.complete_parts(
             true,
@@ -1637,7 +1678,7 @@ impl EpInner {
     }
 
     /// Posts a connection event on the connection EVD.
-    pub(crate) fn connection_event(&self, kind: ConnectionEventKind, private: Option<Box<[u8]>>) {
+    pub fn connection_event(&self, kind: ConnectionEventKind, private: Option<Box<[u8]>>) {
         if let Some(evd) = &self.conn_evd {
             let _ = evd.post_event(Event::Connection(ConnectionEvent {
                 kind,
@@ -1648,7 +1689,7 @@ impl EpInner {
     }
 
     /// Flushes every outstanding work request of this endpoint.
-    pub(crate) fn flush_all(&self) {
+    pub fn flush_all(&self) {
         let wrs: Vec<Wr> = {
             let mut g = self.core.lock();
             let c = &mut *g;
@@ -1678,11 +1719,7 @@ impl EpInner {
     /// (as a transfer in flight does on a wire). The peer leaves only if it
     /// is still in this same connection (its connection number), never a
     /// later one.
-    pub(crate) fn break_connection(
-        &self,
-        peer: Option<&Arc<EpInner>>,
-        kind: Option<ConnectionEventKind>,
-    ) {
+    pub fn break_connection(&self, peer: Option<&Arc<EpInner>>, kind: Option<ConnectionEventKind>) {
         let kind = kind.unwrap_or(ConnectionEventKind::Broken);
         let peer = peer.filter(|p| !std::ptr::eq(&***p, self));
         let (mine, theirs) = match peer {
@@ -1700,7 +1737,7 @@ impl EpInner {
             self.connection_event(kind, None);
         }
         // Tests: run what the hook holds between telling the two sides.
-        #[cfg(test)]
+        #[cfg(any(test, feature = "test-hooks"))]
         if let Some(f) = test_hooks::BREAK_GAP.with(|h| h.borrow_mut().take()) {
             f();
         }
@@ -1765,7 +1802,7 @@ impl EpInner {
         // then either queued before the flush (and flushed) or refused,
         // never queued behind the flush with its completion lost.
         self.set_state(&mut self.core.lock(), EpState::Disconnected);
-        #[cfg(test)]
+        #[cfg(any(test, feature = "test-hooks"))]
         if let Some(f) = test_hooks::ABORT_GAP.with(|h| h.borrow_mut().take()) {
             f();
         }
@@ -1779,7 +1816,7 @@ impl EpInner {
     /// locked: `rq`, refilled): its own queue's head, or one of its SRQ
     /// (reserving the completion on the receive EVD now; if that EVD is
     /// full the receive stays posted, as if there were none).
-    pub(crate) fn take_recv_locked(&self, rq: &mut RecvQueue) -> Option<RecvWr> {
+    pub fn take_recv_locked(&self, rq: &mut RecvQueue) -> Option<RecvWr> {
         let Some(srq) = &self.srq else {
             return rq.pop();
         };
@@ -1808,14 +1845,14 @@ impl EpInner {
     /// wherever the count changed, so the published count never counts a
     /// receive that is put back.
     #[inline]
-    pub(crate) fn publish_taken(&self, rq: &RecvQueue) {
+    pub fn publish_taken(&self, rq: &RecvQueue) {
         self.publish_taken_count(rq.taken);
     }
 
     /// [`EpInner::publish_taken`] of the count `taken` (read under the
     /// receive queue's lock).
     #[inline]
-    pub(crate) fn publish_taken_count(&self, taken: u64) {
+    pub fn publish_taken_count(&self, taken: u64) {
         self.taken.store(taken, Ordering::Release);
     }
 
@@ -1833,14 +1870,14 @@ impl EpInner {
     /// the endpoint's). Every change into or out of a state that refuses
     /// receives goes through here (or sets both the same way, as
     /// `break_connection` and `reset` do).
-    pub(crate) fn set_state(&self, c: &mut EpCore, state: EpState) {
+    pub fn set_state(&self, c: &mut EpCore, state: EpState) {
         c.state = state;
         let refused = matches!(state, EpState::Disconnected | EpState::DisconnectPending);
         self.posted.lock().refused = refused.then_some(state);
     }
 
     /// Locks this endpoint and `other` in handle order.
-    pub(crate) fn lock_pair<'a>(
+    pub fn lock_pair<'a>(
         a: &'a EpInner,
         b: &'a EpInner,
     ) -> (MutexGuard<'a, EpCore>, MutexGuard<'a, EpCore>) {
@@ -1856,26 +1893,27 @@ impl EpInner {
     }
 }
 
-/// Test-only hooks that open the windows between steps other threads could
-/// run in.
-#[cfg(test)]
-pub(crate) mod test_hooks {
+/// Test-only hooks (feature `test-hooks`, for the tests of providers) that
+/// open the windows between steps other threads could run in: each is a
+/// closure that the step runs once, on the thread that set it.
+#[cfg(any(test, feature = "test-hooks"))]
+pub mod test_hooks {
     use std::cell::RefCell;
 
     thread_local! {
         /// Run (once) by [`super::EpInner::break_connection`] on this
         /// thread, once both sides left the connection and the first one
         /// was flushed and told, before the second one is.
-        pub(crate) static BREAK_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
+        pub static BREAK_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
             const { RefCell::new(None) };
         /// Run (once) by [`super::EpInner::abort`] on this thread, between
         /// its two steps that refuse new receives and flush the queued ones.
-        pub(crate) static ABORT_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
+        pub static ABORT_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
             const { RefCell::new(None) };
         /// Run (once) by `post_recv` on this thread, after the request's
         /// checks (liveness included) and before the receive queue is
         /// locked.
-        pub(crate) static POST_RECV_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
+        pub static POST_RECV_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
             const { RefCell::new(None) };
     }
 }

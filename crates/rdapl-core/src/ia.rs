@@ -1,8 +1,9 @@
 //! The interface adapter (IA): the root of every other object.
 //!
-//! [`Ia::open`] picks a provider by name (the in-process loopback provider is
-//! the default, `"loopback"`), creates the IA's async EVD unless the caller
-//! brings one, and owns the registration table, the dispatch context and
+//! [`Ia::open_provider`] opens an IA of a provider given as a value (the
+//! `rdapl` crate's `Ia::open` picks one by name from the providers it was
+//! built with, the in-process loopback provider the default,
+//! `"loopback"`), creates the IA's async EVD unless the caller brings one, and owns the registration table, the dispatch context and
 //! the lists of live objects that [`Ia::close`] checks or tears down.
 
 use crate::cno::Cno;
@@ -61,7 +62,8 @@ pub struct IaAttr {
 /// Provider attributes (`DAT_PROVIDER_ATTR`, the fields rdapl reports).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProviderAttr {
-    /// Provider name (what `Ia::open` takes).
+    /// Provider name (what [`Registry::open`](crate::provider::Registry::open)
+    /// and the `rdapl` crate's `Ia::open` take).
     pub name: String,
     /// One-line description.
     pub description: String,
@@ -85,6 +87,67 @@ pub struct ProviderAttr {
     pub max_private_data_size: usize,
 }
 
+impl Default for ProviderAttr {
+    /// What the object model itself supports, for a provider to start
+    /// from (`..ProviderAttr::default()`): every upcall policy, every
+    /// stream merge, completion flags `0x0F`, thread safe, fast
+    /// registration, shared receive queues; version 0.1 of DAT 2.0. The
+    /// name and description are empty and `max_private_data_size` is 0:
+    /// those are the provider's to say.
+    fn default() -> Self {
+        use crate::evd::UpcallPolicy;
+        ProviderAttr {
+            name: String::new(),
+            description: String::new(),
+            version: (0, 1),
+            dapl_version: (2, 0),
+            upcall_policies: vec![
+                UpcallPolicy::Disable,
+                UpcallPolicy::SingleInstance,
+                UpcallPolicy::Many,
+                UpcallPolicy::NotifyOnly,
+                UpcallPolicy::Teardown,
+            ],
+            evd_stream_merging: [[true; 6]; 6],
+            completion_flags: 0x0F,
+            thread_safe: true,
+            fmr_supported: true,
+            srq_supported: true,
+            max_private_data_size: 0,
+        }
+    }
+}
+
+impl Default for IaAttr {
+    /// The object model's own limits, for a provider to start from
+    /// (`IaAttr { address, ..IaAttr::default() }`): vendor `rdapl`, 2^16
+    /// endpoints, EVDs and protection zones, 2^14 requests per queue, 64
+    /// RDMA reads in flight, the longest EVD queue, 64 segments per list,
+    /// 2^24 LMRs and RMRs, 2^40-byte LMRs, 2^30-byte messages and RDMA
+    /// transfers. The adapter name is empty, the address unspecified
+    /// (`0.0.0.0`) and `max_private_data_size` 0: those are the provider's.
+    fn default() -> Self {
+        IaAttr {
+            adapter_name: String::new(),
+            vendor_name: "rdapl".into(),
+            address: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            max_eps: 1 << 16,
+            max_dto_per_ep: 1 << 14,
+            max_rdma_read_per_ep: 64,
+            max_evds: 1 << 16,
+            max_evd_qlen: MAX_QLEN,
+            max_iov_segments_per_dto: 64,
+            max_lmrs: 1 << 24,
+            max_lmr_block_size: 1 << 40,
+            max_pzs: 1 << 16,
+            max_message_size: 1 << 30,
+            max_rdma_size: 1 << 30,
+            max_rmrs: 1 << 24,
+            max_private_data_size: 0,
+        }
+    }
+}
+
 /// How [`Ia::close`] treats live objects (`DAT_CLOSE_FLAGS`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum CloseFlags {
@@ -100,7 +163,9 @@ pub struct Ia {
     pub(crate) inner: Arc<IaInner>,
 }
 
-pub(crate) struct IaInner {
+/// The shared part of an IA (what providers work on): its registration
+/// table, reached by [`IaInner::mem`].
+pub struct IaInner {
     /// The consumer context (`DAT_CONTEXT`).
     pub(crate) context: crate::context::ContextSlot,
     pub(crate) id: IaHandle,
@@ -108,7 +173,8 @@ pub(crate) struct IaInner {
     pub(crate) provider_attr: ProviderAttr,
     pub(crate) attr: IaAttr,
     pub(crate) async_evd: Evd,
-    pub(crate) mem: MemTable,
+    /// The IA's registration table: every LMR and RMR key of the IA.
+    pub mem: MemTable,
     pub(crate) dispatch: Arc<dyn Dispatch>,
     pub(crate) eps: Mutex<Vec<Weak<EpInner>>>,
     pub(crate) sps: Mutex<Vec<Weak<SpInner>>>,
@@ -135,7 +201,7 @@ impl fmt::Debug for Ia {
     }
 }
 
-/// Options of [`Ia::open_with`].
+/// Options of [`Ia::open_provider`] (and of opening by name).
 pub struct IaOptions {
     /// The IA's address. `None`: the provider picks one (loopback: the
     /// first `127.0.0.x` no other IA of its fabric uses, so two IAs opened
@@ -170,19 +236,10 @@ fn next_id() -> u64 {
 }
 
 impl Ia {
-    /// Opens an IA of the named provider with default options
-    /// (`dat_ia_open`). `""` or `"loopback"` is the loopback provider.
-    pub fn open(name: &str) -> Result<Ia> {
-        Ia::open_with(name, IaOptions::default())
-    }
-
-    /// Opens an IA of the named provider.
-    pub fn open_with(name: &str, opts: IaOptions) -> Result<Ia> {
-        crate::provider::Registry::builtin().open(name, opts)
-    }
-
-    /// Opens an IA of a provider given as a value (rustls style: the
-    /// application chooses the provider object).
+    /// Opens an IA of a provider given as a value (`dat_ia_open`; rustls
+    /// style: the application chooses the provider object). By name: from
+    /// a [`Registry`](crate::provider::Registry), or the `rdapl` crate's
+    /// `Ia::open` / `Ia::open_with` (its `IaOpen` trait).
     pub fn open_provider(provider: Arc<dyn Provider>, opts: IaOptions) -> Result<Ia> {
         let dispatch = opts
             .dispatch

@@ -201,7 +201,7 @@ impl Pz {
     /// the scope ends, which retires every registration made in it.
     ///
     /// ```
-    /// use rdapl::{Ia, MemPriv};
+    /// use rdapl::{Ia, IaOpen, MemPriv};
     ///
     /// let ia = Ia::open_with("loopback", Default::default()).unwrap();
     /// let pz = ia.pz_create().unwrap();
@@ -220,7 +220,7 @@ impl Pz {
     /// While it is registered the buffer cannot be used:
     ///
     /// ```compile_fail
-    /// # use rdapl::{Ia, MemPriv};
+    /// # use rdapl::{Ia, IaOpen, MemPriv};
     /// # let ia = Ia::open_with("loopback", Default::default()).unwrap();
     /// # let pz = ia.pz_create().unwrap();
     /// let mut buf = [0u8; 64];
@@ -235,7 +235,7 @@ impl Pz {
     /// does, after retiring the region):
     ///
     /// ```compile_fail
-    /// # use rdapl::{Ia, MemPriv};
+    /// # use rdapl::{Ia, IaOpen, MemPriv};
     /// # let ia = Ia::open_with("loopback", Default::default()).unwrap();
     /// # let pz = ia.pz_create().unwrap();
     /// let mut buf = [0u8; 64];
@@ -249,7 +249,7 @@ impl Pz {
     /// nor can the registration outlive the scope:
     ///
     /// ```compile_fail
-    /// # use rdapl::{Ia, MemPriv};
+    /// # use rdapl::{Ia, IaOpen, MemPriv};
     /// # let ia = Ia::open_with("loopback", Default::default()).unwrap();
     /// # let pz = ia.pz_create().unwrap();
     /// let mut buf = [0u8; 64];
@@ -748,7 +748,7 @@ impl LmrScope<'_, '_> {
 /// given back earlier by [`BorrowedLmr::release`].
 ///
 /// ```
-/// use rdapl::{Ia, MemPriv};
+/// use rdapl::{Ia, IaOpen, MemPriv};
 ///
 /// let ia = Ia::open_with("loopback", Default::default()).unwrap();
 /// let pz = ia.pz_create().unwrap();

@@ -189,7 +189,7 @@ impl Signal {
 }
 
 /// Converts a DAT-style timeout (`None` = infinite) into a deadline.
-pub(crate) fn deadline(timeout: Option<Duration>) -> Option<Instant> {
+pub fn deadline(timeout: Option<Duration>) -> Option<Instant> {
     timeout.map(|t| Instant::now().checked_add(t).unwrap_or_else(far_future))
 }
 

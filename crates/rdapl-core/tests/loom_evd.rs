@@ -3,7 +3,7 @@
 //! Run with:
 //!
 //! ```text
-//! RUSTFLAGS="--cfg rdapl_loom" cargo test -p rdapl --test loom_evd --release
+//! RUSTFLAGS="--cfg rdapl_loom" cargo test -p rdapl-core --test loom_evd --release
 //! ```
 //!
 //! Each model explores every interleaving (within `LOOM_MAX_PREEMPTIONS`,
@@ -17,8 +17,8 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
-use rdapl::evd::EvdProducer;
-use rdapl::{
+use rdapl_core::evd::EvdProducer;
+use rdapl_core::{
     Cno, Dispatch, DispatchRun, DtoCompletion, DtoOp, DtoStatus, Evd, EvdFlags, Event, ReEnable,
     Upcall, UpcallPolicy, event::EpHandle,
 };
@@ -176,7 +176,7 @@ fn producer_vs_reenable(mode: ReEnable) {
                 Ok(0) => break,
                 Ok(_) if mode == ReEnable::OnNew => continue, // missed events: poll again
                 Ok(_) => break,                               // OnAny: upcalls deliver them
-                Err(rdapl::Error::Busy { pending }) => {
+                Err(rdapl_core::Error::Busy { pending }) => {
                     assert_eq!(mode, ReEnable::Strict);
                     assert!(pending > 0);
                     let q = evd.query().unwrap();
@@ -561,7 +561,7 @@ fn refused_strict_reenable_vs_running_delivery() {
         produce(&evd, 1, 0);
         produce(&evd, 1, 1);
         match evd.modify_upcall(UpcallPolicy::SingleInstance, None, ReEnable::Strict) {
-            Ok(0) | Err(rdapl::Error::Busy { .. }) => {}
+            Ok(0) | Err(rdapl_core::Error::Busy { .. }) => {}
             other => panic!("unexpected {other:?}"),
         }
         dt.finish();

@@ -1,15 +1,20 @@
 //! Providers: the transports under the object model.
 //!
-//! A [`Provider`] is a plain value the application may pick (rustls style);
-//! a [`Registry`] finds one by name ([`crate::Ia::open`] uses
-//! [`Registry::builtin`]). Opening it yields a [`Transport`]
+//! A [`Provider`] is a plain value the application may pick (rustls style)
+//! and open with [`crate::Ia::open_provider`]; a [`Registry`] finds one by
+//! name (the `rdapl` crate's `Ia::open` uses its registry of the providers
+//! it was built with). Opening it yields a [`Transport`]
 //! for one IA. The object model ([`crate::ep`], [`crate::sp`]) keeps every
 //! provider-independent rule: handles, the endpoint state machine, argument
 //! checks, completion reservations on EVDs, flushing. A transport only
 //! moves connection-management messages and data, and reports back through
 //! the endpoint's methods (`complete`, `connection_event`, `break_connection`).
 //!
-//! The in-process [`loopback`] provider is the embedded default.
+//! No provider lives in this crate. The in-process loopback provider, the
+//! embedded default, is the crate `rdapl-loopback`, built on this crate's
+//! public interface alone (the provider's view and [`soft`]); the TCP
+//! provider is `rdapl-tcp`; the `rdapl` crate re-exports this one and
+//! registers the providers it was built with.
 //!
 //! # Writing a provider
 //!
@@ -28,23 +33,30 @@
 //! in software may also let consumers drive it: a [`Progress`] hook
 //! attached with [`EpInner::attach_progress`] runs in the consumer's
 //! thread when it finds one of the endpoint's EVDs empty or is about to
-//! wait on it (the TCP provider does so). `tests/provider_public.rs`
-//! is a whole provider written that way (a progress thread, every
-//! completion asynchronous), run through the object model's flows. Its
-//! IAs are opened with [`crate::Ia::open_provider`], or by name once it is
-//! in a [`Registry`].
+//! wait on it (the TCP provider does so). The `rdapl` crate's
+//! `tests/provider_public.rs` is a whole provider written that way (a
+//! progress thread, every completion asynchronous), run through the object
+//! model's flows. Its IAs are opened with [`crate::Ia::open_provider`], or
+//! by name once it is in a [`Registry`].
 //!
-//! (The loopback provider still reaches into crate-private state for its
-//! in-process fast paths; moving it behind this interface into a crate of
-//! its own is the next step.)
+//! A provider that moves the bytes itself inside this process, as the
+//! loopback does (one copy from the source's registered region into the
+//! sink's, in the poster's thread), uses the helpers of [`soft`] instead:
+//! the registration tables and their key caches, the copy functions, the
+//! endpoint's receive queue and request queue and the state under its lock
+//! ([`EpCore`]'s public fields), connection numbers and a timer. It then
+//! keeps the invariants those items document (lock order, completions
+//! published in post order, a failure stopping both queues before it is
+//! published). The loopback's module docs are the worked example.
 
 mod gather;
-pub mod loopback;
 mod registry;
+pub mod soft;
 mod view;
 
 pub use crate::ep::{EpCore, EpInner, NewWr, RecvWr, Wr};
 pub use crate::evd::{EvdProducer, Progress};
+pub use crate::ia::IaInner;
 pub use crate::sp::{CrInner, CrState, SpInner};
 pub use gather::{Gather, GatherLock};
 pub use registry::Registry;

@@ -69,7 +69,7 @@
 mod loom_storage;
 // Under loom the ring is checked by its own models only (see `loom_storage`).
 #[cfg_attr(rdapl_loom, allow(dead_code))]
-mod ring;
+pub(crate) mod ring;
 #[cfg_attr(rdapl_loom, allow(unused_imports))]
 pub(crate) use ring::{prefetch_read, prefetch_write};
 mod producer;
@@ -1462,7 +1462,7 @@ impl Evd {
     /// loopback provider, which loom builds leave out.)
     #[cfg(not(rdapl_loom))]
     #[inline]
-    pub(crate) fn prefetch_complete(&self) {
+    pub fn prefetch_complete(&self) {
         self.inner.storage.prefetch_push();
     }
 

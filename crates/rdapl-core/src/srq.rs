@@ -32,16 +32,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub const DAT_SRQ_LOW_WATERMARK_EVENT: i32 = 2;
 
 /// A receive posted to an SRQ.
-pub(crate) struct SrqWr {
+pub struct SrqWr {
+    /// Its scatter/gather list.
     pub iov: crate::mem::Iov,
+    /// Its cookie.
     pub cookie: u64,
+    /// Its completion flags.
     pub flags: CompletionFlags,
 }
 
 /// A shared receive queue. Cloning gives another handle.
 #[derive(Clone)]
 pub struct Srq {
-    pub(crate) inner: Arc<SrqInner>,
+    /// The shared part (what providers work on).
+    pub inner: Arc<SrqInner>,
 }
 
 /// The shared part of an SRQ (what providers work on).
@@ -53,7 +57,10 @@ pub struct SrqInner {
     pub(crate) pz: Pz,
     pub(crate) max_recv_dtos: usize,
     pub(crate) max_recv_iov: usize,
-    pub(crate) recvs: Mutex<VecDeque<SrqWr>>,
+    /// The posted receives, oldest first (a provider takes them with
+    /// [`EpInner::take_recv`](crate::provider::EpInner::take_recv), and
+    /// puts back at the head one it took and did not use).
+    pub recvs: Mutex<VecDeque<SrqWr>>,
     watermark: Mutex<Option<usize>>,
     pub(crate) eps: Mutex<Vec<std::sync::Weak<crate::ep::EpInner>>>,
     freed: AtomicBool,

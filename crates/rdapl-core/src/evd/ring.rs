@@ -56,7 +56,7 @@ macro_rules! prefetch_hint {
     ($(#[$doc:meta])* $name:ident, $insn:literal) => {
         $(#[$doc])*
         #[inline(always)]
-        pub(crate) fn $name(addr: *const u8) {
+        pub fn $name(addr: *const u8) {
             #[cfg(all(target_arch = "x86_64", not(rdapl_loom)))]
             // SAFETY: a prefetch is a hint: it cannot fault (any address
             // is allowed, mapped or not), changes no register or memory
@@ -940,7 +940,7 @@ mod tests {
 /// Loom models of the ring against the contract the EVD relies on (module
 /// docs): exactly once in FIFO order, and the fenced emptiness check, also
 /// across a ring change. Run with the EVD models (`scripts/test-all.sh`):
-/// `RUSTFLAGS="--cfg rdapl_loom" cargo test -p rdapl --lib --release`.
+/// `RUSTFLAGS="--cfg rdapl_loom" cargo test -p rdapl-core --lib --release`.
 #[cfg(all(test, rdapl_loom))]
 mod loom_tests {
     use super::*;

@@ -309,6 +309,7 @@ impl Region {
     }
 
     /// True once [`Region::retire`] has run (or is running).
+    #[inline]
     pub fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
     }
@@ -414,7 +415,7 @@ impl Region {
     /// The address of the region's lock word (a prefetch hint for a
     /// writer on another core; never dereferenced through this value).
     #[inline]
-    pub(crate) fn lock_addr(&self) -> usize {
+    pub fn lock_addr(&self) -> usize {
         match &self.backing {
             Backing::Owned(l) => l as *const _ as usize,
             Backing::Raw { lock, .. } => lock as *const _ as usize,
@@ -481,7 +482,7 @@ pub struct Span {
 
 /// The registration table of one IA: keys to entries.
 #[derive(Default)]
-pub(crate) struct MemTable {
+pub struct MemTable {
     slots: RwLock<Vec<Slot>>,
     free: Mutex<Vec<u32>>,
     /// Bumped under the write lock, before any change: a [`KeyCache`]
@@ -508,7 +509,7 @@ pub enum RemoteInvalidate {
 
 /// Errors of the access check, before they become a DTO status.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum AccessError {
+pub enum AccessError {
     /// Unknown or dead key.
     BadKey,
     /// Wrong protection zone.
@@ -866,7 +867,7 @@ impl MemTable {
 
     /// Checks an access of `len` bytes at `addr` through `ctx`, needing
     /// `right`, from protection zone `pz`; returns the span to copy.
-    pub(crate) fn resolve(
+    pub fn resolve(
         &self,
         ctx: u32,
         addr: u64,
@@ -963,7 +964,7 @@ impl MemTable {
     /// reference count taken while the key is cached and the table
     /// unchanged. The span borrows from `cache`, or (when the key is not
     /// cached: the authoritative answer, errors included) from `hold`.
-    pub(crate) fn resolve_cached<'c>(
+    pub fn resolve_cached<'c>(
         &self,
         (cache, hold): (&'c mut KeyCache, &'c mut Option<Span>),
         ctx: u32,
@@ -991,7 +992,7 @@ impl MemTable {
     /// (the caller then asks the table for the authoritative answer).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub(crate) fn resolve_one_cached<'c>(
+    pub fn resolve_one_cached<'c>(
         &self,
         cache: &'c mut KeyCache,
         ctx: u32,
@@ -1015,7 +1016,7 @@ impl MemTable {
     /// [`MemTable::resolve_local`] through `cache` (see
     /// [`MemTable::resolve_cached`]); `hold` keeps the spans of an uncached
     /// resolution.
-    pub(crate) fn resolve_local_cached<'c>(
+    pub fn resolve_local_cached<'c>(
         &self,
         cache: &'c mut KeyCache,
         hold: &'c mut Spans,
@@ -1077,7 +1078,7 @@ impl MemTable {
 
     /// Resolves a local scatter/gather list (`LocalProtection` on failure),
     /// under one lock of the table.
-    pub(crate) fn resolve_local(
+    pub fn resolve_local(
         &self,
         iov: &[LmrTriplet],
         right: MemPriv,
@@ -1157,7 +1158,7 @@ const CACHED_KEYS: usize = 4;
 /// moved; a miss drops every stale entry, so a region outlives its last
 /// registration in here only until the endpoint's next miss (or release).
 #[derive(Default)]
-pub(crate) struct KeyCache {
+pub struct KeyCache {
     keys: [Option<CachedKey>; CACHED_KEYS],
     next: usize,
 }
@@ -1298,14 +1299,14 @@ impl KeyCache {
     }
 
     /// Forgets everything.
-    pub(crate) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         *self = KeyCache::default();
     }
 }
 
 /// A [`Span`] borrowing its region.
 #[derive(Copy, Clone, Debug)]
-pub(crate) struct SpanRef<'a> {
+pub struct SpanRef<'a> {
     /// The region.
     pub region: &'a Region,
     /// Offset into the region.
@@ -1316,7 +1317,7 @@ pub(crate) struct SpanRef<'a> {
 
 impl Span {
     /// The span, borrowing its region.
-    pub(crate) fn as_ref(&self) -> SpanRef<'_> {
+    pub fn as_ref(&self) -> SpanRef<'_> {
         SpanRef {
             region: &self.region,
             offset: self.offset,
@@ -1326,14 +1327,14 @@ impl Span {
 }
 
 /// Borrowing spans (inline up to four entries).
-pub(crate) type SpanRefs<'a> = smallvec::SmallVec<[SpanRef<'a>; 4]>;
+pub type SpanRefs<'a> = smallvec::SmallVec<[SpanRef<'a>; 4]>;
 
 /// A posted scatter/gather list (inline up to four entries).
-pub(crate) type Iov = smallvec::SmallVec<[LmrTriplet; 4]>;
+pub type Iov = smallvec::SmallVec<[LmrTriplet; 4]>;
 
 /// A scatter/gather list resolved to spans (inline up to four entries: no
 /// allocation on the data path for the usual lists).
-pub(crate) type Spans = smallvec::SmallVec<[Span; 4]>;
+pub type Spans = smallvec::SmallVec<[Span; 4]>;
 
 /// The total length of a scatter/gather list, if it is at most `limit`
 /// (`None` if it is larger, or if the sum does not fit a `u64`: lengths
@@ -1350,13 +1351,13 @@ pub(crate) fn list_len(iov: &[LmrTriplet], limit: u64) -> Option<u64> {
 }
 
 /// Total length of spans.
-pub(crate) fn total(spans: &[SpanRef<'_>]) -> usize {
+pub fn total(spans: &[SpanRef<'_>]) -> usize {
     spans.iter().map(|s| s.len).sum()
 }
 
 /// A copy refused because a region it names is retired: which side(s).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Retired {
+pub struct Retired {
     /// A source span's region is retired.
     pub src: bool,
     /// A sink span's region is retired.
@@ -1380,7 +1381,7 @@ pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> std::result::Result<usiz
 /// send): two regions locked in id order, one copy; one region: the general
 /// path.
 #[inline]
-pub(crate) fn copy_one(s: SpanRef<'_>, d: SpanRef<'_>) -> std::result::Result<usize, Retired> {
+pub fn copy_one(s: SpanRef<'_>, d: SpanRef<'_>) -> std::result::Result<usize, Retired> {
     let n = s.len.min(d.len);
     if s.region.id == d.region.id {
         return copy_general(&[s], &[d], n);
@@ -1411,10 +1412,7 @@ pub(crate) fn copy_one(s: SpanRef<'_>, d: SpanRef<'_>) -> std::result::Result<us
 }
 
 /// `copy_spans` (a test helper) of borrowing spans.
-pub(crate) fn copy_refs(
-    src: &[SpanRef<'_>],
-    dst: &[SpanRef<'_>],
-) -> std::result::Result<usize, Retired> {
+pub fn copy_refs(src: &[SpanRef<'_>], dst: &[SpanRef<'_>]) -> std::result::Result<usize, Retired> {
     if let ([s], [d]) = (src, dst) {
         if s.region.id != d.region.id {
             return copy_one(*s, *d);
@@ -1570,10 +1568,7 @@ enum RegionLockGuard<'a> {
 /// Copies `min(src.len(), total(dst))` bytes of an owned buffer into the
 /// `dst` spans, in order, every sink region locked for writing: if one is
 /// retired, no byte moves (`Retired::dst`).
-pub(crate) fn copy_from_buf(
-    src: &[u8],
-    dst: &[SpanRef<'_>],
-) -> std::result::Result<usize, Retired> {
+pub fn copy_from_buf(src: &[u8], dst: &[SpanRef<'_>]) -> std::result::Result<usize, Retired> {
     let retired = Retired {
         src: false,
         dst: true,
@@ -1633,10 +1628,7 @@ pub(crate) fn lend_span<R>(
 /// Copies `min(total(src), dst.len())` bytes of the `src` spans, in order,
 /// into an owned buffer, every source region locked for reading: if one is
 /// retired, no byte moves (`Retired::src`).
-pub(crate) fn copy_into_buf(
-    src: &[SpanRef<'_>],
-    dst: &mut [u8],
-) -> std::result::Result<usize, Retired> {
+pub fn copy_into_buf(src: &[SpanRef<'_>], dst: &mut [u8]) -> std::result::Result<usize, Retired> {
     let retired = Retired {
         src: true,
         dst: false,

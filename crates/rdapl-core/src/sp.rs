@@ -78,8 +78,8 @@ pub struct CrInner {
     pub(crate) conn_qual: u64,
     pub(crate) private_data: Box<[u8]>,
     pub(crate) remote_address: IpAddr,
-    /// Loopback: the active endpoint.
-    pub(crate) active: Weak<EpInner>,
+    /// In-process providers (the loopback): the active endpoint.
+    pub active: Weak<EpInner>,
     pub(crate) state: Mutex<CrState>,
 }
 
@@ -90,7 +90,7 @@ fn next_id() -> u64 {
 
 impl CrInner {
     /// A new pending request (made by a transport on arrival).
-    pub(crate) fn new(
+    pub fn new(
         sp: &Arc<SpInner>,
         private_data: Vec<u8>,
         remote_address: IpAddr,
@@ -161,7 +161,7 @@ impl SpInner {
     /// Delivers a connection request: registers it and posts the
     /// `ConnectionRequest` event. Fails if the CR EVD overflowed (the
     /// transport then rejects the request as a non-peer reject).
-    pub(crate) fn deliver(self: &Arc<Self>, cr: &Arc<CrInner>) -> Result<()> {
+    pub fn deliver(self: &Arc<Self>, cr: &Arc<CrInner>) -> Result<()> {
         if self.is_freed() {
             return Err(Error::InvalidHandle(Subtype::InvalidHandlePsp));
         }

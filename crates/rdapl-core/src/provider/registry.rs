@@ -2,19 +2,19 @@
 //! (later) `dat.conf` name them.
 //!
 //! A [`Registry`] is a plain value: an application may build its own,
-//! register the providers it wants and open IAs from it. [`Registry::builtin`]
-//! is the one [`crate::Ia::open`] uses, with the providers this crate was
-//! built with; the loopback provider is its embedded default (the name `""`
-//! or `"loopback"`). Provider settings live in provider instances, never
-//! in the registry.
+//! register the providers it wants and open IAs from it. This crate knows
+//! no provider by name: the `rdapl` crate, which applications use, holds
+//! the registry of the providers it was built with (`rdapl::builtin()`,
+//! the loopback provider its default, the name `""` or `"loopback"`), from
+//! which its `Ia::open` opens. Provider settings live in provider
+//! instances, never in the registry.
 
 use crate::error::{Error, Result};
 use crate::ia::{Ia, IaOptions};
 use crate::provider::Provider;
-use crate::provider::loopback::Loopback;
 use parking_lot::RwLock;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Named providers, the first one registered being the default.
 pub struct Registry {
@@ -40,22 +40,6 @@ impl Registry {
         Registry {
             providers: RwLock::new(Vec::new()),
         }
-    }
-
-    /// A registry with the providers built into this crate: a new loopback
-    /// instance (its own fabric), the default.
-    pub fn with_builtin() -> Registry {
-        let r = Registry::new();
-        r.providers.write().push(Loopback::new());
-        r
-    }
-
-    /// The registry [`crate::Ia::open`] uses: the built-in providers, made
-    /// on first use. Its loopback instance is the process's default
-    /// in-process fabric.
-    pub fn builtin() -> &'static Registry {
-        static BUILTIN: OnceLock<Registry> = OnceLock::new();
-        BUILTIN.get_or_init(Registry::with_builtin)
     }
 
     /// Adds a provider under its own name ([`crate::ProviderAttr::name`]).
@@ -109,24 +93,52 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ia::{IaAttr, ProviderAttr};
+    use crate::provider::Transport;
+    use std::net::IpAddr;
+
+    /// A provider that only has a name.
+    struct Named(&'static str);
+
+    impl Provider for Named {
+        fn attr(&self) -> ProviderAttr {
+            ProviderAttr {
+                name: self.0.into(),
+                ..ProviderAttr::default()
+            }
+        }
+        fn ia_attr(&self, address: IpAddr) -> IaAttr {
+            IaAttr {
+                address,
+                ..IaAttr::default()
+            }
+        }
+        fn open(&self, _: Option<IpAddr>, _: &str) -> Result<Arc<dyn Transport>> {
+            Err(Error::ModelNotSupported("a name only"))
+        }
+    }
 
     #[test]
-    fn finds_by_name_with_loopback_the_default() {
-        let r = Registry::with_builtin();
-        assert_eq!(r.names(), vec!["loopback".to_string()]);
-        assert_eq!(r.get("").unwrap().attr().name, "loopback");
+    fn finds_by_name_with_the_first_the_default() {
+        let r = Registry::new();
+        assert!(r.get("").is_none());
+        r.register(Arc::new(Named("first"))).unwrap();
+        r.register(Arc::new(Named("second"))).unwrap();
+        assert_eq!(r.names(), vec!["first".to_string(), "second".to_string()]);
+        assert_eq!(r.get("").unwrap().attr().name, "first");
+        assert_eq!(r.get("second").unwrap().attr().name, "second");
         assert!(r.get("tcp").is_none());
         assert!(matches!(
             r.open("tcp", IaOptions::default()),
             Err(Error::ProviderNotFound(n)) if n == "tcp"
         ));
         assert!(matches!(
-            r.register(Loopback::new()),
+            r.register(Arc::new(Named("first"))),
             Err(Error::InvalidParameter { arg: 1, .. })
         ));
-        let empty = Registry::new();
-        assert!(empty.get("").is_none());
-        empty.register(Loopback::new()).unwrap();
-        assert_eq!(empty.names(), vec!["loopback".to_string()]);
+        assert!(matches!(
+            r.register(Arc::new(Named(""))),
+            Err(Error::InvalidParameter { arg: 1, .. })
+        ));
     }
 }

@@ -1,0 +1,114 @@
+//! Shared helpers for software providers: what a provider that moves the
+//! bytes itself, in this process (the loopback provider, crate
+//! `rdapl-loopback`), needs of the core beyond the provider's view.
+//!
+//! Everything here is the core's own machinery, made public for such
+//! providers: the same code the object model runs, with the same locking
+//! and no extra cost. It is grouped by concern:
+//!
+//! * **registered memory**: an IA's registration table ([`MemTable`],
+//!   reached through [`IaInner::mem`](crate::provider::IaInner::mem)) resolves
+//!   a key, an address range, a right and a protection zone to a [`Span`]
+//!   of a region, and a [`KeyCache`] keeps a few resolved keys so that the
+//!   usual request takes no table lock; [`SpanRef`], [`SpanRefs`],
+//!   [`Spans`] and [`Iov`] are the lists these work on;
+//! * **copies** between resolved spans and owned buffers ([`copy_one`],
+//!   [`copy_refs`], [`copy_from_buf`], [`copy_into_buf`], [`total`]): every
+//!   region locked (in id order) and checked live under its lock, so a
+//!   region retired after its key resolved moves no byte ([`Retired`]);
+//! * **queues**: an endpoint's receive queue ([`RecvQueue`], the taking
+//!   end of a two-lock queue), the requests a transport executes
+//!   ([`Request`], [`WrOp`]), a shared receive queue's entries ([`SrqWr`]),
+//!   and connection numbers ([`next_conn`]) that keep a send of an ended
+//!   connection out of the receives of the next one;
+//! * **time**: [`deadline`] (a DAT timeout as an instant) and a one-thread
+//!   [`Timer`] for delayed work;
+//! * **cache hints**: [`prefetch_write`], [`prefetch_read`].
+//!
+//! A provider that talks to another process (the TCP provider) needs none
+//! of this: the provider's view (`gather`, `scatter`, `remote_write`,
+//! `remote_read`, `take_recv`, see [`EpInner`](crate::provider::EpInner))
+//! does the same checks behind one call each.
+
+pub use crate::ep::{RecvQueue, Request, WrOp, next_conn};
+pub use crate::evd::ring::{prefetch_read, prefetch_write};
+pub use crate::mem::{
+    AccessError, Iov, KeyCache, MemTable, Retired, Span, SpanRef, SpanRefs, Spans, copy_from_buf,
+    copy_into_buf, copy_one, copy_refs, total,
+};
+pub use crate::srq::SrqWr;
+pub use crate::sync::deadline;
+
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// A job for the [`Timer`].
+pub type Job = Box<dyn FnOnce() + Send>;
+
+/// A one-thread timer: runs jobs at their deadlines, one at a time, on its
+/// own thread, with none of its locks held. Its thread ends when the timer
+/// is stopped ([`Timer::stop`]); jobs not yet run then never run.
+pub struct Timer {
+    jobs: Mutex<Vec<(Instant, Job)>>,
+    stopped: AtomicBool,
+    cv: Condvar,
+}
+
+impl Timer {
+    /// Starts a timer whose thread is called `name`.
+    ///
+    /// # Panics
+    ///
+    /// If the thread cannot be spawned.
+    pub fn start(name: &str) -> Arc<Timer> {
+        let t = Arc::new(Timer {
+            jobs: Mutex::new(Vec::new()),
+            stopped: AtomicBool::new(false),
+            cv: Condvar::new(),
+        });
+        let t2 = t.clone();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || t2.run())
+            .expect("spawning a timer thread");
+        t
+    }
+
+    /// Runs `job` at `when` (at once if that has passed).
+    pub fn at(&self, when: Instant, job: Job) {
+        self.jobs.lock().push((when, job));
+        self.cv.notify_one();
+    }
+
+    /// Stops the timer: its thread ends (after the job it may be running).
+    pub fn stop(&self) {
+        let _g = self.jobs.lock();
+        self.stopped.store(true, Ordering::SeqCst);
+        self.cv.notify_one();
+    }
+
+    fn run(&self) {
+        let mut jobs = self.jobs.lock();
+        loop {
+            if self.stopped.load(Ordering::SeqCst) {
+                return;
+            }
+            let now = Instant::now();
+            if let Some(i) = jobs.iter().position(|(w, _)| *w <= now) {
+                let (_, job) = jobs.swap_remove(i);
+                drop(jobs);
+                job();
+                jobs = self.jobs.lock();
+                continue;
+            }
+            match jobs.iter().map(|(w, _)| *w).min() {
+                Some(next) => {
+                    self.cv.wait_until(&mut jobs, next);
+                }
+                None => self.cv.wait(&mut jobs),
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Connection management: connect, accept, reject and disconnect between
+//! two endpoints of one fabric, the request delivered to the listening
+//! service point, the connection numbered on both sides.
+
+use crate::LoopbackIa;
+use crate::dto::progress;
+use crate::fabric::Fabric;
+use rdapl_core::ep::EpState;
+use rdapl_core::error::{Error, Result, Subtype};
+use rdapl_core::event::ConnectionEventKind;
+use rdapl_core::provider::soft;
+use rdapl_core::provider::{CrInner, CrState, EpInner};
+use std::net::IpAddr;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+pub(crate) fn connect(
+    ia: &LoopbackIa,
+    ep: &Arc<EpInner>,
+    remote: IpAddr,
+    conn_qual: u64,
+    private_data: Vec<u8>,
+    timeout: Option<Duration>,
+) -> Result<()> {
+    let sp = ia.lb.listener(remote, conn_qual);
+    let Some(sp) = sp else {
+        let reachable = ia.lb.reachable(remote);
+        // Nobody listens on a reachable address: the connection
+        // manager refuses, not the peer consumer (as a TCP reset, and
+        // uDAPL's NON_PEER_REJECTED for a request no listener took).
+        fail_active(
+            ep,
+            if reachable {
+                ConnectionEventKind::NonPeerRejected
+            } else {
+                ConnectionEventKind::Unreachable
+            },
+            None,
+        );
+        return Ok(());
+    };
+    let cr = CrInner::new(&sp, private_data, ia.addr, Arc::downgrade(ep));
+    ep.core.lock().pending_cr = Some(cr.clone());
+    if sp.deliver(&cr).is_err() {
+        cr.settle_as(CrState::Cancelled);
+        fail_active(ep, ConnectionEventKind::NonPeerRejected, None);
+        return Ok(());
+    }
+    // (A timeout too long for an instant is as good as none.)
+    if let Some(at) = soft::deadline(timeout) {
+        let (cr, ep) = (cr.clone(), Arc::downgrade(ep));
+        ia.lb.timer.at(
+            at,
+            Box::new(move || {
+                if cr.settle_as(CrState::Cancelled) {
+                    if let Some(ep) = ep.upgrade() {
+                        fail_active(&ep, ConnectionEventKind::TimedOut, None);
+                    }
+                }
+            }),
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn accept(
+    ia: &LoopbackIa,
+    cr: &Arc<CrInner>,
+    ep: &Arc<EpInner>,
+    private_data: Vec<u8>,
+) -> Result<()> {
+    let active = cr.active.upgrade();
+    if !cr.settle_as(CrState::Accepted) {
+        return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
+    }
+    let Some(active) = active else {
+        return Err(Error::Abort("the connecting endpoint went away"));
+    };
+    {
+        let (mut cp, mut ca) = EpInner::lock_pair(ep, &active);
+        if ca.state != EpState::ActiveConnectionPending {
+            return Err(Error::Abort("the connecting endpoint gave up"));
+        }
+        // One number for the connection, on both sides and both
+        // receive queues (locked after both endpoints).
+        let conn = soft::next_conn();
+        ep.rq.lock().conn = conn;
+        active.rq.lock().conn = conn;
+        cp.conn = conn;
+        ca.conn = conn;
+        cp.state = EpState::Connected;
+        cp.peer = Some(Arc::downgrade(&active));
+        cp.peer_mem = Some((active.ia.clone(), active.pz_handle()));
+        cp.peer_keys.clear();
+        cp.remote = Some((cr.remote(), cr.qualifier()));
+        ca.state = EpState::Connected;
+        ca.peer = Some(Arc::downgrade(ep));
+        ca.peer_mem = Some((ep.ia.clone(), ep.pz_handle()));
+        ca.peer_keys.clear();
+        ca.pending_cr = None;
+        ca.peer_private = Some(private_data.clone().into_boxed_slice());
+    }
+    ep.connection_event(ConnectionEventKind::Established, None);
+    active.connection_event(
+        ConnectionEventKind::Established,
+        Some(private_data.into_boxed_slice()),
+    );
+    progress_ep_and_peer(&ia.lb, ep);
+    Ok(())
+}
+
+pub(crate) fn reject(_ia: &LoopbackIa, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
+    if !cr.settle_as(CrState::Rejected) {
+        return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
+    }
+    if let Some(active) = cr.active.upgrade() {
+        fail_active(
+            &active,
+            ConnectionEventKind::PeerRejected,
+            Some(private_data.into_boxed_slice()),
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn disconnect(_ia: &LoopbackIa, ep: &Arc<EpInner>, _graceful: bool) {
+    // Requests execute as soon as they can, so a graceful disconnect
+    // has nothing left to wait for but requests blocked on the peer:
+    // those are flushed, as an abrupt one does.
+    let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
+    ep.break_connection(peer.as_ref(), Some(ConnectionEventKind::Disconnected));
+}
+
+/// The active side's connection attempt failed with `kind`.
+pub(crate) fn fail_active(
+    ep: &Arc<EpInner>,
+    kind: ConnectionEventKind,
+    private: Option<Box<[u8]>>,
+) {
+    {
+        let mut c = ep.core.lock();
+        if c.state != EpState::ActiveConnectionPending {
+            return;
+        }
+        ep.set_state(&mut c, EpState::Disconnected);
+        c.pending_cr = None;
+    }
+    ep.flush_all();
+    ep.connection_event(kind, private);
+}
+
+/// Progresses `ep`'s requests, then its peer's (which may wait for a
+/// receive `ep` just posted).
+fn progress_ep_and_peer(lb: &Arc<Fabric>, ep: &Arc<EpInner>) {
+    progress(lb, ep);
+    let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
+    if let Some(p) = peer {
+        progress(lb, &p);
+    }
+}

@@ -1,0 +1,264 @@
+//! The in-process loopback provider: the embedded default of the `rdapl`
+//! crate (`rdapl::provider::loopback`), and its performance baseline.
+//!
+//! It is a provider outside the core, built on the core's public interface
+//! alone: the provider's view of the objects and the helpers of
+//! [`rdapl_core::provider::soft`] for providers that move the bytes
+//! themselves. Open it by value (`Ia::open_provider(Loopback::new(), ..)`,
+//! a fabric of its own) or by name (`"loopback"`) from the `rdapl` crate.
+//!
+//! Endpoints of one process connect through an in-process namespace of
+//! (IA address, connection qualifier) pairs. Data moves by one copy straight
+//! from the source's registered region into the sink's (as a NIC's DMA
+//! would), with every key, range, right and protection zone checked first
+//! (every key that names memory: see zero-length RDMA below).
+//! Work requests execute in order per endpoint, in the poster's thread (or
+//! in the provider's timer thread for delayed work); completions flow
+//! through the EVD engine, so upcalls still run in the dispatch context,
+//! never on the poster's stack.
+//!
+//! Locking: a request executes under its endpoint's lock. The usual send
+//! (a receive waiting, keys cached, no error) needs of the peer only its
+//! receive queue, under that queue's own lock, which the peer's posts do
+//! not take: a receive queue is a two-lock queue
+//! ([`RecvQueue`](rdapl_core::provider::soft::RecvQueue)), so
+//! with a steady stream of messages each of its locks stays on one core,
+//! and only the receives, in batches, cross over. The usual RDMA request needs
+//! nothing of the peer endpoint at all. Anything else (no receive, any
+//! failure, a memory operation, fault injection) runs with both endpoints
+//! locked in handle order, so a failure is published and both queues
+//! stopped at once.
+//!
+//! Reliable-connected semantics:
+//!
+//! * a send with no receive posted waits up to the receiver-not-ready time
+//!   ([`Loopback::set_rnr_timeout`], default 200 ms) for one, then fails with
+//!   `ReceiverNotReady`;
+//! * a receive too small: `LocalLength` on the receiver, `RemoteResponder`
+//!   on the sender;
+//! * a bad remote key, range, right or zone: `RemoteAccess`, no byte moved;
+//! * a zero-length RDMA write or read (its local list totals 0 bytes)
+//!   succeeds with 0 bytes and its remote key is not checked, nor are the
+//!   keys of zero-length local segments: such a request names no memory.
+//!   This is what InfiniBand and iWARP do (a zero-length RDMA is not
+//!   checked against the remote key; iWARP uses a zero-length write as a
+//!   "ready to receive" marker), and it reaches no byte, so no grant is
+//!   bypassed. A request of one byte or more is checked in full;
+//! * a region retired between resolving its key and the copy (see
+//!   [`rdapl_core::mem`]): no byte moved, `LocalProtection` if it is the
+//!   poster's own buffer, `RemoteAccess` (for a send: `RemoteResponder`, and
+//!   `LocalProtection` on the receive) if it is the peer's;
+//! * any DTO error breaks the connection: everything outstanding on both
+//!   sides is flushed and both get `Broken`.
+//! * a send lands only in a receive of its own connection: a disconnect
+//!   ends the two sides one after the other, and in between the side not
+//!   yet told may still send; each connection has a number, on both
+//!   endpoints and both receive queues, and a send takes a receive only
+//!   if the queue's number (cleared under the queue's lock when that side
+//!   ends, and on reset) is its own: else it waits, and its own side's
+//!   disconnect flushes it.
+//!
+//! Fault injection (used by the tests): `Ep::inject_failure`,
+//! `Ep::inject_delay`, `Ep::inject_break`.
+//!
+//! One concern per module: this one holds the provider value and the
+//! transport of one IA; `fabric` the namespace the IAs of one instance
+//! share (addresses, listeners, the timer, settings); `cm` connection
+//! management; `dto` the execution of requests (the fast paths and the
+//! general one with both endpoints locked); `fault` fault injection.
+
+mod cm;
+mod dto;
+mod fabric;
+mod fault;
+#[cfg(test)]
+mod tests;
+
+use crate::fabric::Fabric;
+use parking_lot::{Mutex, MutexGuard};
+use rdapl_core::error::{Error, Result};
+use rdapl_core::evd::{MAX_QLEN, UpcallPolicy};
+use rdapl_core::ia::{IaAttr, ProviderAttr};
+use rdapl_core::provider::soft::Timer;
+use rdapl_core::provider::{CrInner, EpCore, EpInner, NewWr, Provider, SpInner, Transport};
+use rdapl_core::srq::SrqInner;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The loopback provider: one in-process fabric. IAs opened from the same
+/// instance reach each other; another instance ([`Loopback::new`]) is a
+/// separate fabric with its own settings. The `"loopback"` of the `rdapl`
+/// crate's registry of built-in providers (`rdapl::builtin()`, what
+/// `Ia::open` opens from) is one instance.
+pub struct Loopback {
+    fabric: Arc<Fabric>,
+}
+
+impl Loopback {
+    /// A new loopback fabric (its own listeners, addresses, timer and
+    /// settings).
+    pub fn new() -> Arc<Loopback> {
+        Arc::new(Loopback {
+            fabric: Arc::new(Fabric {
+                listeners: Mutex::new(HashMap::new()),
+                addresses: Mutex::new(HashMap::new()),
+                timer: Timer::start("rdapl-loopback-timer"),
+                rnr_timeout_us: AtomicU64::new(200_000),
+            }),
+        })
+    }
+
+    /// Sets how long a send of this fabric waits for a receive before
+    /// failing with `ReceiverNotReady`.
+    pub fn set_rnr_timeout(&self, t: Duration) {
+        self.fabric.rnr_timeout_us.store(
+            t.as_micros().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+const MAX_PRIVATE_DATA: usize = 512;
+
+impl Provider for Loopback {
+    fn attr(&self) -> ProviderAttr {
+        ProviderAttr {
+            name: "loopback".into(),
+            description: "in-process loopback: one copy between registered regions, no setup"
+                .into(),
+            version: (0, 1),
+            dapl_version: (2, 0),
+            upcall_policies: vec![
+                UpcallPolicy::Disable,
+                UpcallPolicy::SingleInstance,
+                UpcallPolicy::Many,
+                UpcallPolicy::NotifyOnly,
+                UpcallPolicy::Teardown,
+            ],
+            evd_stream_merging: [[true; 6]; 6],
+            completion_flags: 0x0F,
+            thread_safe: true,
+            fmr_supported: true,
+            srq_supported: true,
+            max_private_data_size: MAX_PRIVATE_DATA,
+        }
+    }
+
+    fn ia_attr(&self, address: IpAddr) -> IaAttr {
+        IaAttr {
+            adapter_name: "loopback0".into(),
+            vendor_name: "rdapl".into(),
+            address,
+            max_eps: 1 << 16,
+            max_dto_per_ep: 1 << 14,
+            max_rdma_read_per_ep: 64,
+            max_evds: 1 << 16,
+            max_evd_qlen: MAX_QLEN,
+            max_iov_segments_per_dto: 64,
+            max_lmrs: 1 << 24,
+            max_lmr_block_size: 1 << 40,
+            max_pzs: 1 << 16,
+            max_message_size: 1 << 30,
+            max_rdma_size: 1 << 30,
+            max_rmrs: 1 << 24,
+            max_private_data_size: MAX_PRIVATE_DATA,
+        }
+    }
+
+    fn open(&self, address: Option<IpAddr>, params: &str) -> Result<Arc<dyn Transport>> {
+        let mut addr = address;
+        for kv in params.split([' ', ',']).filter(|s| !s.is_empty()) {
+            match kv.split_once('=') {
+                Some(("addr", v)) => {
+                    let a = v
+                        .parse()
+                        .map_err(|_| Error::param(1, "loopback: addr= is not an IP address"))?;
+                    if addr.is_some_and(|x| x != a) {
+                        return Err(Error::param(
+                            1,
+                            "loopback: addr= names another address than the options do",
+                        ));
+                    }
+                    addr = Some(a);
+                }
+                _ => {
+                    return Err(Error::param(
+                        1,
+                        "loopback: unknown parameter (known: addr=IP)",
+                    ));
+                }
+            }
+        }
+        let addr = self.fabric.take_address(addr)?;
+        Ok(Arc::new(LoopbackIa {
+            lb: self.fabric.clone(),
+            addr,
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }))
+    }
+}
+
+/// One IA of a fabric.
+pub(crate) struct LoopbackIa {
+    pub(crate) lb: Arc<Fabric>,
+    pub(crate) addr: IpAddr,
+    pub(crate) closed: std::sync::atomic::AtomicBool,
+}
+
+impl Transport for LoopbackIa {
+    fn address(&self) -> IpAddr {
+        self.addr
+    }
+
+    fn listen(&self, sp: &Arc<SpInner>) -> Result<()> {
+        self.lb.listen(self.addr, sp)
+    }
+
+    fn unlisten(&self, sp: &SpInner) {
+        self.lb.unlisten(self.addr, sp);
+    }
+
+    fn connect(
+        &self,
+        ep: &Arc<EpInner>,
+        remote: IpAddr,
+        conn_qual: u64,
+        private_data: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        cm::connect(self, ep, remote, conn_qual, private_data, timeout)
+    }
+
+    fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
+        cm::accept(self, cr, ep, private_data)
+    }
+
+    fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
+        cm::reject(self, cr, private_data)
+    }
+
+    fn disconnect(&self, ep: &Arc<EpInner>, graceful: bool) {
+        cm::disconnect(self, ep, graceful);
+    }
+
+    fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
+        dto::kick(&self.lb, ep, recv);
+    }
+
+    fn submit(&self, ep: &Arc<EpInner>, core: MutexGuard<'_, EpCore>, wr: NewWr<'_>) {
+        dto::submit(&self.lb, ep, core, wr);
+    }
+
+    fn srq_posted(&self, srq: &SrqInner) {
+        dto::srq_posted(&self.lb, srq);
+    }
+
+    fn close(&self) {
+        if !self.closed.swap(true, Ordering::SeqCst) {
+            self.lb.release_address(self.addr);
+        }
+    }
+}
