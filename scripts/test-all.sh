@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the whole rdapl test suite: format and lint checks, every unit,
+# Runs the whole rdapl test suite: format, lint and rustdoc checks, every unit,
 # integration and doc test of the workspace (all features), the loom
 # models of the EVD and CNO protocols (--cfg rdapl_loom, on rdapl-core), and
 # a check that a downstream crate's own --cfg loom leaves rdapl whole. The
@@ -24,6 +24,9 @@ cargo fmt --all -- --check
 
 echo "== cargo clippy (all targets, all features, -D warnings)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+echo "== cargo doc (workspace, warnings denied: no broken or private intra-doc link)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
 
 echo "== cargo test (workspace, all features)"
 cargo test --workspace --all-features
