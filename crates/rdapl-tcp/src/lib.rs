@@ -56,20 +56,21 @@
 //!   for 50 us, then hands the input back and blocks). While a consumer
 //!   polls, the thread leaves that socket's input alone. Nothing spins
 //!   when idle.
-//! * **Copies.** A Send's or Write's bytes are gathered once from
-//!   registered memory and written from there (vectored, with the FPDU
-//!   headers and CRCs); input is read into one buffer per connection and
-//!   placed from it. `RDAPL_TCP_PARAMS` ([`PARAMS_ENV`]) gives every IA
-//!   default parameters (e.g. `crc=0`).
+//! * **Copies.** None in user space for bulk data. A Send's, RDMA Write's
+//!   or Read Response's payload is written to the socket straight from the
+//!   registered regions (vectored, with the FPDU headers and CRCs; the
+//!   regions read under their read locks for each system call, see
+//!   [`rdapl::provider::Gather`]); only requests posted with an owned
+//!   [`rdapl::Buf`] are gathered into a staging buffer first. Once a large
+//!   FPDU's header is in, the rest of its payload is read from the socket
+//!   straight into the receive or the tagged region (the core lends that
+//!   memory: `EpInner::lend_recv` and friends); headers and small FPDUs go
+//!   through one input buffer per connection. `RDAPL_TCP_PARAMS`
+//!   ([`PARAMS_ENV`]) gives every IA default parameters (e.g. `crc=0`).
 //!
-//! Not yet: payload is still copied once each way in user space (gathered
-//! from registered memory before it is framed, placed from the input
-//! buffer after it is read), where a zero-copy path would write straight
-//! from the regions and read large payload straight into the receive or
-//! the tagged region; the core's regions give out no long-lived slices
-//! for that yet. A consumer that blocks other than in `wait` (a CNO, an
-//! async stream, an upcall) after polling gets its input progressed by the
-//! thread again within [`progress::POLL_FRESH_MS`].
+//! Not yet: a consumer that blocks other than in `wait` (a CNO, an async
+//! stream, an upcall) after polling gets its input progressed by the
+//! thread again only within [`progress::POLL_FRESH_MS`].
 //!
 //! # Example
 //!
