@@ -230,8 +230,6 @@ pub struct Wr {
     pub(crate) cookie: u64,
     pub(crate) flags: CompletionFlags,
     pub(crate) res: Reservation,
-    /// Fault injection: do not start before this instant.
-    pub not_before: Option<Instant>,
     /// An owned buffer (`post_send_buf`, or a receive's): the request's
     /// data instead of `iov` (its first `buf_len` bytes), handed back with
     /// the completion.
@@ -270,7 +268,6 @@ impl From<RecvWr> for Wr {
             cookie: r.cookie,
             flags: r.flags,
             res: r.res,
-            not_before: None,
             buf: r.buf,
             // (Only a send carries bytes of its buffer.)
             buf_len: 0,
@@ -292,8 +289,6 @@ pub struct NewWr<'a> {
     pub(crate) cookie: u64,
     pub(crate) flags: CompletionFlags,
     pub(crate) res: Reservation,
-    /// Fault injection: do not start before this instant.
-    pub not_before: Option<Instant>,
     /// An owned buffer to send from instead of `iov` (see [`Wr::buf`]).
     pub(crate) buf: Option<Buf>,
     /// The bytes of `buf` the send carries.
@@ -309,7 +304,6 @@ impl NewWr<'_> {
             cookie: self.cookie,
             flags: self.flags,
             res: self.res,
-            not_before: self.not_before,
             buf: self.buf,
             buf_len: self.buf_len,
         }
@@ -415,8 +409,6 @@ pub struct EpCore {
     /// it ends): a send lands only in a receive queue of the same
     /// connection ([`RecvQueue::conn`]).
     pub conn: u64,
-    /// Fault injection: the next executed request fails with this status.
-    pub fail_next: Option<DtoStatus>,
     /// The request queue: requests posted and not yet executed, in order.
     pub sends: VecDeque<Wr>,
     /// In-process providers (the loopback): the connected peer.
@@ -433,8 +425,6 @@ pub struct EpCore {
     pub remote: Option<(IpAddr, u64)>,
     /// The head send waits for a receive until this instant.
     pub rnr_deadline: Option<Instant>,
-    /// Fault injection: requests posted from now on start this much later.
-    pub(crate) delay: Option<Duration>,
     /// Active side: the connection request in flight.
     pub pending_cr: Option<Arc<crate::sp::CrInner>>,
     /// Private data received from the peer (accept on the active side).
@@ -725,8 +715,6 @@ impl Ep {
                 remote: None,
                 sends: VecDeque::new(),
                 rnr_deadline: None,
-                fail_next: None,
-                delay: None,
                 pending_cr: None,
                 peer_private: None,
                 peer_hints: [0; 2],
@@ -1245,25 +1233,6 @@ impl Ep {
         lmr.set_mapping(new_ctx, None, MemPriv::NONE);
         Ok(new_ctx)
     }
-
-    /// Fault injection (providers that support it, the loopback provider):
-    /// the next request to execute fails with `status` and breaks the
-    /// connection.
-    pub fn inject_failure(&self, status: DtoStatus) {
-        self.inner.core.lock().fail_next = Some(status);
-    }
-
-    /// Fault injection: requests posted from now on start `delay` later
-    /// (`None` ends it).
-    pub fn inject_delay(&self, delay: Option<Duration>) {
-        self.inner.core.lock().delay = delay;
-    }
-
-    /// Fault injection: the connection breaks now, as if the link failed.
-    pub fn inject_break(&self) {
-        let peer = self.inner.core.lock().peer.as_ref().and_then(Weak::upgrade);
-        self.inner.break_connection(peer.as_ref(), None);
-    }
 }
 
 impl EpInner {
@@ -1476,15 +1445,12 @@ impl EpInner {
             let _ = evd.release(res); // reserved on this EVD
             return Err(e);
         }
-        // (A delay too long for an instant is as good as forever.)
-        let not_before = crate::sync::deadline(c.delay);
         let wr = NewWr {
             op,
             iov,
             cookie,
             flags,
             res,
-            not_before,
             buf: buf.take(),
             buf_len,
         };

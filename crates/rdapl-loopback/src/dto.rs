@@ -3,7 +3,6 @@
 //! paths of the usual send and RDMA request; the receiver-not-ready clock.
 
 use crate::fabric::Fabric;
-use crate::fault;
 use parking_lot::MutexGuard;
 use rdapl_core::ep::{CompletionFlags, EpState};
 use rdapl_core::evd::EvdProducer;
@@ -29,11 +28,7 @@ pub(crate) fn submit(
     // into a queued `Wr`).
     let c = &mut *core;
     let wr = 'now: {
-        if !(c.sends.is_empty()
-            && c.state == EpState::Connected
-            && wr.not_before.is_none()
-            && c.fail_next.is_none())
-        {
+        if !(c.sends.is_empty() && c.state == EpState::Connected) {
             break 'now wr;
         }
         match wr.op {
@@ -156,9 +151,6 @@ fn progress_locked<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: MutexGuard
         let Some(head) = c.sends.front() else {
             return;
         };
-        if head.not_before.is_some() || c.fail_next.is_some() {
-            break;
-        }
         let (r, write) = match head.op {
             WrOp::RdmaWrite(r) => (r, true),
             WrOp::RdmaRead(r) => (r, false),
@@ -299,14 +291,7 @@ fn progress_both<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'
             break false;
         };
         let is_local = matches!(head.op, WrOp::Local(_));
-        if let Some(nb) = head.not_before {
-            if fault::delayed(lb, a, nb) {
-                break false;
-            }
-        }
-        let step = if let Some(st) = ca.fail_next.take() {
-            fault::fail_head(a, &mut ca, st)
-        } else if is_local {
+        let step = if is_local {
             // A failed bind, map or invalidate is a DTO error: it breaks
             // the connection like any other.
             let wr = ca.sends.pop_front().expect("head");

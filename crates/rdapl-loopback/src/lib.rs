@@ -58,14 +58,16 @@
 //!   ends, and on reset) is its own: else it waits, and its own side's
 //!   disconnect flushes it.
 //!
-//! Fault injection (used by the tests): `Ep::inject_failure`,
-//! `Ep::inject_delay`, `Ep::inject_break`.
+//! Fault injection is a wrapper around any provider
+//! ([`rdapl_core::provider::fault`]); the loopback's part is
+//! `Transport::break_connection`:
+//! a failed link breaks both ends at once.
 //!
 //! One concern per module: this one holds the provider value and the
 //! transport of one IA; `fabric` the namespace the IAs of one instance
 //! share (addresses, listeners, the timer, settings); `cm` connection
 //! management; `dto` the execution of requests (the fast paths and the
-//! general one with both endpoints locked); `fault` fault injection.
+//! general one with both endpoints locked); `fault` a failed link.
 
 mod cm;
 mod dto;
@@ -242,6 +244,10 @@ impl Transport for LoopbackIa {
 
     fn disconnect(&self, ep: &Arc<EpInner>, graceful: bool) {
         cm::disconnect(self, ep, graceful);
+    }
+
+    fn break_connection(&self, ep: &Arc<EpInner>) {
+        fault::break_link(ep);
     }
 
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {

@@ -3,6 +3,7 @@
 
 use rdapl_core::ep::test_hooks::{ABORT_GAP, BREAK_GAP, POST_RECV_GAP};
 use rdapl_core::evd::EvdProducer;
+use rdapl_core::provider::{FaultInjector, Faults};
 use rdapl_core::*;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,10 +17,19 @@ struct Side {
     ep: Ep,
 }
 
-/// The fabric of these tests.
+/// The fabric of these tests, wrapped for fault injection ([`faults`]).
 fn fabric() -> Arc<dyn rdapl_core::provider::Provider> {
-    static FABRIC: std::sync::OnceLock<Arc<crate::Loopback>> = std::sync::OnceLock::new();
-    FABRIC.get_or_init(crate::Loopback::new).clone()
+    static FABRIC: std::sync::OnceLock<Arc<dyn rdapl_core::provider::Provider>> =
+        std::sync::OnceLock::new();
+    FABRIC
+        .get_or_init(|| FaultInjector::with_faults(crate::Loopback::new(), faults().clone()))
+        .clone()
+}
+
+/// The faults armed on these tests' endpoints.
+fn faults() -> &'static Arc<Faults> {
+    static F: std::sync::OnceLock<Arc<Faults>> = std::sync::OnceLock::new();
+    F.get_or_init(Faults::new)
 }
 
 fn side(addr: &str) -> Side {
@@ -164,7 +174,7 @@ fn post_recv_refused_while_disconnecting() {
             );
         }))
     });
-    c.ep.inject_failure(DtoStatus::LocalLength);
+    faults().fail_next(&c.ep, DtoStatus::LocalLength);
     c.ep.post_send(&[cbuf.triplet(0, 8).unwrap()], 3, CompletionFlags::DEFAULT)
         .unwrap();
     assert!(BREAK_GAP.with(|h| h.borrow().is_none()), "the hook ran");

@@ -1436,6 +1436,22 @@ impl Conn {
         self.pump(now);
     }
 
+    /// The link fails (fault injection): nothing more is read or written,
+    /// the socket is reset when it closes (linger 0: the peer's next read
+    /// fails, and it breaks too), every request is flushed and the core
+    /// hears `Broken`.
+    pub fn break_link(&mut self, now: u64) {
+        if matches!(self.phase, Phase::Connecting | Phase::Dead) {
+            return self.close_local(now);
+        }
+        let _ = socket2::SockRef::from(&self.sock).set_linger(Some(std::time::Duration::ZERO));
+        self.eof = true;
+        // No FIN: the socket is only reset, when it closes.
+        self.shut = true;
+        self.socket_failed();
+        self.pump(now);
+    }
+
     /// Accept (passive side): answer the request.
     pub fn accept(&mut self, ep: &Arc<EpInner>, pd: &[u8], now: u64) -> bool {
         self.bind_ep(ep);

@@ -364,6 +364,10 @@ impl Transport for TcpIa {
         self.sh().send(Cmd::Disconnect { ep: ep.clone() });
     }
 
+    fn break_connection(&self, ep: &Arc<EpInner>) {
+        self.sh().send(Cmd::Break { ep: ep.clone() });
+    }
+
     fn ep_destroy(&self, ep: &Arc<EpInner>) {
         self.sh().send(Cmd::Disconnect { ep: ep.clone() });
     }

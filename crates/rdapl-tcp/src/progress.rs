@@ -210,6 +210,10 @@ pub(crate) enum Cmd {
     Disconnect {
         ep: Arc<EpInner>,
     },
+    /// The link fails (`Transport::break_connection`): reset, `Broken`.
+    Break {
+        ep: Arc<EpInner>,
+    },
     Kick {
         ep: Arc<EpInner>,
         recv: bool,
@@ -685,6 +689,12 @@ impl Driver {
                 let cell = self.sh.by_ep.lock().remove(&ep.handle());
                 if let Some(cell) = cell {
                     cell.lock().close_local(now);
+                }
+            }
+            Cmd::Break { ep } => {
+                let cell = self.sh.by_ep.lock().remove(&ep.handle());
+                if let Some(cell) = cell {
+                    cell.lock().break_link(now);
                 }
             }
             Cmd::Kick { ep, recv } => {

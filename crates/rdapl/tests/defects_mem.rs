@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{D, Pair, empty, next_dto, pair, rt};
+use common::{D, Inject, Pair, empty, next_dto, pair, rt};
 use rdapl::error::Subtype;
 use rdapl::*;
 use std::sync::Arc;

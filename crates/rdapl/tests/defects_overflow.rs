@@ -10,7 +10,7 @@
 mod common;
 
 use common::{
-    D, Node, Pair, conn_kind, cr_arrival, empty, establish, next_dto, pair, rt, state_err,
+    D, Inject, Node, Pair, conn_kind, cr_arrival, empty, establish, next_dto, pair, rt, state_err,
 };
 use rdapl::error::Subtype;
 use rdapl::*;
@@ -240,9 +240,6 @@ fn connect_timeout_of_any_length_is_taken() {
 
 #[test]
 fn injected_delay_of_any_length_is_taken() {
-    if common::skip_unless_loopback("fault injection (Ep::inject_*) is the loopback's") {
-        return;
-    }
     let s = Node::new("127.0.41.32");
     let c = Node::new("127.0.41.33");
     let _psp = s.ia.psp_create(4132, &s.cr).unwrap();

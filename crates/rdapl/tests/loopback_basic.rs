@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{T, next, next_cr, next_dto, side};
+use common::{Inject, T, next, next_cr, next_dto, side};
 use rdapl::*;
 use std::time::Duration;
 

@@ -9,8 +9,8 @@
 mod common;
 
 use common::{
-    D, Node, Pair, T, conn_kind, empty, handle_err, ia_options, ip, next_dto, open, pair, rt,
-    state_err, within,
+    D, Inject, Node, Pair, T, conn_kind, empty, handle_err, ia_options, ip, next_dto, open, pair,
+    rt, state_err, within,
 };
 use rdapl::error::Subtype;
 use rdapl::*;
@@ -542,9 +542,6 @@ fn rmr_bind_argument_checks() {
 
 #[test]
 fn refused_bind_keeps_the_window_context() {
-    if common::skip_unless_loopback("fault injection (Ep::inject_*) is the loopback's") {
-        return;
-    }
     let n = Node::new("127.0.21.16");
     let lmr = n.buf(64);
     let rmr = n.pz.rmr_create().unwrap();

@@ -31,7 +31,7 @@
 
 mod common;
 
-use common::{Node, conn_kind, connect_nodes, next};
+use common::{Inject, Node, conn_kind, connect_nodes, next};
 use proptest::prelude::*;
 use rdapl::error::Subtype;
 use rdapl::*;

@@ -49,6 +49,7 @@
 //! published in post order, a failure stopping both queues before it is
 //! published). The loopback's module docs are the worked example.
 
+pub mod fault;
 mod gather;
 mod registry;
 pub mod soft;
@@ -58,6 +59,7 @@ pub use crate::ep::{EpCore, EpInner, NewWr, RecvWr, Wr};
 pub use crate::evd::{EvdProducer, Progress};
 pub use crate::ia::IaInner;
 pub use crate::sp::{CrInner, CrState, SpInner};
+pub use fault::{FaultInjector, Faults};
 pub use gather::{Gather, GatherLock};
 pub use registry::Registry;
 pub use view::WrKind;
@@ -133,6 +135,21 @@ pub trait Transport: Send + Sync + 'static {
     /// what it holds. The default does what `disconnect` does for a
     /// connected endpoint.
     fn ep_destroy(&self, ep: &Arc<EpInner>) {
+        if matches!(
+            ep.lock().state(),
+            crate::EpState::Connected | crate::EpState::DisconnectPending
+        ) {
+            self.disconnect(ep, false);
+        }
+    }
+    /// End `ep`'s connection as a failed link would (fault injection, a
+    /// lost device): nothing more moves, what the provider holds is
+    /// flushed, the core hears `Broken` ([`EpInner::ended`]), and so does
+    /// the peer as soon as it can tell (a reset connection, the other end
+    /// of an in-process link). Nothing if `ep` is not connected. The
+    /// default ends the connection as an abrupt disconnect does (the peer
+    /// then hears whatever that tells it).
+    fn break_connection(&self, ep: &Arc<EpInner>) {
         if matches!(
             ep.lock().state(),
             crate::EpState::Connected | crate::EpState::DisconnectPending

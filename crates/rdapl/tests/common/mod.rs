@@ -16,6 +16,7 @@ pub mod pipe;
 
 use rdapl::error::Subtype;
 use rdapl::event::{CrHandle, EpHandle};
+use rdapl::provider::{FaultInjector, Faults};
 use rdapl::{
     CompletionFlags, ConnectionEvent, ConnectionEventKind, Cr, CrArrival, Dispatcher,
     DtoCompletion, DtoOp, DtoStatus, Ep, EpAttr, EpState, Error, Evd, EvdFlags, Event, Ia,
@@ -260,15 +261,51 @@ pub fn ia_options(addr: &str) -> IaOptions {
 /// The provider the tests of this process run on: `RDAPL_TEST_PROVIDER`
 /// names it (`loopback`, the default, or `pipe`, the asynchronous test
 /// provider of [`pipe`]); one instance per process, so IAs reach each other.
+/// It is wrapped in a fault injector ([`faults`]).
 pub fn provider() -> Arc<dyn rdapl::provider::Provider> {
     static P: std::sync::OnceLock<Arc<dyn rdapl::provider::Provider>> = std::sync::OnceLock::new();
-    P.get_or_init(|| match std::env::var("RDAPL_TEST_PROVIDER").as_deref() {
-        Ok("pipe") => pipe::Pipe::new(),
-        Ok("tcp") => rdapl_tcp::Tcp::new(),
-        Ok("loopback") | Err(_) => rdapl::builtin().get("loopback").unwrap(),
-        Ok(other) => panic!("RDAPL_TEST_PROVIDER={other}: unknown (loopback, pipe, tcp)"),
+    P.get_or_init(|| {
+        let inner: Arc<dyn rdapl::provider::Provider> =
+            match std::env::var("RDAPL_TEST_PROVIDER").as_deref() {
+                Ok("pipe") => pipe::Pipe::new(),
+                Ok("tcp") => rdapl_tcp::Tcp::new(),
+                Ok("loopback") | Err(_) => rdapl::builtin().get("loopback").unwrap(),
+                Ok(other) => panic!("RDAPL_TEST_PROVIDER={other}: unknown (loopback, pipe, tcp)"),
+            };
+        FaultInjector::with_faults(inner, faults().clone())
     })
     .clone()
+}
+
+/// The faults armed on the tests' endpoints: every IA the tests open goes
+/// through a [`FaultInjector`] with these.
+pub fn faults() -> &'static Arc<Faults> {
+    static F: std::sync::OnceLock<Arc<Faults>> = std::sync::OnceLock::new();
+    F.get_or_init(Faults::new)
+}
+
+/// Fault injection on a test's endpoint, through [`faults`] (the old
+/// `Ep::inject_*` names).
+pub trait Inject {
+    /// The next request posted fails with `status` and breaks the
+    /// connection.
+    fn inject_failure(&self, status: DtoStatus);
+    /// Requests posted from now on reach the provider `delay` later.
+    fn inject_delay(&self, delay: Option<Duration>);
+    /// The link fails now: both sides `Broken`.
+    fn inject_break(&self);
+}
+
+impl Inject for Ep {
+    fn inject_failure(&self, status: DtoStatus) {
+        faults().fail_next(self, status);
+    }
+    fn inject_delay(&self, delay: Option<Duration>) {
+        faults().delay(self, delay);
+    }
+    fn inject_break(&self) {
+        faults().break_link(self);
+    }
 }
 
 /// True when the tests run on the loopback provider (tests of what only
@@ -316,7 +353,8 @@ pub fn open(addr: &str) -> Ia {
 /// A loopback IA at `addr` of the fabric `lb` (a test with settings of its
 /// own, such as the RNR time, makes its own fabric).
 pub fn open_on(lb: &Arc<rdapl::Loopback>, addr: &str) -> Ia {
-    Ia::open_provider(lb.clone(), ia_options(addr)).unwrap()
+    let p = FaultInjector::with_faults(lb.clone(), faults().clone());
+    Ia::open_provider(p, ia_options(addr)).unwrap()
 }
 
 /// The IP address `addr`.

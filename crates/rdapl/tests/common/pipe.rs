@@ -389,6 +389,10 @@ impl Transport for PipeIa {
         self.f.end(ep, ConnectionEventKind::Disconnected);
     }
 
+    fn break_connection(&self, ep: &Arc<EpInner>) {
+        self.f.end(ep, ConnectionEventKind::Broken);
+    }
+
     fn connect_cancel(&self, ep: &Arc<EpInner>) {
         // Withdraw the request this endpoint made.
         let mut pending = self.f.pending.lock().unwrap();
