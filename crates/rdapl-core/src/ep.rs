@@ -587,6 +587,11 @@ pub struct EpInner {
     /// kick of the peer.
     pub recv_wanted: AtomicBool,
     freed: AtomicBool,
+    /// Requests posted and not yet completed, wherever they are (the
+    /// request queue, a provider's flight, a fault injector): what
+    /// `max_request_dtos` bounds. Raised under the endpoint's lock before
+    /// the transport sees the request, lowered by its completion.
+    requests: CachePadded<AtomicUsize>,
 }
 
 impl fmt::Debug for Ep {
@@ -736,6 +741,7 @@ impl Ep {
             recv_hint: CachePadded::new(AtomicUsize::new(0)),
             recv_wanted: AtomicBool::new(false),
             freed: AtomicBool::new(false),
+            requests: CachePadded::new(AtomicUsize::new(0)),
         });
         pz.inner.users.fetch_add(1, Ordering::SeqCst);
         ia.inner.live.eps.fetch_add(1, Ordering::Relaxed);
@@ -765,7 +771,10 @@ impl Ep {
             state: c.state,
             attr: self.inner.attr,
             remote: c.remote,
-            outstanding: (c.sends.len(), self.inner.outstanding_recvs()),
+            outstanding: (
+                self.inner.requests.load(Ordering::Acquire),
+                self.inner.outstanding_recvs(),
+            ),
             peer_private_data: c.peer_private.clone(),
         })
     }
@@ -1437,7 +1446,7 @@ impl EpInner {
         if c.state != EpState::Connected {
             return Err(refused_in(c.state));
         }
-        if c.sends.len() >= self.attr.max_request_dtos {
+        if self.requests.load(Ordering::Acquire) >= self.attr.max_request_dtos {
             return Err(queue_full());
         }
         let res = evd.reserve()?;
@@ -1454,6 +1463,8 @@ impl EpInner {
             buf: buf.take(),
             buf_len,
         };
+        // Counted before the transport sees it (it may complete it at once).
+        self.requests.fetch_add(1, Ordering::Relaxed);
         // The transport executes or queues it and goes on under the same
         // lock.
         self.ia.transport.submit(self, c, wr);
@@ -1547,6 +1558,7 @@ impl EpInner {
         let evd = if is_recv {
             self.recv_evd.as_ref()
         } else {
+            self.requests.fetch_sub(1, Ordering::Release);
             self.request_evd.as_ref()
         };
         let Some(evd) = evd else { return };
