@@ -79,7 +79,6 @@ mod tests;
 use crate::fabric::Fabric;
 use parking_lot::{Mutex, MutexGuard};
 use rdapl_core::error::{Error, Result};
-use rdapl_core::evd::{MAX_QLEN, UpcallPolicy};
 use rdapl_core::ia::{IaAttr, ProviderAttr};
 use rdapl_core::provider::soft::Timer;
 use rdapl_core::provider::{CrInner, EpCore, EpInner, NewWr, Provider, SpInner, Transport};
@@ -131,42 +130,17 @@ impl Provider for Loopback {
             name: "loopback".into(),
             description: "in-process loopback: one copy between registered regions, no setup"
                 .into(),
-            version: (0, 1),
-            dapl_version: (2, 0),
-            upcall_policies: vec![
-                UpcallPolicy::Disable,
-                UpcallPolicy::SingleInstance,
-                UpcallPolicy::Many,
-                UpcallPolicy::NotifyOnly,
-                UpcallPolicy::Teardown,
-            ],
-            evd_stream_merging: [[true; 6]; 6],
-            completion_flags: 0x0F,
-            thread_safe: true,
-            fmr_supported: true,
-            srq_supported: true,
             max_private_data_size: MAX_PRIVATE_DATA,
+            ..ProviderAttr::default()
         }
     }
 
     fn ia_attr(&self, address: IpAddr) -> IaAttr {
         IaAttr {
             adapter_name: "loopback0".into(),
-            vendor_name: "rdapl".into(),
             address,
-            max_eps: 1 << 16,
-            max_dto_per_ep: 1 << 14,
-            max_rdma_read_per_ep: 64,
-            max_evds: 1 << 16,
-            max_evd_qlen: MAX_QLEN,
-            max_iov_segments_per_dto: 64,
-            max_lmrs: 1 << 24,
-            max_lmr_block_size: 1 << 40,
-            max_pzs: 1 << 16,
-            max_message_size: 1 << 30,
-            max_rdma_size: 1 << 30,
-            max_rmrs: 1 << 24,
             max_private_data_size: MAX_PRIVATE_DATA,
+            ..IaAttr::default()
         }
     }
 
