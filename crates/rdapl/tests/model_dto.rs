@@ -644,6 +644,30 @@ fn inject_failure_fails_next_dto_and_breaks() {
     );
 }
 
+/// Requests a fault injector still holds when their endpoint is freed are
+/// flushed, in order, before the free returns.
+#[test]
+fn freeing_flushes_delayed_requests_before_it_returns() {
+    let p = pair("127.0.23.39", "127.0.23.40", 3900);
+    let sb = p.c.lmr(pattern(16, 11));
+    let rb = p.s.lmr(vec![0; 16]);
+    p.s.recv(&rb, 0, 8, 1);
+    p.c.ep.inject_delay(Some(Duration::from_secs(60)));
+    p.c.send(&sb, 0, 8, 2);
+    p.c.send(&sb, 8, 8, 3);
+    assert!(common::faults().holds(&p.c.ep));
+    empty(&p.c.req);
+    p.c.ep.free().unwrap();
+    assert!(!common::faults().holds(&p.c.ep));
+    for k in [2, 3] {
+        let Some(Event::Dto(d)) = p.c.req.dequeue().unwrap() else {
+            panic!("request {k} was not flushed by the free");
+        };
+        assert_eq!((d.cookie, d.status), (k, DtoStatus::Flushed));
+    }
+    assert_eq!(rb.to_vec().unwrap(), vec![0; 16], "nothing moved");
+}
+
 #[test]
 fn inject_delay_delays() {
     let p = pair("127.0.23.23", "127.0.23.24", 2300);

@@ -16,7 +16,8 @@
 //!   time). Held requests keep their order, and a request posted while
 //!   others are held waits behind them. A request still held when the
 //!   connection ends completes `Flushed`, after everything the provider
-//!   flushed (within [`SWEEP`] of the end).
+//!   flushed (within [`SWEEP`] of the end; before `Ep::free` returns when
+//!   the endpoint is freed).
 //! * [`Faults::break_link`]: the link fails now
 //!   ([`Transport::break_connection`] of the endpoint's provider; works on
 //!   any IA, wrapped or not).
@@ -142,6 +143,14 @@ impl Drop for Faults {
     fn drop(&mut self) {
         self.st.get_mut().stopped = true;
         self.cv.notify_all();
+    }
+}
+
+/// Waits (at most [`END_WAIT`]) until `ep`'s end was reported.
+fn wait_ended(ep: &EpInner) {
+    let until = Instant::now() + END_WAIT;
+    while Instant::now() < until && !ended(ep) {
+        std::thread::sleep(Duration::from_micros(200));
     }
 }
 
@@ -318,16 +327,31 @@ impl FaultTransport {
     /// waits for the end to be reported, completes it with `status`.
     fn fail(&self, ep: &Arc<EpInner>, wr: Wr, status: DtoStatus) {
         self.inner.break_connection(ep);
-        let until = Instant::now() + END_WAIT;
-        while Instant::now() < until
-            && !matches!(
-                ep.lock().state(),
-                EpState::Disconnected | EpState::Unconnected
-            )
-        {
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        wait_ended(ep);
         ep.complete(wr, status, 0);
+    }
+
+    /// Flushes what is held for `ep`, once its end was reported (a freed
+    /// endpoint's requests all complete before its free returns).
+    fn flush_held(&self, ep: &Arc<EpInner>) {
+        let holds = self
+            .faults
+            .st
+            .lock()
+            .eps
+            .get(&ep.handle())
+            .is_some_and(|f| !f.held.is_empty());
+        if !holds {
+            return;
+        }
+        wait_ended(ep);
+        let held: Vec<Wr> = match self.faults.st.lock().eps.get_mut(&ep.handle()) {
+            Some(f) => f.held.drain(..).map(|(_, w)| w).collect(),
+            None => Vec::new(),
+        };
+        for w in held {
+            ep.complete(w, DtoStatus::Flushed, 0);
+        }
     }
 }
 
@@ -372,7 +396,7 @@ impl Transport for FaultTransport {
     }
     fn ep_destroy(&self, ep: &Arc<EpInner>) {
         self.inner.ep_destroy(ep);
-        self.sweep_soon();
+        self.flush_held(ep);
     }
     fn break_connection(&self, ep: &Arc<EpInner>) {
         self.inner.break_connection(ep);
