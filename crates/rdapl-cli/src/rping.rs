@@ -465,7 +465,9 @@ pub fn serve(o: &RpingOptions, listening: impl FnOnce()) -> Result<RpingReport, 
     Ok(RpingReport { pings, lines })
 }
 
-fn serve_pings(o: &RpingOptions, s: &mut Side) -> Result<u32, String> {
+/// A server's first steps: a receive posted, then the first client's
+/// request accepted and the connection established, within the timeout.
+fn accept_one(o: &RpingOptions, s: &mut Side) -> Result<(), String> {
     s.post_recv()?;
     let deadline = Instant::now() + o.timeout;
     let cr = match s.next(deadline, "a client")? {
@@ -479,6 +481,11 @@ fn serve_pings(o: &RpingOptions, s: &mut Side) -> Result<u32, String> {
         Event::Connection(c) if c.kind == ConnectionEventKind::Established => {}
         other => return Err(format!("expected Established, got {other:?}")),
     }
+    Ok(())
+}
+
+fn serve_pings(o: &RpingOptions, s: &mut Side) -> Result<u32, String> {
+    accept_one(o, s)?;
     let go_ahead = [0u8; INFO_LEN];
     let mut ping = 0u32;
     loop {
@@ -588,19 +595,7 @@ pub fn cm_serve(o: &RpingOptions, listening: impl FnOnce()) -> Result<(), String
 }
 
 fn cm_serve_run(o: &RpingOptions, s: &mut Side) -> Result<(), String> {
-    s.post_recv()?;
-    let deadline = Instant::now() + o.timeout;
-    let cr = match s.next(deadline, "a client")? {
-        Event::ConnectionRequest(a) => a.cr,
-        other => return Err(format!("waiting for a client: {other:?}")),
-    };
-    s.ia.cr(cr)
-        .and_then(|c| c.accept(&s.ep, b""))
-        .map_err(|e| format!("accepting: {e}"))?;
-    match s.next(deadline, "the connection")? {
-        Event::Connection(c) if c.kind == ConnectionEventKind::Established => {}
-        other => return Err(format!("expected Established, got {other:?}")),
-    }
+    accept_one(o, s)?;
     s.recv_msg("the client's message", false)?
         .ok_or("the client went away before its message")?;
     s.send_info([0xa5; CM_MSG])?;

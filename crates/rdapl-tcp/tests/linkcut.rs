@@ -14,8 +14,7 @@ mod common;
 use common::*;
 use rdapl::*;
 use rdapl_tcp::Tcp;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -105,53 +104,15 @@ impl Drop for Hosts {
     }
 }
 
-/// Kills a child left running if the test fails early.
-struct Reap(Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Runs this binary's `child` in namespace `ns` with `args`; returns it
 /// and its stdout lines.
 fn spawn(ns: &str, args: &str) -> (Reap, mpsc::Receiver<String>) {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .arg(exe)
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns])
+        .arg(std::env::current_exe().unwrap())
         .args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(ENV, args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (Reap(child), rx)
-}
-
-/// The rest of the child's next line containing `prefix`, within `t`.
-fn expect_line(rx: &mpsc::Receiver<String>, prefix: &str, t: Duration) -> String {
-    let end = Instant::now() + t;
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        let line = rx
-            .recv_timeout(left)
-            .unwrap_or_else(|_| panic!("the child never said {prefix:?} within {t:?}"));
-        if let Some(at) = line.find(prefix) {
-            return line[at + prefix.len()..].trim().to_string();
-        }
-    }
+        .env(ENV, args);
+    spawn_lines(cmd)
 }
 
 /// What a side saw of its requests once the connection ended.

@@ -10,8 +10,7 @@ mod common;
 use common::*;
 use rdapl::*;
 use rdapl_tcp::Tcp;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -74,56 +73,18 @@ fn child_server() {
 
 /// Starts the child in `mode` at `addr`; returns it, its stdout lines,
 /// and the port it listens on.
-fn spawn(mode: &str, addr: &str) -> (Child, mpsc::Receiver<String>, u64) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["child_server", "--exact", "--nocapture", "--test-threads=1"])
-        .env(ENV, format!("{mode},{addr}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let port = expect_line(&rx, "PORT ").parse().expect("a port number");
+fn spawn(mode: &str, addr: &str) -> (Reap, mpsc::Receiver<String>, u64) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["child_server", "--exact", "--nocapture", "--test-threads=1"])
+        .env(ENV, format!("{mode},{addr}"));
+    let (child, rx) = spawn_lines(cmd);
+    let port = expect_line(&rx, "PORT ", T).parse().expect("a port number");
     (child, rx, port)
-}
-
-/// The rest of the child's next line starting with `prefix`, within T.
-fn expect_line(rx: &mpsc::Receiver<String>, prefix: &str) -> String {
-    let end = Instant::now() + T;
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        let line = rx
-            .recv_timeout(left)
-            .unwrap_or_else(|_| panic!("the child never said {prefix:?}"));
-        // (libtest may print "test child_server ... " first.)
-        if let Some(at) = line.find(prefix) {
-            return line[at + prefix.len()..].trim().to_string();
-        }
-    }
-}
-
-/// Kills the child if the test fails early.
-struct Reap(Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
 fn a_server_in_another_process_echoes_every_byte() {
-    let (child, rx, port) = spawn("echo", "127.0.20.2");
-    let mut child = Reap(child);
+    let (mut child, rx, port) = spawn("echo", "127.0.20.2");
     let tcp = Tcp::new();
     let c = Node::new(&tcp, "127.0.20.1", "");
     let sizes = [1u64, 4096, 100_000, 1 << 20];
@@ -202,7 +163,7 @@ fn a_server_in_another_process_echoes_every_byte() {
     );
     c.ep.disconnect(true).unwrap();
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Disconnected);
-    expect_line(&rx, "DONE");
+    expect_line(&rx, "DONE", T);
     let end = Instant::now() + T;
     loop {
         if let Some(st) = child.0.try_wait().unwrap() {
@@ -216,8 +177,7 @@ fn a_server_in_another_process_echoes_every_byte() {
 
 #[test]
 fn a_killed_peer_flushes_1000_requests_once_and_breaks_within_a_second() {
-    let (child, rx, port) = spawn("sink", "127.0.21.2");
-    let mut child = Reap(child);
+    let (mut child, rx, port) = spawn("sink", "127.0.21.2");
     let tcp = Tcp::new();
     let attr = EpAttr {
         max_request_dtos: 1024,
@@ -227,7 +187,7 @@ fn a_killed_peer_flushes_1000_requests_once_and_breaks_within_a_second() {
     c.ep.connect("127.0.21.2".parse().unwrap(), port, Some(T), b"")
         .unwrap();
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
-    expect_line(&rx, "READY");
+    expect_line(&rx, "READY", T);
     const N: u64 = 1000;
     let src = c.lmr(pattern(4096, 1));
     for i in 0..N {

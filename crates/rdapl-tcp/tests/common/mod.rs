@@ -215,3 +215,52 @@ impl Pair {
         self.connect();
     }
 }
+
+// ----- child processes ----------------------------------------------------
+
+/// A child process of a test, killed and reaped when dropped (a test that
+/// fails early leaves nothing running).
+pub struct Reap(pub std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `cmd` with its stdout piped (stderr inherited); returns it and
+/// its stdout, line by line.
+pub fn spawn_lines(mut cmd: std::process::Command) -> (Reap, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (Reap(child), rx)
+}
+
+/// The rest of the child's next line containing `prefix`, within `t`
+/// (libtest may print "test child ... " before it on the same line).
+pub fn expect_line(rx: &std::sync::mpsc::Receiver<String>, prefix: &str, t: Duration) -> String {
+    let end = std::time::Instant::now() + t;
+    loop {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("the child never said {prefix:?} within {t:?}"));
+        if let Some(at) = line.find(prefix) {
+            return line[at + prefix.len()..].trim().to_string();
+        }
+    }
+}
