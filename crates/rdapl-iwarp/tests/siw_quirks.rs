@@ -38,6 +38,30 @@ fn zero_read() -> ReadRequest {
     }
 }
 
+/// A pair with `cfg` on both sides where `a` has a 4-byte RDMA Read (sink
+/// STag 0x500) in flight, its request already sent.
+fn four_byte_read(cfg: Config) -> Pair {
+    let mut p = Pair::new(cfg.clone(), cfg);
+    p.establish();
+    p.a.mem.register(0x500, 0, vec![0; 4], false, false);
+    let rr = ReadRequest {
+        sink_stag: 0x500,
+        size: 4,
+        ..zero_read()
+    };
+    p.a.conn.post_read(7, rr).unwrap();
+    p.a.drain_tx();
+    p
+}
+
+/// The ULPDU of a last Read Response segment into STag 0x500 at TO 0.
+fn read_response(payload: &[u8]) -> Vec<u8> {
+    let mut u = vec![0xc1, 0x42, 0, 0, 0x05, 0x00];
+    u.extend_from_slice(&0u64.to_be_bytes());
+    u.extend_from_slice(payload);
+    u
+}
+
 /// siw 6.1 answers a zero-length Read Request that waited in its inbound
 /// read queue with the bytes of the work request its transmitter sent
 /// before: `siw_activate_tx` sets `num_sge = 0` for the response but keeps
@@ -122,20 +146,8 @@ fn stale_bytes_over_several_fpdus_and_a_gap_in_them() {
 /// with 16 bytes is still a bounds violation.
 #[test]
 fn a_longer_answer_to_a_non_empty_read_is_refused() {
-    let mut p = Pair::new(no_crc(), no_crc());
-    p.establish();
-    p.a.mem.register(0x500, 0, vec![0; 4], false, false);
-    let rr = ReadRequest {
-        sink_stag: 0x500,
-        size: 4,
-        ..zero_read()
-    };
-    p.a.conn.post_read(7, rr).unwrap();
-    p.a.drain_tx();
-    let mut u = vec![0xc1, 0x42, 0, 0, 0x05, 0x00];
-    u.extend_from_slice(&0u64.to_be_bytes());
-    u.extend_from_slice(&[0u8; 16]);
-    let f = fpdu(&u);
+    let mut p = four_byte_read(no_crc());
+    let f = fpdu(&read_response(&[0u8; 16]));
     p.a.conn.handle_input(0, &f, &mut p.a.mem);
     let evs = p.a.take_events();
     assert!(
@@ -303,20 +315,9 @@ fn stale_bytes_with_a_bad_crc_answering_a_zero_length_read_are_dropped() {
 /// 4-byte read, or on an empty answer to a zero-length one, is refused.
 #[test]
 fn a_bad_crc_on_any_other_read_response_is_refused() {
-    let mut p = Pair::new(with_crc(), with_crc());
-    p.establish();
-    p.a.mem.register(0x500, 0, vec![0; 4], false, false);
-    let rr = ReadRequest {
-        sink_stag: 0x500,
-        size: 4,
-        ..zero_read()
-    };
-    p.a.conn.post_read(7, rr).unwrap();
-    p.a.drain_tx();
-    let mut u = vec![0xc1, 0x42, 0, 0, 0x05, 0x00];
-    u.extend_from_slice(&0u64.to_be_bytes());
-    u.extend_from_slice(&[1, 2, 3, 4]);
-    p.a.conn.handle_input(0, &fpdu(&u), &mut p.a.mem);
+    let mut p = four_byte_read(with_crc());
+    p.a.conn
+        .handle_input(0, &fpdu(&read_response(&[1, 2, 3, 4])), &mut p.a.mem);
     assert!(crc_error(&p.a.take_events()));
 
     let mut p = Pair::new(with_crc(), with_crc());

@@ -35,6 +35,7 @@ pub struct Gather {
 /// A [`Gather`] with every region locked for reading.
 pub struct GatherLock<'a> {
     spans: &'a [Span],
+    len: usize,
     guards: SmallVec<[(u64, RegionRead<'a>); 4]>,
 }
 
@@ -84,6 +85,7 @@ impl Gather {
         }
         Some(GatherLock {
             spans: &self.spans,
+            len: self.len,
             guards,
         })
     }
@@ -93,8 +95,7 @@ impl GatherLock<'_> {
     /// The bytes `[start, end)` of the list, in order, one slice per
     /// segment they cross; `None` if the range is not inside the list.
     pub fn slices(&self, start: usize, end: usize) -> Option<impl Iterator<Item = &[u8]> + '_> {
-        let total: usize = self.spans.iter().map(|s| s.len).sum();
-        if start > end || end > total {
+        if start > end || end > self.len {
             return None;
         }
         let mut at = 0usize;
