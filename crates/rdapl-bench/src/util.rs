@@ -181,6 +181,7 @@ impl Drop for Watchdog {
 pub fn dto_event(cookie: u64) -> Event {
     Event::Dto(DtoCompletion {
         ep: EpHandle(1),
+        consumer_context: 0,
         cookie,
         status: DtoStatus::Success,
         transferred_length: 64,

@@ -1400,6 +1400,7 @@ mod tests {
         let ep = EpHandle(7);
         let good = DtoCompletion {
             ep,
+            consumer_context: 0,
             cookie: 3,
             status: DtoStatus::Success,
             transferred_length: 64,

@@ -266,6 +266,7 @@ const SW_SEQ_MASK: u64 = (1 << SW_SEQ_BITS) - 1;
 pub fn dto_event(producer: usize, seq: u64) -> Event {
     Event::Dto(DtoCompletion {
         ep: EpHandle(producer as u64),
+        consumer_context: 0,
         cookie: seq,
         status: DtoStatus::Success,
         transferred_length: seq & 0xFFFF,

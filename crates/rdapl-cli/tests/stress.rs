@@ -196,7 +196,7 @@ fn checker_counts_loss_duplicates_and_reordering() {
     }
     // An event nobody produced and a foreign event.
     c.record_seq(1, StreamKind::Dto, 0);
-    c.record(&Event::evd_overflow(rdapl::EvdHandle(1)));
+    c.record(&Event::evd_overflow(rdapl::EvdHandle(1), 0));
     let t = c.tally(&[[10, 0], [0, 4]]);
     assert_eq!(t.lost, 1);
     assert_eq!(t.duplicated, 1);

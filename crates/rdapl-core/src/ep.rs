@@ -592,6 +592,8 @@ pub struct EpInner {
     /// `max_request_dtos` bounds. Raised under the endpoint's lock before
     /// the transport sees the request, lowered by its completion.
     requests: CachePadded<AtomicUsize>,
+    /// The provider's table for this endpoint (its own state of it inside).
+    pub(crate) ops: Box<dyn crate::provider::EpOps>,
 }
 
 impl fmt::Debug for Ep {
@@ -694,6 +696,14 @@ impl Ep {
                 "endpoint attributes exceed the IA's limits",
             ));
         }
+        let id = EpHandle(next_id());
+        // The provider's table, before anything of the endpoint exists.
+        let ops = ia.inner.transport.ep_create(&crate::provider::EpInfo {
+            handle: id,
+            pz: pz.inner.id,
+            attr: &attr,
+            srq: srq.map(|s| s.inner.id),
+        })?;
         let feeders = [recv_evd, request_evd, connect_evd]
             .into_iter()
             .flatten()
@@ -701,7 +711,7 @@ impl Ep {
             .collect();
         let inner = Arc::new(EpInner {
             context: crate::context::ContextSlot::new(),
-            id: EpHandle(next_id()),
+            id,
             ia: ia.inner.clone(),
             pz: pz.clone(),
             attr,
@@ -742,6 +752,7 @@ impl Ep {
             recv_wanted: AtomicBool::new(false),
             freed: AtomicBool::new(false),
             requests: CachePadded::new(AtomicUsize::new(0)),
+            ops,
         });
         pz.inner.users.fetch_add(1, Ordering::SeqCst);
         ia.inner.live.eps.fetch_add(1, Ordering::Relaxed);
@@ -815,11 +826,9 @@ impl Ep {
             c.state = EpState::ActiveConnectionPending;
             c.remote = Some((remote, conn_qual));
         }
-        let r =
-            inner
-                .ia
-                .transport
-                .connect(inner, remote, conn_qual, private_data.to_vec(), timeout);
+        let r = inner
+            .ops
+            .connect(inner, remote, conn_qual, private_data.to_vec(), timeout);
         if r.is_err() {
             let mut c = inner.core.lock();
             if c.state == EpState::ActiveConnectionPending {
@@ -845,7 +854,7 @@ impl Ep {
             EpState::Connected | EpState::DisconnectPending => {
                 inner.set_state(&mut c, EpState::DisconnectPending);
                 drop(c);
-                inner.ia.transport.disconnect(inner, graceful);
+                inner.ops.disconnect(inner, graceful);
                 Ok(())
             }
             EpState::ActiveConnectionPending => {
@@ -860,7 +869,7 @@ impl Ep {
                 }
                 inner.flush_all();
                 inner.connection_event(ConnectionEventKind::Disconnected, None);
-                inner.ia.transport.connect_cancel(inner);
+                inner.ops.connect_cancel(inner);
                 Ok(())
             }
             EpState::Disconnected => Ok(()),
@@ -1399,7 +1408,7 @@ impl EpInner {
                 self.recv_hint.store(next, Ordering::Relaxed);
             }
         }
-        self.ia.transport.kick(self, true);
+        self.ops.kick(self, true);
         Ok(())
     }
 
@@ -1467,7 +1476,7 @@ impl EpInner {
         self.requests.fetch_add(1, Ordering::Relaxed);
         // The transport executes or queues it and goes on under the same
         // lock.
-        self.ia.transport.submit(self, c, wr);
+        self.ops.submit(self, c, wr);
         Ok(())
     }
 
@@ -1584,6 +1593,7 @@ impl EpInner {
         }
         let ev = Event::Dto(DtoCompletion {
             ep: self.id,
+            consumer_context: self.context.get(),
             cookie,
             status,
             transferred_length: if status.is_success() { len } else { 0 },
@@ -1661,6 +1671,7 @@ impl EpInner {
             let _ = evd.post_event(Event::Connection(ConnectionEvent {
                 kind,
                 ep: self.id,
+                consumer_context: self.context.get(),
                 private_data: private,
             }));
         }
@@ -1765,7 +1776,7 @@ impl EpInner {
             self.core.lock().state,
             EpState::Connected | EpState::DisconnectPending
         );
-        ia.transport.ep_destroy(self);
+        self.ops.destroy(self);
         if connected {
             // A provider that ends it on its own thread, later, finds it
             // ended: the freed endpoint's own side ends here, now.
@@ -1773,7 +1784,7 @@ impl EpInner {
         }
         if connecting {
             self.set_state(&mut self.core.lock(), EpState::Disconnected);
-            ia.transport.connect_cancel(self);
+            self.ops.connect_cancel(self);
         }
         // Refuse first, then flush (as `break_connection` does): a receive
         // whose post passed the liveness check before `freed` was set is

@@ -330,6 +330,10 @@ dat_enum!(
 pub struct DtoCompletion {
     /// The endpoint the DTO was posted on.
     pub ep: EpHandle,
+    /// The endpoint's consumer context when the event was made (its
+    /// `consumer_context()`: what a consumer, or the C ABI, keeps there to
+    /// find its own object without a lookup).
+    pub consumer_context: u64,
     /// The consumer's cookie from the post.
     pub cookie: u64,
     /// Completion status.
@@ -352,6 +356,10 @@ pub struct DtoCompletion {
 pub struct RmrBindCompletion {
     /// The RMR that was bound.
     pub rmr: RmrHandle,
+    /// The RMR's consumer context when the event was made (its
+    /// `consumer_context()`: what a consumer, or the C ABI, keeps there to
+    /// find its own object without a lookup).
+    pub consumer_context: u64,
     /// The consumer's cookie from the bind.
     pub cookie: u64,
     /// `Success` or a failure status.
@@ -364,6 +372,10 @@ pub struct CrArrival {
     /// The service point that took the request (`None` for a reserved SP,
     /// which is consumed by the arrival).
     pub sp: Option<SpHandle>,
+    /// The service point's (public or reserved) consumer context when the event was made (its
+    /// `consumer_context()`: what a consumer, or the C ABI, keeps there to
+    /// find its own object without a lookup).
+    pub consumer_context: u64,
     /// The connection qualifier the request arrived on.
     pub conn_qual: u64,
     /// The request, to accept or reject.
@@ -401,6 +413,10 @@ pub struct ConnectionEvent {
     pub kind: ConnectionEventKind,
     /// The endpoint it happened to.
     pub ep: EpHandle,
+    /// The endpoint's consumer context when the event was made (its
+    /// `consumer_context()`: what a consumer, or the C ABI, keeps there to
+    /// find its own object without a lookup).
+    pub consumer_context: u64,
     /// Private data from the peer, if any (e.g. the accept's private data on
     /// the active side of `Established`, or a reject's).
     pub private_data: Option<Box<[u8]>>,
@@ -442,6 +458,10 @@ pub struct AsyncError {
     pub kind: AsyncErrorKind,
     /// The object affected.
     pub object: DatObject,
+    /// The affected object's consumer context when the event was made (its
+    /// `consumer_context()`: what a consumer, or the C ABI, keeps there to
+    /// find its own object without a lookup).
+    pub consumer_context: u64,
     /// The object-specific reason (`DAT_EVD_OVERFLOW_ERROR` = 0, ...).
     pub reason: i32,
 }
@@ -495,11 +515,13 @@ impl Event {
         }
     }
 
-    /// The EVD-overflow async event for `evd`.
-    pub fn evd_overflow(evd: EvdHandle) -> Event {
+    /// The EVD-overflow async event for `evd` (whose consumer context is
+    /// `context`).
+    pub fn evd_overflow(evd: EvdHandle, context: u64) -> Event {
         Event::AsyncError(AsyncError {
             kind: AsyncErrorKind::EvdOverflow,
             object: DatObject::Evd(evd),
+            consumer_context: context,
             reason: DAT_EVD_OVERFLOW_ERROR,
         })
     }
@@ -568,11 +590,12 @@ mod tests {
         let ev = Event::Connection(ConnectionEvent {
             kind: ConnectionEventKind::Disconnected,
             ep: EpHandle(1),
+            consumer_context: 0,
             private_data: None,
         });
         assert_eq!(ev.number(), EventNumber::ConnectionDisconnected);
         assert_eq!(ev.stream(), EventStream::Connection);
-        let ov = Event::evd_overflow(EvdHandle(7));
+        let ov = Event::evd_overflow(EvdHandle(7), 0);
         assert_eq!(ov.number(), EventNumber::AsyncEvdOverflow);
         assert_eq!(ov.stream(), EventStream::Async);
         assert_eq!(Event::Software(3).number().to_dat(), 0x10001);

@@ -341,7 +341,7 @@ impl Ia {
     /// Creates a protection zone (`dat_pz_create`).
     pub fn pz_create(&self) -> Result<Pz> {
         self.check_open()?;
-        Ok(Pz::new(self))
+        Pz::new(self)
     }
 
     /// An endpoint of this IA in `pz`, its EVDs and attributes named
@@ -443,7 +443,7 @@ impl Ia {
             // so their active sides are told instead of waiting forever.
             let pending: Vec<_> = sp.crs.lock().values().cloned().collect();
             for cr in pending {
-                let _ = self.inner.transport.reject(&cr, Vec::new());
+                cr.reject_closing();
             }
         }
         for ep in eps {

@@ -34,6 +34,7 @@ use crate::error::{Error, Result, Subtype};
 use crate::event::{LmrHandle, PzHandle, RmrHandle};
 use crate::ia::{Ia, IaInner};
 use crate::mem::{Entry, EntryKind, LmrTriplet, MemPriv, Region, RmrTriplet};
+use crate::provider::{MemHandle, MemInfo, PzOps};
 use parking_lot::Mutex;
 use std::fmt;
 use std::marker::PhantomData;
@@ -54,6 +55,8 @@ pub(crate) struct PzInner {
     /// LMRs, RMRs and endpoints using this PZ.
     pub(crate) users: AtomicUsize,
     freed: AtomicBool,
+    /// The provider's table of the zone and its memory.
+    ops: Box<dyn PzOps>,
 }
 
 impl fmt::Debug for Pz {
@@ -68,17 +71,28 @@ fn next_id() -> u64 {
 }
 
 impl Pz {
-    pub(crate) fn new(ia: &Ia) -> Pz {
+    pub(crate) fn new(ia: &Ia) -> Result<Pz> {
+        let id = PzHandle(next_id());
+        let ops = ia.inner.transport.pz_create(id)?;
         ia.inner.live.pzs.fetch_add(1, Ordering::Relaxed);
-        Pz {
+        Ok(Pz {
             inner: Arc::new(PzInner {
                 context: crate::context::ContextSlot::new(),
-                id: PzHandle(next_id()),
+                id,
                 ia: ia.inner.clone(),
                 users: AtomicUsize::new(0),
                 freed: AtomicBool::new(false),
+                ops,
             }),
-        }
+        })
+    }
+
+    /// Tells the provider of a memory object registered in the zone (its
+    /// table entry `ctx`); if the provider refuses it, the entry goes.
+    fn announce(&self, ctx: u32, mem: &MemInfo) -> Result<()> {
+        self.inner.ops.mem_create(mem).inspect_err(|_| {
+            self.inner.ia.mem.remove(ctx);
+        })
     }
 
     /// The PZ's handle.
@@ -104,8 +118,11 @@ impl Pz {
                 "LMRs, RMRs or endpoints still use this protection zone",
             ));
         }
-        self.inner.freed.store(true, Ordering::SeqCst);
+        if self.inner.freed.swap(true, Ordering::SeqCst) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandlePz));
+        }
         self.inner.ia.live.pzs.fetch_sub(1, Ordering::Relaxed);
+        self.inner.ops.free();
         Ok(())
     }
 
@@ -163,14 +180,7 @@ impl Pz {
         };
         let ctx = self.inner.ia.mem.insert(entry)?;
         let len = region.len() as u64;
-        Ok(Lmr::new(
-            self,
-            Some(region),
-            ctx,
-            EntryKind::Lmr,
-            privs,
-            len,
-        ))
+        Lmr::new(self, Some(region), ctx, EntryKind::Lmr, privs, len)
     }
 
     /// Registers a copy of `data` in memory rdapl owns.
@@ -310,14 +320,7 @@ impl Pz {
             bound_rmrs: 0,
         };
         let ctx = self.inner.ia.mem.insert(entry)?;
-        Ok(Lmr::new(
-            self,
-            None,
-            ctx,
-            EntryKind::Fmr,
-            MemPriv::NONE,
-            max_len,
-        ))
+        Lmr::new(self, None, ctx, EntryKind::Fmr, MemPriv::NONE, max_len)
     }
 
     /// Creates an unbound RMR (memory window) (`dat_rmr_create`).
@@ -335,14 +338,24 @@ impl Pz {
             bound_rmrs: 0,
         };
         let ctx = self.inner.ia.mem.insert(entry)?;
+        let id = RmrHandle(next_id());
+        let announced = MemInfo {
+            handle: MemHandle::Rmr(id),
+            lmr_context: 0,
+            rmr_context: ctx,
+            len: 0,
+            privileges: MemPriv::NONE,
+        };
+        self.announce(ctx, &announced)?;
         self.inner.users.fetch_add(1, Ordering::SeqCst);
         self.inner.ia.live.rmrs.fetch_add(1, Ordering::Relaxed);
         Ok(Rmr {
             inner: Arc::new(RmrInner {
-                id: RmrHandle(next_id()),
+                id,
                 context: crate::context::ContextSlot::new(),
                 pz: self.clone(),
                 ctx: Mutex::new(Some(ctx)),
+                announced,
             }),
         })
     }
@@ -375,6 +388,8 @@ pub(crate) struct LmrInner {
     privs: Mutex<MemPriv>,
     /// Largest region it may map (fast registration; its length otherwise).
     pub(crate) max_len: u64,
+    /// What the zone's provider table was told at its creation.
+    announced: MemInfo,
 }
 
 /// What an LMR currently maps.
@@ -407,12 +422,21 @@ impl Lmr {
         kind: EntryKind,
         privs: MemPriv,
         max_len: u64,
-    ) -> Lmr {
+    ) -> Result<Lmr> {
+        let id = LmrHandle(next_id());
+        let announced = MemInfo {
+            handle: MemHandle::Lmr(id),
+            lmr_context: ctx,
+            rmr_context: ctx,
+            len: if kind == EntryKind::Fmr { 0 } else { max_len },
+            privileges: privs,
+        };
+        pz.announce(ctx, &announced)?;
         pz.inner.users.fetch_add(1, Ordering::SeqCst);
         pz.inner.ia.live.lmrs.fetch_add(1, Ordering::Relaxed);
-        Lmr {
+        Ok(Lmr {
             inner: Arc::new(LmrInner {
-                id: LmrHandle(next_id()),
+                id,
                 context: crate::context::ContextSlot::new(),
                 pz: pz.clone(),
                 kind,
@@ -428,8 +452,9 @@ impl Lmr {
                 }),
                 privs: Mutex::new(privs),
                 max_len,
+                announced,
             }),
-        }
+        })
     }
 
     fn ctx(&self) -> Result<u32> {
@@ -655,6 +680,7 @@ impl Lmr {
 
     /// Accounts for the LMR being freed.
     fn freed(&self) {
+        self.inner.pz.inner.ops.mem_free(&self.inner.announced);
         self.inner.pz.inner.users.fetch_sub(1, Ordering::SeqCst);
         self.inner
             .pz
@@ -853,6 +879,8 @@ pub(crate) struct RmrInner {
     pub(crate) context: crate::context::ContextSlot,
     pub(crate) pz: Pz,
     pub(crate) ctx: Mutex<Option<u32>>,
+    /// What the zone's provider table was told at its creation.
+    announced: MemInfo,
 }
 
 impl fmt::Debug for Rmr {
@@ -912,6 +940,7 @@ impl Rmr {
         // (Unbinding is part of the removal, under the table's lock.)
         self.inner.pz.inner.ia.mem.remove(c);
         *ctx = None;
+        self.inner.pz.inner.ops.mem_free(&self.inner.announced);
         self.inner.pz.inner.users.fetch_sub(1, Ordering::SeqCst);
         self.inner
             .pz

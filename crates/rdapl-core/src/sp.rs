@@ -24,6 +24,7 @@ use crate::error::{Error, Result, Subtype};
 use crate::evd::{Evd, EvdProducer, Feeder};
 use crate::event::{ConnectionEventKind, CrArrival, CrHandle, Event, EventStream, SpHandle};
 use crate::ia::{Ia, IaInner};
+use crate::provider::{CrOps, ListenerOps};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
@@ -54,6 +55,8 @@ pub struct SpInner {
     pub(crate) rsp_ep: Option<Arc<EpInner>>,
     pub(crate) crs: Mutex<HashMap<CrHandle, Arc<CrInner>>>,
     freed: AtomicBool,
+    /// The provider's table of the listener (taken when it stops).
+    listener: Mutex<Option<Box<dyn ListenerOps>>>,
 }
 
 /// State of a connection request.
@@ -78,9 +81,9 @@ pub struct CrInner {
     pub(crate) conn_qual: u64,
     pub(crate) private_data: Box<[u8]>,
     pub(crate) remote_address: IpAddr,
-    /// In-process providers (the loopback): the active endpoint.
-    pub active: Weak<EpInner>,
     pub(crate) state: Mutex<CrState>,
+    /// The provider's table of the request (its own state of it inside).
+    ops: Box<dyn CrOps>,
 }
 
 fn next_id() -> u64 {
@@ -89,12 +92,19 @@ fn next_id() -> u64 {
 }
 
 impl CrInner {
-    /// A new pending request (made by a transport on arrival).
+    /// Rejects the request as its IA closes (no private data).
+    pub(crate) fn reject_closing(self: &Arc<Self>) {
+        let _ = self.ops.reject(self, Vec::new());
+    }
+
+    /// A new pending request (made by a provider on arrival, then
+    /// [`SpInner::deliver`]ed; [`SpInner::request`] does both), answered
+    /// through `ops`.
     pub fn new(
         sp: &Arc<SpInner>,
         private_data: Vec<u8>,
         remote_address: IpAddr,
-        active: Weak<EpInner>,
+        ops: Box<dyn CrOps>,
     ) -> Arc<CrInner> {
         Arc::new(CrInner {
             context: crate::context::ContextSlot::new(),
@@ -103,8 +113,8 @@ impl CrInner {
             conn_qual: sp.conn_qual,
             private_data: private_data.into_boxed_slice(),
             remote_address,
-            active,
             state: Mutex::new(CrState::Pending),
+            ops,
         })
     }
 
@@ -180,6 +190,7 @@ impl SpInner {
         self.crs.lock().insert(cr.id, cr.clone());
         let ev = Event::ConnectionRequest(CrArrival {
             sp: (self.kind == SpKind::Public).then_some(self.id),
+            consumer_context: self.context.get(),
             conn_qual: self.conn_qual,
             cr: cr.id,
             truncated: false,
@@ -206,7 +217,10 @@ impl SpInner {
         if self.freed.swap(true, Ordering::SeqCst) {
             return;
         }
-        self.ia.transport.unlisten(self);
+        let listener = self.listener.lock().take();
+        if let Some(l) = listener {
+            l.unlisten(self);
+        }
         self.feeder.lock().take();
     }
 }
@@ -232,8 +246,10 @@ fn create_sp(
         rsp_ep: rsp_ep.map(|e| e.inner.clone()),
         crs: Mutex::new(HashMap::new()),
         freed: AtomicBool::new(false),
+        listener: Mutex::new(None),
     });
-    ia.inner.transport.listen(&sp)?;
+    let listener = ia.inner.transport.listen(&sp)?;
+    *sp.listener.lock() = Some(listener);
     ia.inner.sps.lock().push(Arc::downgrade(&sp));
     Ok(sp)
 }
@@ -429,9 +445,9 @@ impl Cr {
             }
             c.state = EpState::PassiveConnectionPending;
         }
-        let r = sp
-            .ia
-            .transport
+        let r = self
+            .inner
+            .ops
             .accept(&self.inner, &ep.inner, private_data.to_vec());
         if r.is_err() {
             let mut c = ep.inner.core.lock();
@@ -455,7 +471,7 @@ impl Cr {
                 c.state = EpState::Unconnected;
             }
         }
-        sp.ia.transport.reject(&self.inner, private_data.to_vec())
+        self.inner.ops.reject(&self.inner, private_data.to_vec())
     }
 }
 

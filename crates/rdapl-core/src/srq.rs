@@ -64,6 +64,8 @@ pub struct SrqInner {
     watermark: Mutex<Option<usize>>,
     pub(crate) eps: Mutex<Vec<std::sync::Weak<crate::ep::EpInner>>>,
     freed: AtomicBool,
+    /// The provider's table of the SRQ.
+    ops: Box<dyn crate::provider::SrqOps>,
 }
 
 impl fmt::Debug for Srq {
@@ -106,11 +108,13 @@ impl Ia {
         if max_recv_iov == 0 || max_recv_iov > self.inner.attr.max_iov_segments_per_dto {
             return Err(Error::param(3, "max_recv_iov out of range"));
         }
+        let id = SrqHandle(next_id());
+        let ops = self.inner.transport.srq_create(id, pz.inner.id)?;
         pz.inner.users.fetch_add(1, Ordering::SeqCst);
         Ok(Srq {
             inner: Arc::new(SrqInner {
                 context: crate::context::ContextSlot::new(),
-                id: SrqHandle(next_id()),
+                id,
                 ia: self.inner.clone(),
                 pz: pz.clone(),
                 max_recv_dtos,
@@ -119,6 +123,7 @@ impl Ia {
                 watermark: Mutex::new(None),
                 eps: Mutex::new(Vec::new()),
                 freed: AtomicBool::new(false),
+                ops,
             }),
         })
     }
@@ -170,7 +175,7 @@ impl Srq {
             });
         }
         // Sends waiting for a receive on any of the SRQ's endpoints.
-        self.inner.ia.transport.srq_posted(&self.inner);
+        self.inner.ops.posted(&self.inner);
         Ok(())
     }
 
@@ -205,8 +210,11 @@ impl Srq {
                 "endpoints still use this shared receive queue",
             ));
         }
-        self.inner.freed.store(true, Ordering::SeqCst);
+        if self.inner.freed.swap(true, Ordering::SeqCst) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleSrq));
+        }
         self.inner.recvs.lock().clear();
+        self.inner.ops.free();
         self.inner.pz.inner.users.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
@@ -244,6 +252,7 @@ impl SrqInner {
             let _ = self.ia.async_evd.post_event(Event::AsyncError(AsyncError {
                 kind: AsyncErrorKind::ProviderInternalError,
                 object: DatObject::Srq(self.id),
+                consumer_context: self.context.get(),
                 reason: DAT_SRQ_LOW_WATERMARK_EVENT,
             }));
         }

@@ -100,6 +100,7 @@ fn upcall(f: impl Fn(&Evd, Option<Event>, bool) + Send + Sync + 'static) -> Arc<
 fn dto(producer: u64, seq: u64) -> Event {
     Event::Dto(DtoCompletion {
         ep: EpHandle(producer),
+        consumer_context: 0,
         cookie: seq,
         status: DtoStatus::Success,
         transferred_length: 0,

@@ -2,20 +2,20 @@
 //! two endpoints of one fabric, the request delivered to the listening
 //! service point, the connection numbered on both sides.
 
-use crate::LoopbackIa;
+use crate::Port;
 use crate::dto::progress;
 use crate::fabric::Fabric;
 use rdapl_core::ep::EpState;
 use rdapl_core::error::{Error, Result, Subtype};
 use rdapl_core::event::ConnectionEventKind;
 use rdapl_core::provider::soft;
-use rdapl_core::provider::{CrInner, CrState, EpInner};
+use rdapl_core::provider::{CrInner, CrOps, CrState, EpInner};
 use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 pub(crate) fn connect(
-    ia: &LoopbackIa,
+    ia: &Port,
     ep: &Arc<EpInner>,
     remote: IpAddr,
     conn_qual: u64,
@@ -39,7 +39,11 @@ pub(crate) fn connect(
         );
         return Ok(());
     };
-    let cr = CrInner::new(&sp, private_data, ia.addr, Arc::downgrade(ep));
+    let ops = Box::new(LoopCr {
+        lb: ia.lb.clone(),
+        active: Arc::downgrade(ep),
+    });
+    let cr = CrInner::new(&sp, private_data, ia.addr, ops);
     ep.core.lock().pending_cr = Some(cr.clone());
     if sp.deliver(&cr).is_err() {
         cr.settle_as(CrState::Cancelled);
@@ -63,13 +67,24 @@ pub(crate) fn connect(
     Ok(())
 }
 
-pub(crate) fn accept(
-    ia: &LoopbackIa,
-    cr: &Arc<CrInner>,
-    ep: &Arc<EpInner>,
-    private_data: Vec<u8>,
-) -> Result<()> {
-    let active = cr.active.upgrade();
+/// A request's table: the connecting endpoint, in this process.
+struct LoopCr {
+    lb: Arc<Fabric>,
+    active: Weak<EpInner>,
+}
+
+impl CrOps for LoopCr {
+    fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
+        accept(self, cr, ep, private_data)
+    }
+
+    fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
+        reject(self, cr, private_data)
+    }
+}
+
+fn accept(req: &LoopCr, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
+    let active = req.active.upgrade();
     if !cr.settle_as(CrState::Accepted) {
         return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
     }
@@ -105,15 +120,15 @@ pub(crate) fn accept(
         ConnectionEventKind::Established,
         Some(private_data.into_boxed_slice()),
     );
-    progress_ep_and_peer(&ia.lb, ep);
+    progress_ep_and_peer(&req.lb, ep);
     Ok(())
 }
 
-pub(crate) fn reject(_ia: &LoopbackIa, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
+fn reject(req: &LoopCr, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
     if !cr.settle_as(CrState::Rejected) {
         return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
     }
-    if let Some(active) = cr.active.upgrade() {
+    if let Some(active) = req.active.upgrade() {
         fail_active(
             &active,
             ConnectionEventKind::PeerRejected,
@@ -123,7 +138,7 @@ pub(crate) fn reject(_ia: &LoopbackIa, cr: &Arc<CrInner>, private_data: Vec<u8>)
     Ok(())
 }
 
-pub(crate) fn disconnect(_ia: &LoopbackIa, ep: &Arc<EpInner>, _graceful: bool) {
+pub(crate) fn disconnect(ep: &Arc<EpInner>, _graceful: bool) {
     // Requests execute as soon as they can, so a graceful disconnect
     // has nothing left to wait for but requests blocked on the peer:
     // those are flushed, as an abrupt one does.

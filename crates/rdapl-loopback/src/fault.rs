@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 /// The link between `ep` and its peer fails: both ends are broken at
 /// once, everything outstanding on both flushed
-/// ([`rdapl_core::provider::Transport::break_connection`]).
+/// ([`rdapl_core::provider::EpOps::break_connection`]).
 pub(crate) fn break_link(ep: &Arc<EpInner>) {
     let peer = ep.lock().peer.as_ref().and_then(std::sync::Weak::upgrade);
     ep.break_connection(peer.as_ref(), None);

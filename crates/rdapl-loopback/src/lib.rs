@@ -60,11 +60,11 @@
 //!
 //! Fault injection is a wrapper around any provider
 //! ([`rdapl_core::provider::fault`]); the loopback's part is
-//! `Transport::break_connection`:
+//! `EpOps::break_connection`:
 //! a failed link breaks both ends at once.
 //!
 //! One concern per module: this one holds the provider value and the
-//! transport of one IA; `fabric` the namespace the IAs of one instance
+//! tables of operations of one IA and its objects; `fabric` the namespace the IAs of one instance
 //! share (addresses, listeners, the timer, settings); `cm` connection
 //! management; `dto` the execution of requests (the fast paths and the
 //! general one with both endpoints locked); `fault` a failed link.
@@ -79,9 +79,12 @@ mod tests;
 use crate::fabric::Fabric;
 use parking_lot::{Mutex, MutexGuard};
 use rdapl_core::error::{Error, Result};
+use rdapl_core::event::{PzHandle, SrqHandle};
 use rdapl_core::ia::{IaAttr, ProviderAttr};
 use rdapl_core::provider::soft::Timer;
-use rdapl_core::provider::{CrInner, EpCore, EpInner, NewWr, Provider, SpInner, Transport};
+use rdapl_core::provider::{
+    EpCore, EpInfo, EpInner, EpOps, ListenerOps, NewWr, Provider, SpInner, SrqOps, Transport,
+};
 use rdapl_core::srq::SrqInner;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -170,33 +173,57 @@ impl Provider for Loopback {
         }
         let addr = self.fabric.take_address(addr)?;
         Ok(Arc::new(LoopbackIa {
-            lb: self.fabric.clone(),
-            addr,
+            port: Port {
+                lb: self.fabric.clone(),
+                addr,
+            },
             closed: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 }
 
-/// One IA of a fabric.
-pub(crate) struct LoopbackIa {
+/// Where an IA of a fabric is: what each of its objects' tables carries.
+#[derive(Clone)]
+pub(crate) struct Port {
     pub(crate) lb: Arc<Fabric>,
     pub(crate) addr: IpAddr,
+}
+
+/// One IA of a fabric (its table of operations).
+pub(crate) struct LoopbackIa {
+    pub(crate) port: Port,
     pub(crate) closed: std::sync::atomic::AtomicBool,
 }
 
 impl Transport for LoopbackIa {
     fn address(&self) -> IpAddr {
-        self.addr
+        self.port.addr
     }
 
-    fn listen(&self, sp: &Arc<SpInner>) -> Result<()> {
-        self.lb.listen(self.addr, sp)
+    fn ep_create(&self, _ep: &EpInfo<'_>) -> Result<Box<dyn EpOps>> {
+        Ok(Box::new(LoopEp(self.port.clone())))
     }
 
-    fn unlisten(&self, sp: &SpInner) {
-        self.lb.unlisten(self.addr, sp);
+    fn listen(&self, sp: &Arc<SpInner>) -> Result<Box<dyn ListenerOps>> {
+        self.port.lb.listen(self.port.addr, sp)?;
+        Ok(Box::new(LoopListener(self.port.clone())))
     }
 
+    fn srq_create(&self, _srq: SrqHandle, _pz: PzHandle) -> Result<Box<dyn SrqOps>> {
+        Ok(Box::new(LoopSrq(self.port.lb.clone())))
+    }
+
+    fn close(&self) {
+        if !self.closed.swap(true, Ordering::SeqCst) {
+            self.port.lb.release_address(self.port.addr);
+        }
+    }
+}
+
+/// One endpoint's table.
+struct LoopEp(Port);
+
+impl EpOps for LoopEp {
     fn connect(
         &self,
         ep: &Arc<EpInner>,
@@ -205,19 +232,11 @@ impl Transport for LoopbackIa {
         private_data: Vec<u8>,
         timeout: Option<Duration>,
     ) -> Result<()> {
-        cm::connect(self, ep, remote, conn_qual, private_data, timeout)
-    }
-
-    fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
-        cm::accept(self, cr, ep, private_data)
-    }
-
-    fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
-        cm::reject(self, cr, private_data)
+        cm::connect(&self.0, ep, remote, conn_qual, private_data, timeout)
     }
 
     fn disconnect(&self, ep: &Arc<EpInner>, graceful: bool) {
-        cm::disconnect(self, ep, graceful);
+        cm::disconnect(ep, graceful);
     }
 
     fn break_connection(&self, ep: &Arc<EpInner>) {
@@ -225,20 +244,28 @@ impl Transport for LoopbackIa {
     }
 
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
-        dto::kick(&self.lb, ep, recv);
+        dto::kick(&self.0.lb, ep, recv);
     }
 
     fn submit(&self, ep: &Arc<EpInner>, core: MutexGuard<'_, EpCore>, wr: NewWr<'_>) {
-        dto::submit(&self.lb, ep, core, wr);
+        dto::submit(&self.0.lb, ep, core, wr);
     }
+}
 
-    fn srq_posted(&self, srq: &SrqInner) {
-        dto::srq_posted(&self.lb, srq);
+/// One listener's table.
+struct LoopListener(Port);
+
+impl ListenerOps for LoopListener {
+    fn unlisten(&self, sp: &SpInner) {
+        self.0.lb.unlisten(self.0.addr, sp);
     }
+}
 
-    fn close(&self) {
-        if !self.closed.swap(true, Ordering::SeqCst) {
-            self.lb.release_address(self.addr);
-        }
+/// One SRQ's table.
+struct LoopSrq(Arc<Fabric>);
+
+impl SrqOps for LoopSrq {
+    fn posted(&self, srq: &SrqInner) {
+        dto::srq_posted(&self.0, srq);
     }
 }

@@ -187,6 +187,9 @@ pub(crate) struct Conn {
     pub out_held: bool,
     /// The provider's counters.
     pub stats: Arc<crate::progress::Stats>,
+    /// The provider's shared state (a responder's requests answer through
+    /// it).
+    pub shared: Option<Arc<crate::progress::Shared>>,
 }
 
 fn total_len(wr: &Wr) -> u64 {
@@ -266,6 +269,7 @@ impl Conn {
             hold_out: false,
             out_held: false,
             stats: Arc::default(),
+            shared: None,
         }
     }
 
@@ -1292,7 +1296,11 @@ impl Conn {
                     .as_ref()
                     .and_then(Weak::upgrade)
                     .filter(|s| !s.freed());
-                match sp.map(|sp| sp.request(self.peer.0, req.private_data)) {
+                let ops = |sh: &Arc<crate::progress::Shared>| {
+                    Box::new(crate::TcpCr { sh: sh.clone() }) as Box<dyn rdapl::provider::CrOps>
+                };
+                let req_sp = sp.zip(self.shared.as_ref());
+                match req_sp.map(|(sp, sh)| sp.request(self.peer.0, req.private_data, ops(sh))) {
                     Some(Ok(cr)) => self.cr = Some(cr),
                     // Nobody to take it: drop the TCP connection (the
                     // active side sees a non-peer reject).

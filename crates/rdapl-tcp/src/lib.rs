@@ -115,7 +115,11 @@ use params::IaParams;
 use parking_lot::Mutex;
 use progress::{Cmd, Listener, Shared};
 use rdapl::error::Subtype;
-use rdapl::provider::{CrInner, CrState, EpInner, Provider, SpInner, Transport};
+use rdapl::event::{PzHandle, SrqHandle};
+use rdapl::provider::{
+    CrInner, CrOps, CrState, EpInfo, EpInner, EpOps, ListenerOps, Provider, SpInner, SrqOps,
+    Transport,
+};
 use rdapl::{Error, IaAttr, ProviderAttr, Result};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -245,23 +249,14 @@ impl Provider for Tcp {
         Ok(Arc::new(TcpIa {
             core: self.core()?,
             p: Arc::new(p),
-            listening: Mutex::new(Vec::new()),
         }))
     }
 }
 
-/// One IA of the TCP provider.
+/// One IA of the TCP provider (its table of operations).
 struct TcpIa {
     core: Arc<Core>,
     p: Arc<IaParams>,
-    /// This IA's listening sockets: (epoll key, service point).
-    listening: Mutex<Vec<(u64, usize)>>,
-}
-
-impl TcpIa {
-    fn sh(&self) -> &Shared {
-        &self.core.sh
-    }
 }
 
 impl Transport for TcpIa {
@@ -269,36 +264,85 @@ impl Transport for TcpIa {
         self.p.addr
     }
 
-    fn listen(&self, sp: &Arc<SpInner>) -> Result<()> {
+    fn ep_create(&self, _ep: &EpInfo<'_>) -> Result<Box<dyn EpOps>> {
+        Ok(Box::new(TcpEp {
+            core: self.core.clone(),
+            p: self.p.clone(),
+        }))
+    }
+
+    fn listen(&self, sp: &Arc<SpInner>) -> Result<Box<dyn ListenerOps>> {
         let qual = sp.conn_qual();
         let port = self.p.port(qual)?;
         let sock = cm::listen(self.p.addr, port, qual)?;
-        let token = self.sh().add_listener(Listener {
+        let token = self.core.sh.add_listener(Listener {
             sock,
             sp: Arc::downgrade(sp),
             ia: self.p.clone(),
         })?;
-        self.listening
-            .lock()
-            .push((token, Arc::as_ptr(sp) as usize));
-        Ok(())
+        Ok(Box::new(TcpListener {
+            core: self.core.clone(),
+            token,
+        }))
     }
 
-    fn unlisten(&self, sp: &SpInner) {
-        let key = sp as *const SpInner as usize;
-        let mut l = self.listening.lock();
-        let mut ls = self.sh().listeners.lock();
-        l.retain(|&(t, k)| {
-            if k == key {
-                // Closing the socket takes it out of epoll.
-                ls.remove(&t);
-                false
-            } else {
-                true
-            }
-        });
+    fn srq_create(&self, _srq: SrqHandle, _pz: PzHandle) -> Result<Box<dyn SrqOps>> {
+        Ok(Box::new(TcpSrq(self.core.clone())))
     }
 
+    fn close(&self) {
+        // Its listeners stopped with their service points (and each
+        // closes its socket when dropped); its endpoints were destroyed.
+    }
+}
+
+/// One listening socket (closed when stopped or dropped).
+struct TcpListener {
+    core: Arc<Core>,
+    token: u64,
+}
+
+impl TcpListener {
+    fn stop(&self) {
+        // Closing the socket takes it out of epoll.
+        self.core.sh.listeners.lock().remove(&self.token);
+    }
+}
+
+impl ListenerOps for TcpListener {
+    fn unlisten(&self, _sp: &SpInner) {
+        self.stop();
+    }
+}
+
+impl Drop for TcpListener {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One SRQ's table.
+struct TcpSrq(Arc<Core>);
+
+impl SrqOps for TcpSrq {
+    fn posted(&self, _srq: &rdapl::srq::SrqInner) {
+        self.0.sh.send(Cmd::KickAll);
+    }
+}
+
+/// One endpoint's table.
+struct TcpEp {
+    core: Arc<Core>,
+    p: Arc<IaParams>,
+}
+
+impl TcpEp {
+    fn sh(&self) -> &Shared {
+        &self.core.sh
+    }
+}
+
+impl EpOps for TcpEp {
     fn connect(
         &self,
         ep: &Arc<EpInner>,
@@ -325,41 +369,6 @@ impl Transport for TcpIa {
         Ok(())
     }
 
-    fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
-        if private_data.len() > MAX_PRIVATE_DATA {
-            return Err(Error::InvalidParameter {
-                arg: 3,
-                what: "tcp: private data too long",
-            });
-        }
-        if !cr.settle_as(CrState::Accepted) {
-            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
-        }
-        self.sh().send(Cmd::Accept {
-            cr: cr.clone(),
-            ep: ep.clone(),
-            pd: private_data,
-        });
-        Ok(())
-    }
-
-    fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
-        if private_data.len() > MAX_PRIVATE_DATA {
-            return Err(Error::InvalidParameter {
-                arg: 2,
-                what: "tcp: private data too long",
-            });
-        }
-        if !cr.settle_as(CrState::Rejected) {
-            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
-        }
-        self.sh().send(Cmd::Reject {
-            cr: cr.clone(),
-            pd: private_data,
-        });
-        Ok(())
-    }
-
     fn disconnect(&self, ep: &Arc<EpInner>, _graceful: bool) {
         self.sh().send(Cmd::Disconnect { ep: ep.clone() });
     }
@@ -368,7 +377,7 @@ impl Transport for TcpIa {
         self.sh().send(Cmd::Break { ep: ep.clone() });
     }
 
-    fn ep_destroy(&self, ep: &Arc<EpInner>) {
+    fn destroy(&self, ep: &Arc<EpInner>) {
         self.sh().send(Cmd::Disconnect { ep: ep.clone() });
     }
 
@@ -400,16 +409,47 @@ impl Transport for TcpIa {
             recv,
         });
     }
+}
 
-    fn srq_posted(&self, _srq: &rdapl::srq::SrqInner) {
-        self.sh().send(Cmd::KickAll);
+/// A connection request's table: the accepted TCP connection waits in
+/// the progress thread, found by the request's handle.
+pub(crate) struct TcpCr {
+    pub(crate) sh: Arc<Shared>,
+}
+
+impl CrOps for TcpCr {
+    fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
+        if private_data.len() > MAX_PRIVATE_DATA {
+            return Err(Error::InvalidParameter {
+                arg: 3,
+                what: "tcp: private data too long",
+            });
+        }
+        if !cr.settle_as(CrState::Accepted) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
+        }
+        self.sh.send(Cmd::Accept {
+            cr: cr.clone(),
+            ep: ep.clone(),
+            pd: private_data,
+        });
+        Ok(())
     }
 
-    fn close(&self) {
-        let mut l = self.listening.lock();
-        let mut ls = self.sh().listeners.lock();
-        for (t, _) in l.drain(..) {
-            ls.remove(&t);
+    fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
+        if private_data.len() > MAX_PRIVATE_DATA {
+            return Err(Error::InvalidParameter {
+                arg: 2,
+                what: "tcp: private data too long",
+            });
         }
+        if !cr.settle_as(CrState::Rejected) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
+        }
+        self.sh.send(Cmd::Reject {
+            cr: cr.clone(),
+            pd: private_data,
+        });
+        Ok(())
     }
 }

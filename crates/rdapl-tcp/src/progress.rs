@@ -210,7 +210,7 @@ pub(crate) enum Cmd {
     Disconnect {
         ep: Arc<EpInner>,
     },
-    /// The link fails (`Transport::break_connection`): reset, `Broken`.
+    /// The link fails (`EpOps::break_connection`): reset, `Broken`.
     Break {
         ep: Arc<EpInner>,
     },
@@ -558,6 +558,7 @@ impl Driver {
             let t = self.sh.token();
             let mut c = Conn::new(t, s, ia, Role::Responder, (peer.ip(), qual));
             c.stats = self.sh.stats.clone();
+            c.shared = Some(self.sh.clone());
             c.sp = Some(sp);
             let cfg = c.engine_config();
             match Connection::new(Role::Responder, cfg, now) {

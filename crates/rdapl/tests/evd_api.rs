@@ -134,6 +134,7 @@ fn per_stream_fifo_with_concurrent_producers_and_consumer() {
                         .post_event(Event::AsyncError(AsyncError {
                             kind: AsyncErrorKind::EpBroken,
                             object: DatObject::Ep(EpHandle(seq)),
+                            consumer_context: 0,
                             reason: p as i32,
                         }))
                         .unwrap(),
@@ -145,6 +146,7 @@ fn per_stream_fifo_with_concurrent_producers_and_consumer() {
                     _ => evd
                         .post_event(Event::RmrBind(RmrBindCompletion {
                             rmr: RmrHandle(p),
+                            consumer_context: 0,
                             cookie: seq,
                             status: DtoStatus::Success,
                         }))
@@ -746,6 +748,7 @@ fn post_event_overflow_is_counted_reported_once_per_episode_and_evd_stays_usable
     let overflow = Event::AsyncError(AsyncError {
         kind: AsyncErrorKind::EvdOverflow,
         object: DatObject::Evd(evd.handle()),
+        consumer_context: evd.consumer_context(),
         reason: rdapl::event::DAT_EVD_OVERFLOW_ERROR,
     });
     assert_eq!(async_evd.dequeue().unwrap(), Some(overflow.clone()));

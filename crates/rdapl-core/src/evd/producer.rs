@@ -138,7 +138,9 @@ impl EvdProducer for Evd {
             let a = inner.async_evd.lock().clone();
             if let Some(a) = a {
                 if !Arc::ptr_eq(&a.inner, &self.inner) {
-                    reported = a.post_event(Event::evd_overflow(inner.id)).is_ok();
+                    reported = a
+                        .post_event(Event::evd_overflow(inner.id, inner.context.get()))
+                        .is_ok();
                 }
             }
         }

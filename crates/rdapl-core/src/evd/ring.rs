@@ -860,6 +860,7 @@ mod tests {
             Event::Connection(crate::event::ConnectionEvent {
                 kind: crate::event::ConnectionEventKind::Established,
                 ep: crate::event::EpHandle(u64::from(i)),
+                consumer_context: 0,
                 private_data: Some(vec![i; 32].into_boxed_slice()),
             })
         };

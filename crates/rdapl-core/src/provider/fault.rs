@@ -8,7 +8,7 @@
 //! * [`Faults::fail_next`]: the next request posted on the endpoint (a
 //!   send, an RDMA transfer, a memory operation) is not handed to the
 //!   provider. The connection breaks instead
-//!   ([`Transport::break_connection`]: both sides `Broken`, everything
+//!   ([`EpOps::break_connection`]: both sides `Broken`, everything
 //!   outstanding flushed), and once the endpoint's end was reported that
 //!   request completes with the armed status: it moved nothing.
 //! * [`Faults::delay`]: requests posted from then on reach the provider
@@ -19,7 +19,7 @@
 //!   flushed (within [`SWEEP`] of the end; before `Ep::free` returns when
 //!   the endpoint is freed).
 //! * [`Faults::break_link`]: the link fails now
-//!   ([`Transport::break_connection`] of the endpoint's provider; works on
+//!   ([`EpOps::break_connection`] of the endpoint's provider; works on
 //!   any IA, wrapped or not).
 //!
 //! # Guarantees
@@ -35,10 +35,11 @@
 //! when the `Faults` is dropped) hands held requests over at their time.
 
 use crate::ep::{Ep, EpInner, EpState, Wr};
-use crate::event::{DtoStatus, EpHandle};
+use crate::event::{DtoStatus, EpHandle, PzHandle, SrqHandle};
 use crate::ia::{IaAttr, ProviderAttr};
-use crate::provider::{EpLock, NewWr, Provider, SpInner, Transport};
-use crate::sp::CrInner;
+use crate::provider::{
+    EpInfo, EpLock, EpOps, ListenerOps, NewWr, Provider, PzOps, SpInner, SrqOps, Transport,
+};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -112,7 +113,7 @@ impl Faults {
     /// both sides `Broken`, everything outstanding flushed. Nothing if it
     /// is not connected.
     pub fn break_link(&self, ep: &Ep) {
-        ep.inner.ia.transport.break_connection(&ep.inner);
+        ep.inner.ops.break_connection(&ep.inner);
     }
 
     /// Whether `ep` has requests held back (a diagnostic).
@@ -224,7 +225,6 @@ fn run(faults: Weak<Faults>) {
                 }
                 continue;
             }
-            let transport = ep.ia.transport.clone();
             let mut core = ep.lock();
             if core.state() != EpState::Connected {
                 // Ending meanwhile: back in front, flushed once it ended.
@@ -241,8 +241,8 @@ fn run(faults: Weak<Faults>) {
                 core.push_send(w);
             }
             drop(core);
-            // The IA's transport is the wrapper; it passes the kick on.
-            transport.kick(&ep, false);
+            // The endpoint's table is the wrapper; it passes the kick on.
+            ep.ops.kick(&ep, false);
         }
         if idle {
             // Sleep until the next is due (at most a sweep), or stop when
@@ -316,13 +316,20 @@ impl Provider for FaultInjector {
     }
 }
 
-/// One IA's transport, wrapped.
+/// One IA's transport, wrapped: every table it makes passes through, but
+/// an endpoint's, which is wrapped too.
 struct FaultTransport {
     inner: Arc<dyn Transport>,
     faults: Arc<Faults>,
 }
 
-impl FaultTransport {
+/// One endpoint's table, wrapped.
+struct FaultEp {
+    inner: Box<dyn EpOps>,
+    faults: Arc<Faults>,
+}
+
+impl FaultEp {
     /// Fails `wr` as [`Faults::fail_next`] says: breaks the connection,
     /// waits for the end to be reported, completes it with `status`.
     fn fail(&self, ep: &Arc<EpInner>, wr: Wr, status: DtoStatus) {
@@ -359,12 +366,28 @@ impl Transport for FaultTransport {
     fn address(&self) -> IpAddr {
         self.inner.address()
     }
-    fn listen(&self, sp: &Arc<SpInner>) -> crate::Result<()> {
+    fn ep_create(&self, ep: &EpInfo<'_>) -> crate::Result<Box<dyn EpOps>> {
+        Ok(Box::new(FaultEp {
+            inner: self.inner.ep_create(ep)?,
+            faults: self.faults.clone(),
+        }))
+    }
+    fn listen(&self, sp: &Arc<SpInner>) -> crate::Result<Box<dyn ListenerOps>> {
         self.inner.listen(sp)
     }
-    fn unlisten(&self, sp: &SpInner) {
-        self.inner.unlisten(sp)
+    fn pz_create(&self, pz: PzHandle) -> crate::Result<Box<dyn PzOps>> {
+        self.inner.pz_create(pz)
     }
+    fn srq_create(&self, srq: SrqHandle, pz: PzHandle) -> crate::Result<Box<dyn SrqOps>> {
+        self.inner.srq_create(srq, pz)
+    }
+    fn close(&self) {
+        self.inner.close();
+        self.faults.sweep_soon();
+    }
+}
+
+impl EpOps for FaultEp {
     fn connect(
         &self,
         ep: &Arc<EpInner>,
@@ -376,31 +399,20 @@ impl Transport for FaultTransport {
         self.inner
             .connect(ep, remote, conn_qual, private_data, timeout)
     }
-    fn accept(
-        &self,
-        cr: &Arc<CrInner>,
-        ep: &Arc<EpInner>,
-        private_data: Vec<u8>,
-    ) -> crate::Result<()> {
-        self.inner.accept(cr, ep, private_data)
-    }
-    fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> crate::Result<()> {
-        self.inner.reject(cr, private_data)
-    }
     fn disconnect(&self, ep: &Arc<EpInner>, graceful: bool) {
         self.inner.disconnect(ep, graceful);
-        self.sweep_soon();
+        self.faults.sweep_soon();
     }
     fn connect_cancel(&self, ep: &Arc<EpInner>) {
         self.inner.connect_cancel(ep)
     }
-    fn ep_destroy(&self, ep: &Arc<EpInner>) {
-        self.inner.ep_destroy(ep);
+    fn destroy(&self, ep: &Arc<EpInner>) {
+        self.inner.destroy(ep);
         self.flush_held(ep);
     }
     fn break_connection(&self, ep: &Arc<EpInner>) {
         self.inner.break_connection(ep);
-        self.sweep_soon();
+        self.faults.sweep_soon();
     }
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
         self.inner.kick(ep, recv)
@@ -434,23 +446,16 @@ impl Transport for FaultTransport {
         drop(st);
         drop(core);
     }
-    fn srq_posted(&self, srq: &crate::srq::SrqInner) {
-        self.inner.srq_posted(srq)
-    }
-    fn close(&self) {
-        self.inner.close();
-        self.sweep_soon();
-    }
 }
 
-impl FaultTransport {
+impl Faults {
     /// A connection may have ended: held requests get flushed now rather
     /// than at their time.
-    fn sweep_soon(&self) {
-        let mut st = self.faults.st.lock();
+    fn sweep_soon(self: &Arc<Faults>) {
+        let mut st = self.st.lock();
         if st.eps.values().any(|e| !e.held.is_empty()) {
-            self.faults.start(&mut st);
-            self.faults.cv.notify_all();
+            self.start(&mut st);
+            self.cv.notify_all();
         }
     }
 }

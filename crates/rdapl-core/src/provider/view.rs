@@ -183,7 +183,7 @@ impl EpInner {
     pub fn attr(&self) -> &EpAttr {
         &self.attr
     }
-    /// Locks the endpoint's state (the lock [`super::Transport::submit`]
+    /// Locks the endpoint's state (the lock [`super::EpOps::submit`]
     /// is called under).
     pub fn lock(&self) -> MutexGuard<'_, EpCore> {
         self.core.lock()
@@ -574,7 +574,7 @@ fn skip_spans<'a>(spans: &[SpanRef<'a>], offset: u64, len: usize) -> Option<Vec<
 
 impl crate::srq::SrqInner {
     /// The live endpoints that take their receives from this SRQ (whose
-    /// peers' waiting sends [`super::Transport::srq_posted`] may resume).
+    /// peers' waiting sends [`super::SrqOps::posted`] may resume).
     pub fn takers(&self) -> Vec<Arc<EpInner>> {
         self.endpoints()
     }
@@ -598,14 +598,15 @@ impl SpInner {
     /// core makes the request and raises `ConnectionRequest` on the CR
     /// EVD. `QueueFull` if that EVD overflowed (the provider then rejects
     /// the request as a non-peer reject), `InvalidHandle` if the SP is
-    /// gone. The provider keys its own state of the request by
-    /// [`CrInner::handle`].
+    /// gone. The provider keeps its own state of the request in `ops`,
+    /// which accept and reject are handed to.
     pub fn request(
         self: &Arc<Self>,
         remote: IpAddr,
         private_data: Vec<u8>,
+        ops: Box<dyn crate::provider::CrOps>,
     ) -> Result<Arc<CrInner>> {
-        let cr = CrInner::new(self, private_data, remote, Weak::new());
+        let cr = CrInner::new(self, private_data, remote, ops);
         self.deliver(&cr)?;
         Ok(cr)
     }

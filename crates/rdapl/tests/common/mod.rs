@@ -215,6 +215,7 @@ pub fn teardown_within(evd: &Evd, what: &str) -> rdapl::Result<usize> {
 pub fn dto_event(ep: u64, cookie: u64, operation: DtoOp, transferred_length: u64) -> Event {
     Event::Dto(DtoCompletion {
         ep: EpHandle(ep),
+        consumer_context: 0,
         cookie,
         status: DtoStatus::Success,
         transferred_length,
@@ -229,6 +230,7 @@ pub fn conn_event(kind: ConnectionEventKind, ep: u64) -> Event {
     Event::Connection(ConnectionEvent {
         kind,
         ep: EpHandle(ep),
+        consumer_context: 0,
         private_data: None,
     })
 }
@@ -237,6 +239,7 @@ pub fn conn_event(kind: ConnectionEventKind, ep: u64) -> Event {
 pub fn cr_event(conn_qual: u64, cr: u64) -> Event {
     Event::ConnectionRequest(CrArrival {
         sp: None,
+        consumer_context: 0,
         conn_qual,
         cr: CrHandle(cr),
         truncated: false,

@@ -8,7 +8,11 @@
 
 use rdapl::error::Subtype;
 use rdapl::event::{CrHandle, EpHandle};
-use rdapl::provider::{CrInner, CrState, EpInner, NewWr, Provider, SpInner, Transport, WrKind};
+use rdapl::event::{PzHandle, SrqHandle};
+use rdapl::provider::{
+    CrInner, CrOps, CrState, EpInfo, EpInner, EpOps, ListenerOps, NewWr, Provider, SpInner, SrqOps,
+    Transport, WrKind,
+};
 use rdapl::*;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -265,7 +269,15 @@ impl Transport for PipeIa {
         self.addr
     }
 
-    fn listen(&self, sp: &Arc<SpInner>) -> Result<()> {
+    fn ep_create(&self, _ep: &EpInfo<'_>) -> Result<Box<dyn EpOps>> {
+        Ok(Box::new(PipeEp(self.port())))
+    }
+
+    fn srq_create(&self, _srq: SrqHandle, _pz: PzHandle) -> Result<Box<dyn SrqOps>> {
+        Ok(Box::new(PipeSrq(self.f.clone())))
+    }
+
+    fn listen(&self, sp: &Arc<SpInner>) -> Result<Box<dyn ListenerOps>> {
         let mut l = self.f.listeners.lock().unwrap();
         let key = (self.addr, sp.conn_qual());
         if l.get(&key)
@@ -275,17 +287,80 @@ impl Transport for PipeIa {
             return Err(Error::ConnQualInUse(sp.conn_qual()));
         }
         l.insert(key, Arc::downgrade(sp));
-        Ok(())
+        Ok(Box::new(PipeListener(self.port())))
     }
 
+    fn close(&self) {
+        if !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            if let Some(n) = self.f.addresses.lock().unwrap().get_mut(&self.addr) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+}
+
+impl PipeIa {
+    fn port(&self) -> Port {
+        Port {
+            f: self.f.clone(),
+            addr: self.addr,
+        }
+    }
+}
+
+/// What each table of an IA's objects carries: the fabric and the IA's
+/// address.
+#[derive(Clone)]
+struct Port {
+    f: Arc<Fabric>,
+    addr: IpAddr,
+}
+
+struct PipeListener(Port);
+
+impl ListenerOps for PipeListener {
     fn unlisten(&self, sp: &SpInner) {
-        let mut l = self.f.listeners.lock().unwrap();
-        let key = (self.addr, sp.conn_qual());
+        let mut l = self.0.f.listeners.lock().unwrap();
+        let key = (self.0.addr, sp.conn_qual());
         if l.get(&key).is_some_and(|w| std::ptr::eq(w.as_ptr(), sp)) {
             l.remove(&key);
         }
     }
+}
 
+struct PipeSrq(Arc<Fabric>);
+
+impl SrqOps for PipeSrq {
+    fn posted(&self, srq: &rdapl::srq::SrqInner) {
+        // A peer's send may wait for a receive of this SRQ.
+        for ep in srq.takers() {
+            if let Some((p, _, _)) = self.0.peer(&ep) {
+                self.0.kick(&p);
+            }
+        }
+    }
+}
+
+/// A request's table.
+struct PipeCr(Port);
+
+struct PipeEp(Port);
+
+impl std::ops::Deref for PipeEp {
+    type Target = Port;
+    fn deref(&self) -> &Port {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for PipeCr {
+    type Target = Port;
+    fn deref(&self) -> &Port {
+        &self.0
+    }
+}
+
+impl EpOps for PipeEp {
     fn connect(
         &self,
         ep: &Arc<EpInner>,
@@ -313,7 +388,7 @@ impl Transport for PipeIa {
         };
         // Recorded before the request is visible: an accept may come at once.
         let mut pending = self.f.pending.lock().unwrap();
-        match sp.request(self.addr, private_data) {
+        match sp.request(self.addr, private_data, Box::new(PipeCr(self.0.clone()))) {
             Ok(cr) => {
                 pending.insert(cr.handle(), (cr.clone(), Arc::downgrade(ep)));
                 drop(pending);
@@ -337,50 +412,6 @@ impl Transport for PipeIa {
                 drop(pending);
                 ep.connect_failed(ConnectionEventKind::NonPeerRejected, None);
             }
-        }
-        Ok(())
-    }
-
-    fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
-        if !cr.settle_as(CrState::Accepted) {
-            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
-        }
-        let active = self.f.pending.lock().unwrap().remove(&cr.handle());
-        let Some(active) = active.and_then(|(_, a)| a.upgrade()) else {
-            return Err(Error::Abort("the connecting endpoint went away"));
-        };
-        let passive_conn = ep
-            .established((cr.remote(), cr.qualifier()), None)
-            .ok_or(Error::Abort("the accepting endpoint went away"))?;
-        let Some(active_conn) =
-            active.established((self.addr, cr.qualifier()), Some(&private_data))
-        else {
-            ep.ended(ConnectionEventKind::Broken);
-            return Ok(());
-        };
-        let mut peers = self.f.peers.lock().unwrap();
-        peers.insert(
-            ep.handle(),
-            (Arc::downgrade(&active), active_conn, passive_conn),
-        );
-        peers.insert(
-            active.handle(),
-            (Arc::downgrade(ep), passive_conn, active_conn),
-        );
-        drop(peers);
-        // Requests may have been queued before the connection was up.
-        self.f.kick(ep);
-        self.f.kick(&active);
-        Ok(())
-    }
-
-    fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
-        if !cr.settle_as(CrState::Rejected) {
-            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
-        }
-        let active = self.f.pending.lock().unwrap().remove(&cr.handle());
-        if let Some(a) = active.and_then(|(_, a)| a.upgrade()) {
-            a.connect_failed(ConnectionEventKind::PeerRejected, Some(&private_data));
         }
         Ok(())
     }
@@ -423,21 +454,50 @@ impl Transport for PipeIa {
         drop(core);
         self.f.kick(ep);
     }
+}
 
-    fn srq_posted(&self, srq: &rdapl::srq::SrqInner) {
-        // A peer's send may wait for a receive of this SRQ.
-        for ep in srq.takers() {
-            if let Some((p, _, _)) = self.f.peer(&ep) {
-                self.f.kick(&p);
-            }
+impl CrOps for PipeCr {
+    fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
+        if !cr.settle_as(CrState::Accepted) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }
+        let active = self.f.pending.lock().unwrap().remove(&cr.handle());
+        let Some(active) = active.and_then(|(_, a)| a.upgrade()) else {
+            return Err(Error::Abort("the connecting endpoint went away"));
+        };
+        let passive_conn = ep
+            .established((cr.remote(), cr.qualifier()), None)
+            .ok_or(Error::Abort("the accepting endpoint went away"))?;
+        let Some(active_conn) =
+            active.established((self.addr, cr.qualifier()), Some(&private_data))
+        else {
+            ep.ended(ConnectionEventKind::Broken);
+            return Ok(());
+        };
+        let mut peers = self.f.peers.lock().unwrap();
+        peers.insert(
+            ep.handle(),
+            (Arc::downgrade(&active), active_conn, passive_conn),
+        );
+        peers.insert(
+            active.handle(),
+            (Arc::downgrade(ep), passive_conn, active_conn),
+        );
+        drop(peers);
+        // Requests may have been queued before the connection was up.
+        self.f.kick(ep);
+        self.f.kick(&active);
+        Ok(())
     }
 
-    fn close(&self) {
-        if !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            if let Some(n) = self.f.addresses.lock().unwrap().get_mut(&self.addr) {
-                *n = n.saturating_sub(1);
-            }
+    fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
+        if !cr.settle_as(CrState::Rejected) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }
+        let active = self.f.pending.lock().unwrap().remove(&cr.handle());
+        if let Some(a) = active.and_then(|(_, a)| a.upgrade()) {
+            a.connect_failed(ConnectionEventKind::PeerRejected, Some(&private_data));
+        }
+        Ok(())
     }
 }
