@@ -341,7 +341,7 @@ impl SrqOps for PipeSrq {
     }
 }
 
-/// A request's table.
+/// A request's table: the fabric and the passive side's address.
 struct PipeCr(Port);
 
 struct PipeEp(Port);
@@ -388,7 +388,11 @@ impl EpOps for PipeEp {
         };
         // Recorded before the request is visible: an accept may come at once.
         let mut pending = self.f.pending.lock().unwrap();
-        match sp.request(self.addr, private_data, Box::new(PipeCr(self.0.clone()))) {
+        let passive = Port {
+            f: self.f.clone(),
+            addr: remote,
+        };
+        match sp.request(self.addr, private_data, Box::new(PipeCr(passive))) {
             Ok(cr) => {
                 pending.insert(cr.handle(), (cr.clone(), Arc::downgrade(ep)));
                 drop(pending);
