@@ -1,8 +1,9 @@
 //! The provider's view of the object model: the public methods a provider
-//! (in this crate or another) calls on what the core hands it through
-//! [`Transport`](super::Transport): endpoints ([`EpInner`]), their locked
-//! state ([`EpCore`]), work requests ([`Wr`], [`NewWr`], [`RecvWr`]),
-//! service points ([`SpInner`]) and connection requests ([`CrInner`]).
+//! (in this crate or another) calls on what the core hands its tables of
+//! operations ([`Transport`](super::Transport) and the per-object tables
+//! it makes): endpoints ([`EpInner`]), their locked state ([`EpCore`]),
+//! work requests ([`Wr`], [`NewWr`], [`RecvWr`]), service points
+//! ([`SpInner`]) and connection requests ([`CrInner`]).
 //!
 //! # What the core keeps, what the provider does
 //!
