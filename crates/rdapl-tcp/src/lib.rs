@@ -253,6 +253,14 @@ impl Provider for Tcp {
     }
 }
 
+/// Refuses private data longer than MPA carries (`arg`: its argument).
+fn check_private_data(private_data: &[u8], arg: u8) -> Result<()> {
+    if private_data.len() > MAX_PRIVATE_DATA {
+        return Err(Error::param(arg, "tcp: private data too long"));
+    }
+    Ok(())
+}
+
 /// One IA of the TCP provider (its table of operations).
 struct TcpIa {
     core: Arc<Core>,
@@ -352,12 +360,7 @@ impl EpOps for TcpEp {
         timeout: Option<Duration>,
     ) -> Result<()> {
         let port = self.p.port(conn_qual)?;
-        if private_data.len() > MAX_PRIVATE_DATA {
-            return Err(Error::InvalidParameter {
-                arg: 4,
-                what: "tcp: private data too long",
-            });
-        }
+        check_private_data(&private_data, 4)?;
         self.sh().send(Cmd::Connect {
             ep: ep.clone(),
             ia: self.p.clone(),
@@ -419,12 +422,7 @@ pub(crate) struct TcpCr {
 
 impl CrOps for TcpCr {
     fn accept(&self, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<u8>) -> Result<()> {
-        if private_data.len() > MAX_PRIVATE_DATA {
-            return Err(Error::InvalidParameter {
-                arg: 3,
-                what: "tcp: private data too long",
-            });
-        }
+        check_private_data(&private_data, 3)?;
         if !cr.settle_as(CrState::Accepted) {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }
@@ -437,12 +435,7 @@ impl CrOps for TcpCr {
     }
 
     fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
-        if private_data.len() > MAX_PRIVATE_DATA {
-            return Err(Error::InvalidParameter {
-                arg: 2,
-                what: "tcp: private data too long",
-            });
-        }
+        check_private_data(&private_data, 2)?;
         if !cr.settle_as(CrState::Rejected) {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }
