@@ -5,6 +5,7 @@
 use crate::Port;
 use crate::dto::progress;
 use crate::fabric::Fabric;
+use crate::link::{self, Link};
 use rdapl_core::ep::EpState;
 use rdapl_core::error::{Error, Result, Subtype};
 use rdapl_core::event::ConnectionEventKind;
@@ -92,7 +93,7 @@ fn accept(req: &LoopCr, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<
         return Err(Error::Abort("the connecting endpoint went away"));
     };
     {
-        let (mut cp, mut ca) = EpInner::lock_pair(ep, &active);
+        let (mut cp, mut ca) = link::lock_pair(ep, &active);
         if ca.state != EpState::ActiveConnectionPending {
             return Err(Error::Abort("the connecting endpoint gave up"));
         }
@@ -104,14 +105,10 @@ fn accept(req: &LoopCr, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<
         cp.conn = conn;
         ca.conn = conn;
         cp.state = EpState::Connected;
-        cp.peer = Some(Arc::downgrade(&active));
-        cp.peer_mem = Some((active.ia.clone(), active.pz_handle()));
-        cp.peer_keys.clear();
+        cp.link = Some(Link::to(&active));
         cp.remote = Some((cr.remote(), cr.qualifier()));
         ca.state = EpState::Connected;
-        ca.peer = Some(Arc::downgrade(ep));
-        ca.peer_mem = Some((ep.ia.clone(), ep.pz_handle()));
-        ca.peer_keys.clear();
+        ca.link = Some(Link::to(ep));
         ca.pending_cr = None;
         ca.peer_private = Some(private_data.clone().into_boxed_slice());
     }
@@ -142,8 +139,7 @@ pub(crate) fn disconnect(ep: &Arc<EpInner>, _graceful: bool) {
     // Requests execute as soon as they can, so a graceful disconnect
     // has nothing left to wait for but requests blocked on the peer:
     // those are flushed, as an abrupt one does.
-    let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
-    ep.break_connection(peer.as_ref(), Some(ConnectionEventKind::Disconnected));
+    link::break_link(ep, Some(ConnectionEventKind::Disconnected));
 }
 
 /// The active side's connection attempt failed with `kind`.
@@ -168,8 +164,7 @@ pub(crate) fn fail_active(
 /// receive `ep` just posted).
 fn progress_ep_and_peer(lb: &Arc<Fabric>, ep: &Arc<EpInner>) {
     progress(lb, ep);
-    let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
-    if let Some(p) = peer {
+    if let Some(p) = link::peer_of(ep) {
         progress(lb, &p);
     }
 }

@@ -3,6 +3,7 @@
 //! paths of the usual send and RDMA request; the receiver-not-ready clock.
 
 use crate::fabric::Fabric;
+use crate::link::{self, Link};
 use parking_lot::MutexGuard;
 use rdapl_core::ep::{CompletionFlags, EpState};
 use rdapl_core::evd::EvdProducer;
@@ -33,14 +34,18 @@ pub(crate) fn submit(
         }
         match wr.op {
             WrOp::Send => {
-                let Some(b) = c.peer.as_ref().and_then(Weak::upgrade) else {
+                let conn = c.conn;
+                let Some(l) = link::of(&mut c.link) else {
+                    break 'now wr;
+                };
+                let Some(b) = l.peer() else {
                     break 'now wr;
                 };
                 // The usual message needs only the peer's receive
                 // queue; anything else (no receive, a failure) needs
                 // the peer locked too: at once if the handle order
                 // allows it (or the lock is free), else it queues.
-                let wr = match send_fast(ep, &b, c, wr) {
+                let wr = match send_fast(ep, &b, conn, l, wr) {
                     Ok(()) => return,
                     Err(wr) => wr,
                 };
@@ -57,7 +62,7 @@ pub(crate) fn submit(
                         stop_both((ep, c), (&b, &mut cb));
                         drop(cb);
                         drop(core);
-                        ep.break_connection(Some(&b), None);
+                        link::break_both(ep, Some(&b), None);
                     }
                     Ok(_) => {}
                     // No receive yet: it waits at the head.
@@ -67,16 +72,8 @@ pub(crate) fn submit(
             }
             WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) => {
                 let write = matches!(wr.op, WrOp::RdmaWrite(_));
-                if let Some((ia, pz)) = &c.peer_mem {
-                    if let Some(len) = rdma_try(
-                        ep,
-                        wr.iov,
-                        (&mut c.keys, &mut c.peer_keys),
-                        ia,
-                        *pz,
-                        r,
-                        write,
-                    ) {
+                if let Some(l) = link::of(&mut c.link) {
+                    if let Some(len) = rdma_try(ep, wr.iov, l, r, write) {
                         wr.complete(ep, DtoStatus::Success, len);
                         return;
                     }
@@ -99,8 +96,7 @@ pub(crate) fn kick(lb: &Arc<Fabric>, ep: &Arc<EpInner>, recv: bool) {
         if !ep.recv_wanted.load(Ordering::Relaxed) {
             return;
         }
-        let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
-        if let Some(p) = peer {
+        if let Some(p) = link::peer_of(ep) {
             progress(lb, &p);
         }
     } else {
@@ -110,8 +106,7 @@ pub(crate) fn kick(lb: &Arc<Fabric>, ep: &Arc<EpInner>, recv: bool) {
 
 pub(crate) fn srq_posted(lb: &Arc<Fabric>, srq: &rdapl_core::srq::SrqInner) {
     for ep in srq.takers() {
-        let peer = ep.core.lock().peer.as_ref().and_then(Weak::upgrade);
-        if let Some(p) = peer {
+        if let Some(p) = link::peer_of(&ep) {
             progress(lb, &p);
         }
     }
@@ -156,18 +151,10 @@ fn progress_locked<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: MutexGuard
             WrOp::RdmaRead(r) => (r, false),
             _ => break,
         };
-        let Some((ia, pz)) = &c.peer_mem else {
+        let Some(l) = link::of(&mut c.link) else {
             break;
         };
-        let Some(len) = rdma_try(
-            a,
-            &head.iov,
-            (&mut c.keys, &mut c.peer_keys),
-            ia,
-            *pz,
-            r,
-            write,
-        ) else {
+        let Some(len) = rdma_try(a, &head.iov, l, r, write) else {
             break;
         };
         let wr = c.sends.pop_front().expect("head");
@@ -177,17 +164,17 @@ fn progress_locked<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: MutexGuard
 }
 
 /// An RDMA write (`write`) or read of `iov` against `r` on the peer (its
-/// IA `peer` and zone `peer_pz`): the bytes moved, or `None` (and nothing
-/// moved) if any check or the copy failed.
+/// IA and zone, as `a`'s link `l` names them): the bytes moved, or `None`
+/// (and nothing moved) if any check or the copy failed.
 fn rdma_try(
     a: &EpInner,
     iov: &[LmrTriplet],
-    (keys, peer_keys): (&mut KeyCache, &mut KeyCache),
-    peer: &IaInner,
-    peer_pz: rdapl_core::event::PzHandle,
+    l: &mut Link,
     r: RmrTriplet,
     write: bool,
 ) -> Option<u64> {
+    let (keys, peer_keys) = (&mut l.keys, &mut l.peer_keys);
+    let (peer, peer_pz): (&IaInner, _) = (&l.peer_ia, l.peer_pz);
     let (local_right, remote_right) = if write {
         (MemPriv::LOCAL_READ, MemPriv::REMOTE_WRITE)
     } else {
@@ -258,7 +245,7 @@ fn progress_both<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'
     if ca.state != EpState::Connected || ca.sends.is_empty() {
         return;
     }
-    let Some(b) = ca.peer.as_ref().and_then(Weak::upgrade) else {
+    let Some(b) = link::of(&mut ca.link).and_then(|l| l.peer()) else {
         return;
     };
     // Both endpoints locked, in handle order.
@@ -270,11 +257,7 @@ fn progress_both<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'
         cb = b.core.lock();
         ca = a.core.lock();
         // Still connected to the same peer?
-        if !ca
-            .peer
-            .as_ref()
-            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&b)))
-        {
+        if !link::of(&mut ca.link).is_some_and(|l| l.is_to(&b)) {
             return;
         }
     }
@@ -315,12 +298,12 @@ fn progress_both<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'
     drop(ca);
     drop(cb);
     if broken {
-        a.break_connection(Some(&b), None);
+        link::break_both(a, Some(&b), None);
     }
 }
 
 /// After a DTO error: stops both queues at once (with both endpoints
-/// locked); `break_connection` then flushes.
+/// locked); `link::break_both` then flushes.
 fn stop_both((a, ca): (&EpInner, &mut EpCore), (b, cb): (&EpInner, &mut EpCore)) {
     for (ep, c) in [(a, ca), (b, cb)] {
         if c.state == EpState::Connected {
@@ -378,26 +361,32 @@ fn send<R: Request>(
     // Under `b`'s receive queue lock throughout (so the receive's
     // completion is published before a flush of the queue can publish a
     // later one's).
+    let conn = ca.conn;
+    // (Connected, locked: the link is there.)
+    let Some(l) = link::of(&mut ca.link) else {
+        return Err(wr);
+    };
     let mut rq = b.rq.lock();
-    let r = send_locked(lb, a, b, ca, wr, &mut rq);
+    let r = send_locked(lb, a, b, (conn, l), wr, &mut rq);
     b.publish_taken(&rq);
     r
 }
 
-/// [`send`], `b`'s receive queue locked (`rq`).
+/// [`send`], `b`'s receive queue locked (`rq`), `a`'s connection `conn`
+/// and its link `l`.
 #[allow(clippy::result_large_err)]
 fn send_locked<R: Request>(
     lb: &Arc<Fabric>,
     a: &Arc<EpInner>,
     b: &Arc<EpInner>,
-    ca: &mut EpCore,
+    (conn, l): (u64, &mut Link),
     wr: R,
     rq: &mut RecvQueue,
 ) -> std::result::Result<Step, R> {
     // `b`'s side of the connection ended (its receives, if any, are for
     // the next one): this send waits, and `a`'s disconnect, on its way,
     // flushes it.
-    if rq.conn != ca.conn {
+    if rq.conn != conn {
         return Err(wr);
     }
     // The usual message, into the head of `b`'s own receive queue: copied
@@ -410,10 +399,10 @@ fn send_locked<R: Request>(
         // (A Send with Invalidate takes the general path.)
         if let Some(rwr) = rq.recvs.front().filter(|_| wr.invalidates().is_none()) {
             if let Some((n, _)) =
-                copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
+                copy_one_cached(a, b, (&mut l.keys, &mut rq.keys), wr.iov(), &rwr.iov)
             {
                 let mut rwr = rq.pop().expect("head");
-                received(b, ca);
+                received(b, l);
                 if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
                     rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
                 }
@@ -428,9 +417,9 @@ fn send_locked<R: Request>(
         // A receive posted from now on kicks us: for `b`'s own queue,
         // `refill` above said so under the posters' lock; a shared receive
         // queue's posts run its endpoints' peers' progress anyway.
-        if ca.rnr_deadline.is_none() {
+        if l.rnr_deadline.is_none() {
             let deadline = soft::deadline(Some(lb.rnr_timeout())).unwrap_or_else(Instant::now);
-            ca.rnr_deadline = Some(deadline);
+            l.rnr_deadline = Some(deadline);
             let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
             lb.timer
                 .at(deadline, Box::new(move || rnr_expired(&lb2, a2, deadline)));
@@ -447,10 +436,9 @@ fn send_locked<R: Request>(
             return Ok(Step::Broken);
         }
     }
-    received(b, ca);
+    received(b, l);
     if b.srq.is_some() && inval.is_none() {
-        if let Some((n, _)) =
-            copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
+        if let Some((n, _)) = copy_one_cached(a, b, (&mut l.keys, &mut rq.keys), wr.iov(), &rwr.iov)
         {
             if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
                 rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
@@ -462,7 +450,7 @@ fn send_locked<R: Request>(
     }
     let (mut hold_src, mut hold_dst) = (Spans::new(), Spans::new());
     let src = match a.ia.mem.resolve_local_cached(
-        &mut ca.keys,
+        &mut l.keys,
         &mut hold_src,
         wr.iov(),
         MemPriv::LOCAL_READ,
@@ -541,8 +529,8 @@ fn send_locked<R: Request>(
     }
 }
 
-/// [`send`] of the usual message (the request `wr` of `a`, locked: `ca`,
-/// nothing queued ahead), with `b`'s receive queue alone locked: into the
+/// [`send`] of the usual message (the request `wr` of `a`, locked, in
+/// connection `conn` over link `l`, nothing queued ahead), with `b`'s receive queue alone locked: into the
 /// head receive of `b`'s own queue, one buffer each side, keys cached and
 /// granted, no region retired; completed on both sides. `Err(wr)` (and
 /// nothing moved, nothing published) otherwise: [`send`] with both
@@ -556,7 +544,8 @@ fn send_locked<R: Request>(
 fn send_fast<R: Request>(
     a: &EpInner,
     b: &EpInner,
-    ca: &mut EpCore,
+    conn: u64,
+    l: &mut Link,
     wr: R,
 ) -> std::result::Result<(), R> {
     if b.srq.is_some() {
@@ -567,14 +556,14 @@ fn send_fast<R: Request>(
     if let Some(e) = &b.recv_evd {
         e.prefetch_complete();
     }
-    for h in ca.peer_hints {
+    for h in l.hints {
         soft::prefetch_write(h as *const u8);
     }
-    soft::prefetch_read(ca.peer_read_hint as *const u8);
+    soft::prefetch_read(l.read_hint as *const u8);
     let mut guard = b.rq.lock();
     let rq = &mut *guard;
     // Of another connection (`b`'s ended): as in `send`.
-    if rq.conn != ca.conn {
+    if rq.conn != conn {
         return Err(wr);
     }
     // (None: `send` decides, and marks that a receive is wanted.)
@@ -587,10 +576,10 @@ fn send_fast<R: Request>(
             // The receive buffer, by its address (a hint cannot fault).
             soft::prefetch_write(d.virtual_address as usize as *const u8);
         }
-        copy_one_cached(a, b, (&mut ca.keys, &mut rq.keys), wr.iov(), &rwr.iov)
+        copy_one_cached(a, b, (&mut l.keys, &mut rq.keys), wr.iov(), &rwr.iov)
     } else {
         // An owned buffer on one side at least: no region lock to hint.
-        copy_one_owned(a, b, (&mut ca.keys, &mut rq.keys), &wr, rwr).map(|n| (n, 0))
+        copy_one_owned(a, b, (&mut l.keys, &mut rq.keys), &wr, rwr).map(|n| (n, 0))
     };
     let Some((n, dst_lock)) = copied else {
         return Err(wr);
@@ -599,14 +588,14 @@ fn send_fast<R: Request>(
     // Where the next send to `b` will probably go: hints for its prefetch
     // (its head receive, or the posters' lock it will take to move the
     // posted receives over).
-    ca.peer_hints = [
+    l.hints = [
         rq.recvs.front().map_or_else(
             || std::ptr::from_ref(&*b.posted) as usize,
             |r| r as *const RecvWr as usize,
         ),
         dst_lock,
     ];
-    received(b, ca);
+    received(b, l);
     if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
         rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
     }
@@ -614,11 +603,11 @@ fn send_fast<R: Request>(
     complete_taken(b, rq.taken, rwr, DtoStatus::Success, n);
     // The next head receive's owned buffer: its lines as hints too (read
     // only now, the receiver already on its way).
-    ca.peer_read_hint = 0;
+    l.read_hint = 0;
     if let Some(next) = rq.recvs.front().and_then(|r| r.buf.as_ref()) {
         let (header, bytes) = next.hint_addrs();
-        ca.peer_hints[1] = bytes;
-        ca.peer_read_hint = header;
+        l.hints[1] = bytes;
+        l.read_hint = header;
     }
     b.publish_taken(rq);
     drop(guard);
@@ -640,12 +629,12 @@ fn complete_taken(b: &EpInner, taken: u64, rwr: RecvWr, status: DtoStatus, n: u6
 /// A send of `a` found a receive of `b`: `b` no longer waits for one, and
 /// the receiver-not-ready clock of `a` stops.
 #[inline]
-fn received(b: &EpInner, ca: &mut EpCore) {
+fn received(b: &EpInner, l: &mut Link) {
     if b.recv_wanted.load(Ordering::Relaxed) {
         b.recv_wanted.store(false, Ordering::Relaxed);
     }
-    if ca.rnr_deadline.is_some() {
-        ca.rnr_deadline = None;
+    if l.rnr_deadline.is_some() {
+        l.rnr_deadline = None;
     }
 }
 
@@ -805,17 +794,21 @@ fn rnr_expired(lb: &Arc<Fabric>, a: Weak<EpInner>, deadline: Instant) {
     progress(lb, &a);
     let peer = {
         let mut c = a.core.lock();
-        if c.rnr_deadline != Some(deadline) || c.state != EpState::Connected {
+        if c.state != EpState::Connected {
             return;
         }
-        c.rnr_deadline = None;
+        let Some(l) = link::of(&mut c.link).filter(|l| l.rnr_deadline == Some(deadline)) else {
+            return;
+        };
+        l.rnr_deadline = None;
+        let peer = l.peer();
         let Some(wr) = c.sends.pop_front() else {
             return;
         };
         // As in `progress`: publish and stop the queue under the lock.
         a.complete(wr, DtoStatus::ReceiverNotReady, 0);
         a.set_state(&mut c, EpState::DisconnectPending);
-        c.peer.as_ref().and_then(Weak::upgrade)
+        peer
     };
-    a.break_connection(peer.as_ref(), None);
+    link::break_both(&a, peer.as_ref(), None);
 }

@@ -9,6 +9,5 @@ use std::sync::Arc;
 /// once, everything outstanding on both flushed
 /// ([`rdapl_core::provider::EpOps::break_connection`]).
 pub(crate) fn break_link(ep: &Arc<EpInner>) {
-    let peer = ep.lock().peer.as_ref().and_then(std::sync::Weak::upgrade);
-    ep.break_connection(peer.as_ref(), None);
+    crate::link::break_link(ep, None);
 }

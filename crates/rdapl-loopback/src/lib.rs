@@ -64,15 +64,18 @@
 //! a failed link breaks both ends at once.
 //!
 //! One concern per module: this one holds the provider value and the
-//! tables of operations of one IA and its objects; `fabric` the namespace the IAs of one instance
-//! share (addresses, listeners, the timer, settings); `cm` connection
-//! management; `dto` the execution of requests (the fast paths and the
-//! general one with both endpoints locked); `fault` a failed link.
+//! tables of operations of one IA and its objects; `fabric` the namespace
+//! the IAs of one instance share (addresses, listeners, the timer,
+//! settings); `cm` connection management; `link` what each side of a connection keeps of the other,
+//! and the end of a connection on both sides; `dto` the execution of
+//! requests (the fast paths and the general one with both endpoints
+//! locked); `fault` a failed link.
 
 mod cm;
 mod dto;
 mod fabric;
 mod fault;
+mod link;
 #[cfg(test)]
 mod tests;
 

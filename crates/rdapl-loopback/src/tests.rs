@@ -1,7 +1,8 @@
 //! The loopback's own tests: the windows between the endpoint's teardown
 //! steps (feature `test-hooks` of rdapl-core) against its connection rules.
 
-use rdapl_core::ep::test_hooks::{ABORT_GAP, BREAK_GAP, POST_RECV_GAP};
+use crate::link::test_hooks::BREAK_GAP;
+use rdapl_core::ep::test_hooks::{ABORT_GAP, POST_RECV_GAP};
 use rdapl_core::evd::EvdProducer;
 use rdapl_core::provider::{FaultInjector, Faults};
 use rdapl_core::*;

@@ -3,18 +3,14 @@
 //!
 //! A state is checked and changed under one hold of the endpoint's lock.
 //! Every change into or out of a state that refuses receives also tells
-//! the posters ([`EpInner::set_state`]). Both sides of a broken
-//! connection leave it under both locks, before either is flushed or told.
+//! the posters ([`EpInner::set_state`]). A side leaves its connection
+//! ([`EpInner::leave`]) under its lock, before it is flushed or told.
 
-#[cfg(any(test, feature = "test-hooks"))]
-use super::test_hooks;
 use super::{Ep, EpCore, EpInner, EpState};
 use crate::error::{Error, Result, Subtype};
 use crate::evd::EvdProducer;
 use crate::event::{ConnectionEvent, ConnectionEventKind, Event};
-use parking_lot::MutexGuard;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 impl Ep {
@@ -119,57 +115,22 @@ impl EpInner {
         }
     }
 
-    /// Ends the connection on both sides: states to `Disconnected`, every
-    /// outstanding request flushed, and `kind` (default `Broken`) raised on
-    /// both connection EVDs. Idempotent per side.
-    ///
-    /// Both sides leave the connection under both endpoints' locks, before
-    /// either is flushed or told: nothing of either side (a send, an RDMA
-    /// copy into the other's memory, a receive landing) can run while one
-    /// side is out of the connection and the other still in it. A request
-    /// already executing holds its endpoint's lock, so it finishes first
-    /// (as a transfer in flight does on a wire). The peer leaves only if it
-    /// is still in this same connection (its connection number), never a
-    /// later one.
-    pub fn break_connection(&self, peer: Option<&Arc<EpInner>>, kind: Option<ConnectionEventKind>) {
-        let kind = kind.unwrap_or(ConnectionEventKind::Broken);
-        let peer = peer.filter(|p| !std::ptr::eq(&***p, self));
-        let (mine, theirs) = match peer {
-            Some(p) => {
-                let (mut ca, mut cb) = EpInner::lock_pair(self, p);
-                let same = cb.conn == ca.conn;
-                let mine = self.leave_locked(&mut ca);
-                let theirs = same && p.leave_locked(&mut cb);
-                (mine, theirs)
-            }
-            None => (self.leave_locked(&mut self.core.lock()), false),
-        };
-        if mine {
-            self.flush_all();
-            self.connection_event(kind, None);
-        }
-        // Tests: run what the hook holds between telling the two sides.
-        #[cfg(any(test, feature = "test-hooks"))]
-        if let Some(f) = test_hooks::BREAK_GAP.with(|h| h.borrow_mut().take()) {
-            f();
-        }
-        if let (Some(p), true) = (peer, theirs) {
-            p.flush_all();
-            p.connection_event(kind, None);
-        }
-    }
-
     /// This side leaves its connection (locked: `c`), if it is in one:
-    /// `Disconnected`, no peer, no keys, and its receive queue closed to
-    /// the connection's sends and refusing receives. True if it was in one.
-    pub(crate) fn leave_locked(&self, c: &mut EpCore) -> bool {
+    /// `Disconnected`, the provider's [`EpCore::link`] dropped, and its
+    /// receive queue closed to the connection's sends and refusing
+    /// receives. True if it was in one; the caller then flushes
+    /// ([`EpInner::flush_all`]) and raises the event
+    /// ([`EpInner::connection_event`]) once this lock is released.
+    ///
+    /// A provider that ends both sides of an in-process connection leaves
+    /// both under both endpoints' locks, before either is flushed or told:
+    /// nothing of either side can then run while one side is out of the
+    /// connection and the other still in it.
+    pub fn leave(&self, c: &mut EpCore) -> bool {
         let was = matches!(c.state, EpState::Connected | EpState::DisconnectPending);
         if was {
             c.state = EpState::Disconnected;
-            c.peer = None;
-            c.peer_mem = None;
-            c.keys.clear();
-            c.peer_keys.clear();
+            c.link = None;
             let mut rq = self.rq.lock();
             rq.conn = 0;
             rq.keys.clear();
@@ -182,26 +143,15 @@ impl EpInner {
     /// `post_recv` reads of it under the posters' lock (taken here, after
     /// the endpoint's). Every change into or out of a state that refuses
     /// receives goes through here (or sets both the same way, as
-    /// `break_connection` and `reset` do).
+    /// [`EpInner::leave`] and `reset` do).
+    /// A move to `Disconnected` or `Unconnected` also drops the provider's
+    /// [`EpCore::link`]: there is no connection left to keep state of.
     pub fn set_state(&self, c: &mut EpCore, state: EpState) {
         c.state = state;
+        if matches!(state, EpState::Disconnected | EpState::Unconnected) {
+            c.link = None;
+        }
         let refused = matches!(state, EpState::Disconnected | EpState::DisconnectPending);
         self.posted.lock().refused = refused.then_some(state);
-    }
-
-    /// Locks this endpoint and `other` in handle order.
-    pub fn lock_pair<'a>(
-        a: &'a EpInner,
-        b: &'a EpInner,
-    ) -> (MutexGuard<'a, EpCore>, MutexGuard<'a, EpCore>) {
-        if a.id <= b.id {
-            let ga = a.core.lock();
-            let gb = b.core.lock();
-            (ga, gb)
-        } else {
-            let gb = b.core.lock();
-            let ga = a.core.lock();
-            (ga, gb)
-        }
     }
 }

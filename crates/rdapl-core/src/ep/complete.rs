@@ -205,7 +205,6 @@ impl EpInner {
         let wrs: Vec<Wr> = {
             let mut g = self.core.lock();
             let c = &mut *g;
-            c.rnr_deadline = None;
             let mut rq = self.rq.lock();
             let recvs = rq.drain_all(&mut self.posted.lock());
             self.publish_taken(&rq);

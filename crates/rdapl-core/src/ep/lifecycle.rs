@@ -92,17 +92,11 @@ impl Ep {
             core: CachePadded::new(Mutex::new(EpCore {
                 state: EpState::Unconnected,
                 conn: 0,
-                peer: None,
-                peer_mem: None,
-                keys: Default::default(),
-                peer_keys: Default::default(),
                 remote: None,
                 sends: VecDeque::new(),
-                rnr_deadline: None,
                 pending_cr: None,
                 peer_private: None,
-                peer_hints: [0; 2],
-                peer_read_hint: 0,
+                link: None,
             })),
             rq: CachePadded::new(Mutex::new(RecvQueue {
                 conn: 0,
@@ -170,12 +164,8 @@ impl Ep {
                 let wrs: Vec<Wr> = {
                     let c = &mut *g;
                     c.state = EpState::Unconnected;
-                    c.peer = None;
-                    c.peer_mem = None;
-                    c.keys.clear();
-                    c.peer_keys.clear();
+                    c.link = None;
                     c.remote = None;
-                    c.rnr_deadline = None;
                     c.peer_private = None;
                     let mut rq = inner.rq.lock();
                     rq.conn = 0;
@@ -279,10 +269,11 @@ impl EpInner {
             self.set_state(&mut self.core.lock(), EpState::Disconnected);
             self.ops.connect_cancel(self);
         }
-        // Refuse first, then flush (as `break_connection` does): a receive
+        // Refuse first, then flush (as a connection's end does): a receive
         // whose post passed the liveness check before `freed` was set is
         // then either queued before the flush (and flushed) or refused,
         // never queued behind the flush with its completion lost.
+        // (Whatever the provider kept of a connection goes with it.)
         self.set_state(&mut self.core.lock(), EpState::Disconnected);
         #[cfg(any(test, feature = "test-hooks"))]
         if let Some(f) = test_hooks::ABORT_GAP.with(|h| h.borrow_mut().take()) {

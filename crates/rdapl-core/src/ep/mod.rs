@@ -162,11 +162,6 @@ pub mod test_hooks {
     use std::cell::RefCell;
 
     thread_local! {
-        /// Run (once) by [`super::EpInner::break_connection`] on this
-        /// thread, once both sides left the connection and the first one
-        /// was flushed and told, before the second one is.
-        pub static BREAK_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
-            const { RefCell::new(None) };
         /// Run (once) by [`super::EpInner::abort`] on this thread, between
         /// its two steps that refuse new receives and flush the queued ones.
         pub static ABORT_GAP: RefCell<Option<Box<dyn FnOnce()>>> =

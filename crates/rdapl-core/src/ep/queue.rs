@@ -8,18 +8,18 @@
 //! receive that leaves for good is counted in [`RecvQueue::taken`].
 
 use super::{EpInner, EpState, RecvWr, Wr};
-use crate::ia::IaInner;
+use std::any::Any;
 use std::collections::VecDeque;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
-use std::time::Instant;
 
-/// Mutable endpoint state, under the endpoint's lock. Providers lock two
-/// endpoints in handle order. A provider reads and changes it through its
-/// methods (the provider's view); an in-process provider (see
-/// [`crate::provider::soft`]) works on its public fields, keeping the
-/// invariants each one states.
+/// Mutable endpoint state, under the endpoint's lock. A provider that
+/// locks two endpoints takes them in handle order. A provider reads and
+/// changes it through its methods (the provider's view); an in-process
+/// provider (see [`crate::provider::soft`]) works on its public fields,
+/// keeping the invariants each one states, and keeps its own state of the
+/// connection in [`EpCore::link`].
 ///
 /// In declaration order: what a peer's progress reads here (the state)
 /// comes first, on the lock's cache line.
@@ -35,31 +35,21 @@ pub struct EpCore {
     pub conn: u64,
     /// The request queue: requests posted and not yet executed, in order.
     pub sends: VecDeque<Wr>,
-    /// In-process providers (the loopback): the connected peer.
-    pub peer: Option<Weak<EpInner>>,
-    /// In-process providers: the connected peer's registration table and protection
-    /// zone (what an RDMA request needs of it), set and cleared with `peer`.
-    pub peer_mem: Option<(Arc<IaInner>, crate::event::PzHandle)>,
-    /// Resolved keys of this endpoint's IA for its own requests (its
-    /// receive buffers' keys are cached in its [`RecvQueue`]).
-    pub keys: crate::mem::KeyCache,
-    /// Resolved keys of the peer's IA (RDMA targets); cleared with `peer_mem`.
-    pub peer_keys: crate::mem::KeyCache,
     /// The remote IA address and connection qualifier, once connecting.
     pub remote: Option<(IpAddr, u64)>,
-    /// The head send waits for a receive until this instant.
-    pub rnr_deadline: Option<Instant>,
     /// Active side: the connection request in flight.
     pub pending_cr: Option<Arc<crate::sp::CrInner>>,
     /// Private data received from the peer (accept on the active side).
     pub peer_private: Option<Box<[u8]>>,
-    /// Addresses the next send to the peer will probably touch (its head
-    /// receive, the lock of its receive region), recorded by the last
-    /// send: prefetch hints only, never dereferenced (0: none).
-    pub peer_hints: [usize; 2],
-    /// Like `peer_hints`, a line the next send will only read: the header
-    /// of the head receive's owned buffer (0: none).
-    pub peer_read_hint: usize,
+    /// The provider's state of the connection this endpoint is in or is
+    /// making (for an in-process provider, the peer endpoint and its
+    /// memory; for a network provider, its connection object), under the
+    /// endpoint's lock: set by the provider, dropped by the core whenever
+    /// the endpoint leaves a connection or an attempt
+    /// ([`EpInner::leave`], any move to `Disconnected`), on reset and on
+    /// free. The core never looks inside. A provider sets it only while
+    /// the endpoint is connecting or connected.
+    pub link: Option<Box<dyn Any + Send>>,
 }
 
 /// The receive queue of an endpoint, the taking end of a two-lock queue

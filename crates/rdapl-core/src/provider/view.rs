@@ -234,6 +234,24 @@ impl EpInner {
         Some(conn)
     }
 
+    /// Keeps `link` as the provider's state of this endpoint's connection
+    /// ([`EpCore::link`](crate::ep::EpCore::link)), if the endpoint is
+    /// connecting or connected (and not freed); false (and `link` dropped)
+    /// otherwise. The core drops it when the endpoint leaves.
+    pub fn set_link(&self, link: Box<dyn std::any::Any + Send>) -> bool {
+        let mut c = self.core.lock();
+        let live = matches!(
+            c.state,
+            EpState::ActiveConnectionPending
+                | EpState::PassiveConnectionPending
+                | EpState::Connected
+        ) && !self.is_freed();
+        if live {
+            c.link = Some(link);
+        }
+        live
+    }
+
     /// An active connection attempt failed with `kind` (`PeerRejected`
     /// with the reject's private data, `NonPeerRejected`, `Unreachable`,
     /// `TimedOut`): `Disconnected`, everything posted flushed, the event
@@ -261,7 +279,7 @@ impl EpInner {
         let state = self.core.lock().state;
         match state {
             EpState::Connected | EpState::DisconnectPending => {
-                let was = self.leave_locked(&mut self.core.lock());
+                let was = self.leave(&mut self.core.lock());
                 if was {
                     self.flush_all();
                     self.connection_event(kind, None);
