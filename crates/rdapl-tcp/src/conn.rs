@@ -1296,8 +1296,12 @@ impl Conn {
                     .as_ref()
                     .and_then(Weak::upgrade)
                     .filter(|s| !s.freed());
+                let token = self.token;
                 let ops = |sh: &Arc<crate::progress::Shared>| {
-                    Box::new(crate::TcpCr { sh: sh.clone() }) as Box<dyn rdapl::provider::CrOps>
+                    Box::new(crate::TcpCr {
+                        sh: sh.clone(),
+                        token,
+                    }) as Box<dyn rdapl::provider::CrOps>
                 };
                 let req_sp = sp.zip(self.shared.as_ref());
                 match req_sp.map(|(sp, sh)| sp.request(self.peer.0, req.private_data, ops(sh))) {
@@ -1562,16 +1566,6 @@ impl Conn {
         if self.shut && self.eof {
             self.phase = Phase::Dead;
         }
-    }
-
-    /// The pending connection request, for the driver's maps.
-    pub fn cr_handle(&self) -> Option<rdapl::event::CrHandle> {
-        self.cr.as_ref().map(|c| c.handle())
-    }
-
-    /// The endpoint, for the driver's maps.
-    pub fn ep_handle(&self) -> Option<rdapl::event::EpHandle> {
-        self.ep.as_ref().map(|e| e.handle())
     }
 
     /// TCP connected (active side): start MPA.

@@ -391,8 +391,7 @@ impl EpOps for TcpEp {
     }
 
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {
-        let cell = self.sh().by_ep.lock().get(&ep.handle()).cloned();
-        if let Some(cell) = cell {
+        if let Some(cell) = progress::link_of(ep) {
             if recv {
                 // The poster's half of the Dekker pattern with a stalled
                 // Send (`Conn::fpdu_start`): the receive is queued; unless
@@ -414,10 +413,12 @@ impl EpOps for TcpEp {
     }
 }
 
-/// A connection request's table: the accepted TCP connection waits in
-/// the progress thread, found by the request's handle.
+/// A connection request's table: the TCP connection it came on waits in
+/// the progress thread for the answer.
 pub(crate) struct TcpCr {
     pub(crate) sh: Arc<Shared>,
+    /// That connection (its key in the progress thread).
+    pub(crate) token: u64,
 }
 
 impl CrOps for TcpCr {
@@ -427,6 +428,7 @@ impl CrOps for TcpCr {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }
         self.sh.send(Cmd::Accept {
+            token: self.token,
             cr: cr.clone(),
             ep: ep.clone(),
             pd: private_data,
@@ -440,6 +442,7 @@ impl CrOps for TcpCr {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }
         self.sh.send(Cmd::Reject {
+            token: self.token,
             cr: cr.clone(),
             pd: private_data,
         });

@@ -41,7 +41,7 @@ use crate::cm;
 use crate::conn::{Conn, Phase};
 use crate::params::IaParams;
 use parking_lot::Mutex;
-use rdapl::event::{CrHandle, EpHandle};
+use rdapl::event::EpHandle;
 use rdapl::provider::{CrInner, EpInner, SpInner};
 use rdapl::{ConnectionEventKind, Result};
 use rdapl_iwarp::{Connection, Role};
@@ -63,7 +63,6 @@ pub const POLL_FRESH_MS: u64 = 3;
 
 /// One connection, shared by the thread, posters and polling consumers.
 pub(crate) struct ConnCell {
-    pub token: u64,
     pub conn: Mutex<Conn>,
     /// `Conn::stalled`, readable without the lock.
     pub stalled: Arc<AtomicBool>,
@@ -73,6 +72,17 @@ pub(crate) struct ConnCell {
     /// A poster found the lock taken: whoever releases it pumps again.
     kicked: AtomicBool,
     sh: Arc<Shared>,
+}
+
+/// The connection `ep` is in or is making, as the progress thread linked
+/// it ([`EpInner::set_link`]); none once the endpoint left it.
+pub(crate) fn link_of(ep: &EpInner) -> Option<Arc<ConnCell>> {
+    ep.core
+        .lock()
+        .link
+        .as_ref()
+        .and_then(|l| l.downcast_ref::<Arc<ConnCell>>())
+        .cloned()
 }
 
 /// The lock of a [`ConnCell`]: releasing it pumps the connection again if
@@ -199,11 +209,14 @@ pub(crate) enum Cmd {
         timeout: Option<Duration>,
     },
     Accept {
+        /// The connection the request came on.
+        token: u64,
         cr: Arc<CrInner>,
         ep: Arc<EpInner>,
         pd: Vec<u8>,
     },
     Reject {
+        token: u64,
         cr: Arc<CrInner>,
         pd: Vec<u8>,
     },
@@ -236,8 +249,6 @@ pub(crate) struct Shared {
     /// Listening sockets by epoll key; a caller removes (and so closes)
     /// one under this lock.
     pub listeners: Mutex<HashMap<u64, Listener>>,
-    /// Live connections by endpoint (for posters).
-    pub by_ep: Mutex<HashMap<EpHandle, Arc<ConnCell>>>,
     next_token: AtomicU64,
     /// When the thread wakes up next at the latest (ms; `u64::MAX`: only
     /// for a socket or a command), published before it sleeps.
@@ -277,7 +288,6 @@ impl Shared {
             wake,
             cmds: Mutex::new(Vec::new()),
             listeners: Mutex::new(HashMap::new()),
-            by_ep: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(1),
             next_due: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
@@ -365,7 +375,9 @@ impl Shared {
 struct Driver {
     sh: Arc<Shared>,
     conns: HashMap<u64, Arc<ConnCell>>,
-    by_cr: HashMap<CrHandle, u64>,
+    /// Live connections by endpoint, for the commands (posters find theirs
+    /// in the endpoint's link: [`link_of`]).
+    by_ep: HashMap<EpHandle, u64>,
     /// Connections whose input the thread left to a polling consumer.
     polled: HashSet<u64>,
 }
@@ -378,7 +390,7 @@ pub(crate) fn spawn(sh: Arc<Shared>) -> std::io::Result<()> {
             let mut d = Driver {
                 sh,
                 conns: HashMap::new(),
-                by_cr: HashMap::new(),
+                by_ep: HashMap::new(),
                 polled: HashSet::new(),
             };
             d.run();
@@ -400,6 +412,12 @@ fn flags((r, w): (bool, bool)) -> epoll::EventFlags {
 impl Driver {
     fn cell(&self, t: u64) -> Option<Arc<ConnCell>> {
         self.conns.get(&t).cloned()
+    }
+
+    /// The live connection of `ep`, out of the commands' map.
+    fn take_by_ep(&mut self, ep: &EpInner) -> Option<Arc<ConnCell>> {
+        let t = self.by_ep.remove(&ep.handle())?;
+        self.cell(t)
     }
 
     fn run(&mut self) {
@@ -472,7 +490,7 @@ impl Driver {
             self.tidy();
         }
         // Stopping: close every connection; the peers see the end.
-        self.sh.by_ep.lock().clear();
+        self.by_ep.clear();
         for c in self.conns.values() {
             c.lock().close_local(self.sh.now());
         }
@@ -519,8 +537,7 @@ impl Driver {
             self.sh.sync_interest(&mut c);
         }
         if !gone.is_empty() {
-            self.sh.by_ep.lock().retain(|_, v| !gone.contains(&v.token));
-            self.by_cr.retain(|_, v| !gone.contains(v));
+            self.by_ep.retain(|_, v| !gone.contains(v));
         }
         for t in dead {
             if let Some(cell) = self.conns.remove(&t) {
@@ -528,7 +545,20 @@ impl Driver {
                 if c.registered.take().is_some() {
                     let _ = epoll::delete(&self.sh.epoll, c.sock.as_fd());
                 }
-                // Dead: nobody registers it again.
+                // Dead: nobody registers it again, and its endpoint, if
+                // it still links it, lets go (the link would keep it, and
+                // so the endpoint, alive).
+                if let Some(ep) = c.ep.clone() {
+                    let mut core = ep.core.lock();
+                    let mine = core
+                        .link
+                        .as_ref()
+                        .and_then(|l| l.downcast_ref::<Arc<ConnCell>>())
+                        .is_some_and(|l| Arc::ptr_eq(l, &cell));
+                    if mine {
+                        core.link = None;
+                    }
+                }
             }
             self.polled.remove(&t);
         }
@@ -578,7 +608,6 @@ impl Driver {
             let hook: Weak<dyn rdapl::provider::Progress> = w.clone();
             c.hook = Some(hook);
             ConnCell {
-                token: t,
                 stalled: c.stalled.clone(),
                 conn: Mutex::new(c),
                 last_poll: AtomicU64::new(0),
@@ -598,13 +627,11 @@ impl Driver {
         };
         let c = cell.lock();
         if (c.phase == Phase::Open || c.phase == Phase::Connecting)
-            && let Some(h) = c.ep_handle()
+            && let Some(ep) = &c.ep
+            && self.by_ep.insert(ep.handle(), t) != Some(t)
         {
-            self.sh.by_ep.lock().insert(h, cell.clone());
-        }
-        // (A request delivered to the core is keyed by its handle.)
-        if let Some(cr) = c.cr_handle() {
-            self.by_cr.insert(cr, t);
+            // Bound to its endpoint just now: posters find it there.
+            ep.set_link(Box::new(cell.clone()));
         }
     }
 
@@ -667,39 +694,46 @@ impl Driver {
                 c.connect_deadline = timeout.map(|d| now.saturating_add(d.as_millis() as u64));
                 self.insert(c);
             }
-            Cmd::Accept { cr, ep, pd } => {
-                let t = self.by_cr.remove(&cr.handle());
-                match t.and_then(|t| self.cell(t).map(|c| (t, c))) {
-                    Some((t, cell)) => {
+            Cmd::Accept { token, cr, ep, pd } => {
+                // The connection the request came on, if it still waits
+                // for the answer.
+                let cell = self.cell(token).filter(|cell| {
+                    let c = cell.lock();
+                    c.phase == Phase::Open && c.cr.as_ref().is_some_and(|x| Arc::ptr_eq(x, &cr))
+                });
+                match cell {
+                    Some(cell) => {
                         cell.lock().accept(&ep, &pd, now);
-                        self.after(t);
+                        self.after(token);
                     }
                     None => {
                         ep.ended(ConnectionEventKind::AcceptCompletionError);
                     }
                 }
             }
-            Cmd::Reject { cr, pd } => {
-                if let Some(t) = self.by_cr.remove(&cr.handle())
-                    && let Some(cell) = self.cell(t)
-                {
-                    cell.lock().reject(&pd, now);
+            Cmd::Reject { token, cr, pd } => {
+                if let Some(cell) = self.cell(token) {
+                    let mut c = cell.lock();
+                    if c.phase == Phase::Open && c.cr.as_ref().is_some_and(|x| Arc::ptr_eq(x, &cr))
+                    {
+                        c.reject(&pd, now);
+                    }
                 }
             }
             Cmd::Disconnect { ep } => {
-                let cell = self.sh.by_ep.lock().remove(&ep.handle());
+                let cell = self.take_by_ep(&ep);
                 if let Some(cell) = cell {
                     cell.lock().close_local(now);
                 }
             }
             Cmd::Break { ep } => {
-                let cell = self.sh.by_ep.lock().remove(&ep.handle());
+                let cell = self.take_by_ep(&ep);
                 if let Some(cell) = cell {
                     cell.lock().break_link(now);
                 }
             }
             Cmd::Kick { ep, recv } => {
-                let cell = self.sh.by_ep.lock().get(&ep.handle()).cloned();
+                let cell = self.by_ep.get(&ep.handle()).and_then(|t| self.cell(*t));
                 if let Some(cell) = cell {
                     let mut c = cell.lock();
                     if recv {
