@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole rdapl test suite: format, lint and rustdoc checks, every unit,
 # integration and doc test of the workspace (all features), the loom
-# models of the EVD and CNO protocols (--cfg rdapl_loom, on rdapl-core), and
+# models of the EVD and CNO protocols (--cfg rdapl_loom, on rdapl-core) and
+# of the object model (on rdapl-loopback), and
 # a check that a downstream crate's own --cfg loom leaves rdapl whole. The
 # object-model tests (the conformance suite, crates/rdapl/tests, on the
 # rdapl-loopback crate by default) run three times: on the loopback
@@ -41,6 +42,11 @@ echo "== loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-3}, warnings 
 LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" RUSTFLAGS="--cfg rdapl_loom -D warnings" \
   CARGO_TARGET_DIR=target/loom \
   cargo test -p rdapl-core --lib --test loom_evd --release
+
+echo "== loom models of the object model on the loopback (receive queue, teardown gate, end of a connection; every interleaving)"
+RUSTFLAGS="--cfg rdapl_loom -D warnings" \
+  CARGO_TARGET_DIR=target/loom \
+  cargo test -p rdapl-loopback --test loom_ep --release
 
 echo "== a downstream crate built with --cfg loom still sees the whole object model"
 RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/downstream-loom \

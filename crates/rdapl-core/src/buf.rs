@@ -80,7 +80,6 @@ impl Buf {
     /// The addresses of the buffer's header and of its first byte:
     /// prefetch hints for a sender on another core (never dereferenced
     /// through these values).
-    #[cfg(not(rdapl_loom))]
     #[inline]
     pub fn hint_addrs(&self) -> (usize, usize) {
         (

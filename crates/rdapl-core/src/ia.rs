@@ -7,7 +7,7 @@
 //! the lists of live objects that [`Ia::close`] checks or tears down.
 
 use crate::cno::Cno;
-use crate::dispatch::{Dispatch, Dispatcher};
+use crate::dispatch::Dispatch;
 use crate::ep::{Ep, EpAttr, EpInner};
 use crate::error::{Error, Result, Subtype};
 use crate::evd::{Evd, MAX_QLEN};
@@ -175,7 +175,7 @@ pub struct IaInner {
     pub(crate) async_evd: Evd,
     /// The IA's registration table: every LMR and RMR key of the IA.
     pub mem: MemTable,
-    pub(crate) dispatch: Arc<dyn Dispatch>,
+    pub(crate) dispatch: crate::sync::Arc<dyn Dispatch>,
     pub(crate) eps: Mutex<Vec<Weak<EpInner>>>,
     pub(crate) sps: Mutex<Vec<Weak<SpInner>>>,
     pub(crate) live: LiveCounts,
@@ -215,7 +215,7 @@ pub struct IaOptions {
     /// Queue length of the async EVD rdapl creates.
     pub async_qlen: usize,
     /// Dispatch context for upcalls of this IA's EVDs.
-    pub dispatch: Option<Arc<dyn Dispatch>>,
+    pub dispatch: Option<crate::sync::Arc<dyn Dispatch>>,
 }
 
 impl Default for IaOptions {
@@ -241,9 +241,10 @@ impl Ia {
     /// a [`Registry`](crate::provider::Registry), or the `rdapl` crate's
     /// `Ia::open` / `Ia::open_with` (its `IaOpen` trait).
     pub fn open_provider(provider: Arc<dyn Provider>, opts: IaOptions) -> Result<Ia> {
-        let dispatch = opts
-            .dispatch
-            .unwrap_or_else(|| Dispatcher::global() as Arc<dyn Dispatch>);
+        let dispatch = match opts.dispatch {
+            Some(d) => d,
+            None => crate::evd::default_dispatch()?,
+        };
         let async_evd = match opts.async_evd {
             Some(e) => {
                 if !e.flags().contains(EvdFlags::ASYNC) {

@@ -81,26 +81,18 @@ pub mod buf;
 pub mod cno;
 mod context;
 pub mod dispatch;
-#[cfg(not(rdapl_loom))]
 pub mod ep;
-#[cfg(not(rdapl_loom))]
 mod ep_builder;
 pub mod error;
 pub mod evd;
 pub mod event;
-#[cfg(not(rdapl_loom))]
 pub mod ia;
-#[cfg(not(rdapl_loom))]
 pub mod mem;
 #[cfg(not(rdapl_loom))]
 pub mod poller;
-#[cfg(not(rdapl_loom))]
 pub mod provider;
-#[cfg(not(rdapl_loom))]
 pub mod pz;
-#[cfg(not(rdapl_loom))]
 pub mod sp;
-#[cfg(not(rdapl_loom))]
 pub mod srq;
 #[cfg(feature = "stream")]
 pub mod stream;
@@ -123,7 +115,6 @@ pub use event::{
 };
 #[cfg(not(rdapl_loom))]
 pub use poller::{Poller, PollerConfig, PollerEntry};
-#[cfg(not(rdapl_loom))]
 pub use {
     ep::{CompletionFlags, Ep, EpAttr, EpParam, EpState},
     ep_builder::EpBuilder,

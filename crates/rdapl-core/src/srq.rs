@@ -22,11 +22,11 @@ use crate::event::{AsyncError, AsyncErrorKind, DatObject, Event, SrqHandle};
 use crate::ia::{Ia, IaInner};
 use crate::mem::LmrTriplet;
 use crate::pz::Pz;
-use parking_lot::Mutex;
+use crate::sync::Lock as Mutex;
+use crate::sync::{AtomicBool, Ordering};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// `DAT_SRQ_LOW_WATERMARK_EVENT`, the reason of the low-watermark event.
 pub const DAT_SRQ_LOW_WATERMARK_EVENT: i32 = 2;
@@ -93,7 +93,8 @@ pub struct SrqParam {
 }
 
 fn next_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
+    // (A process-wide counter: never modelled.)
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 

@@ -1,10 +1,14 @@
 //! The synchronisation primitives rdapl is built on, behind one facade.
 //!
-//! Normal builds use `std`; `RUSTFLAGS="--cfg rdapl_loom"` builds swap in loom's
-//! model-checked versions, so the EVD and CNO protocols are explored under
-//! every interleaving (within loom's preemption bound) by `tests/loom_*.rs`.
-//! Code in this crate takes atomics, mutexes, condvars, `Arc` and thread
-//! handles only from here.
+//! Normal builds use `std` (and parking_lot for the object model's
+//! [`Lock`]); `RUSTFLAGS="--cfg rdapl_loom"` builds swap in loom's
+//! model-checked versions, so the EVD and CNO protocols
+//! (`tests/loom_evd.rs`) and the endpoint's receive queue, its teardown
+//! gate and the end of a connection (`rdapl-loopback`'s
+//! `tests/loom_ep.rs`) are explored under every interleaving (within
+//! loom's preemption bound). The EVD, the CNO and the endpoint take their
+//! atomics and locks from here. Under loom the default dispatch context
+//! and the poller are left out: a model brings its own dispatch.
 //!
 //! The cfg is scoped to this crate (`rdapl_loom`, as crossbeam uses
 //! `crossbeam_loom`): a downstream crate that model-checks its own code
@@ -195,4 +199,45 @@ pub fn deadline(timeout: Option<Duration>) -> Option<Instant> {
 
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86400 * 365)
+}
+
+/// The lock of the object model's hot state (an endpoint's parts, an
+/// SRQ's queue): parking_lot's in normal builds; under `rdapl_loom`,
+/// loom's, behind the same interface (`lock`, `try_lock`), so that models
+/// of the object model explore the interleavings of its locks.
+#[cfg(not(rdapl_loom))]
+pub type Lock<T> = parking_lot::Mutex<T>;
+/// The guard of a [`Lock`].
+#[cfg(not(rdapl_loom))]
+pub type LockGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
+/// The lock of the object model's hot state, loom's under `rdapl_loom`.
+#[cfg(rdapl_loom)]
+#[derive(Debug, Default)]
+pub struct Lock<T>(loom::sync::Mutex<T>);
+
+/// The guard of a [`Lock`].
+#[cfg(rdapl_loom)]
+pub type LockGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+#[cfg(rdapl_loom)]
+impl<T> Lock<T> {
+    /// A lock holding `v`.
+    pub fn new(v: T) -> Self {
+        Lock(loom::sync::Mutex::new(v))
+    }
+
+    /// Locks, waiting for it (never poisoned: see [`Mutex`]).
+    pub fn lock(&self) -> LockGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Locks if it is free.
+    pub fn try_lock(&self) -> Option<LockGuard<'_, T>> {
+        match self.0.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
 }

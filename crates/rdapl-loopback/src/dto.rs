@@ -4,7 +4,6 @@
 
 use crate::fabric::Fabric;
 use crate::link::{self, Link};
-use parking_lot::MutexGuard;
 use rdapl_core::ep::{CompletionFlags, EpState};
 use rdapl_core::evd::EvdProducer;
 use rdapl_core::event::DtoStatus;
@@ -12,18 +11,13 @@ use rdapl_core::mem::{LmrTriplet, MemPriv, RmrTriplet};
 use rdapl_core::provider::soft::{
     self, KeyCache, RecvQueue, Request, Span, SpanRef, SpanRefs, Spans, WrOp,
 };
-use rdapl_core::provider::{EpCore, EpInner, IaInner, NewWr, RecvWr, Wr};
+use rdapl_core::provider::{EpCore, EpInner, EpLock, IaInner, NewWr, RecvWr, Wr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 #[inline]
-pub(crate) fn submit(
-    lb: &Arc<Fabric>,
-    ep: &Arc<EpInner>,
-    mut core: MutexGuard<'_, EpCore>,
-    wr: NewWr<'_>,
-) {
+pub(crate) fn submit(lb: &Arc<Fabric>, ep: &Arc<EpInner>, mut core: EpLock<'_>, wr: NewWr<'_>) {
     // Nothing ahead of it: a send or RDMA request that can run now
     // completes without going through the queue (and is never copied
     // into a queued `Wr`).
@@ -137,7 +131,7 @@ pub(crate) fn progress(lb: &Arc<Fabric>, a: &Arc<EpInner>) {
 /// request moved no byte, published nothing and changed nothing, and only
 /// the path with both endpoints locked publishes a failure and stops both
 /// queues at once.
-fn progress_locked<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'g, EpCore>) {
+fn progress_locked<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: EpLock<'g>) {
     loop {
         let c = &mut *ca;
         if c.state != EpState::Connected {
@@ -241,7 +235,7 @@ fn rdma_try(
 }
 
 /// [`progress`] with both endpoints locked, starting with `a` locked.
-fn progress_both<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: MutexGuard<'g, EpCore>) {
+fn progress_both<'g>(lb: &Arc<Fabric>, a: &'g Arc<EpInner>, mut ca: EpLock<'g>) {
     if ca.state != EpState::Connected || ca.sends.is_empty() {
         return;
     }

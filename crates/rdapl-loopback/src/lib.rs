@@ -80,13 +80,13 @@ mod link;
 mod tests;
 
 use crate::fabric::Fabric;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use rdapl_core::error::{Error, Result};
 use rdapl_core::event::{PzHandle, SrqHandle};
 use rdapl_core::ia::{IaAttr, ProviderAttr};
 use rdapl_core::provider::soft::Timer;
 use rdapl_core::provider::{
-    EpCore, EpInfo, EpInner, EpOps, ListenerOps, NewWr, Provider, SpInner, SrqOps, Transport,
+    EpInfo, EpInner, EpLock, EpOps, ListenerOps, NewWr, Provider, SpInner, SrqOps, Transport,
 };
 use rdapl_core::srq::SrqInner;
 use std::collections::HashMap;
@@ -250,7 +250,7 @@ impl EpOps for LoopEp {
         dto::kick(&self.0.lb, ep, recv);
     }
 
-    fn submit(&self, ep: &Arc<EpInner>, core: MutexGuard<'_, EpCore>, wr: NewWr<'_>) {
+    fn submit(&self, ep: &Arc<EpInner>, core: EpLock<'_>, wr: NewWr<'_>) {
         dto::submit(&self.0.lb, ep, core, wr);
     }
 }

@@ -8,10 +8,9 @@
 //! the connection. An endpoint with a link is in a connection with the
 //! peer it names. Two endpoints are always locked in handle order.
 
-use parking_lot::MutexGuard;
 use rdapl_core::event::{ConnectionEventKind, PzHandle};
 use rdapl_core::provider::soft::KeyCache;
-use rdapl_core::provider::{EpCore, EpInner, IaInner};
+use rdapl_core::provider::{EpInner, EpLock, IaInner};
 use std::any::Any;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -79,10 +78,7 @@ pub(crate) fn peer_of(ep: &EpInner) -> Option<Arc<EpInner>> {
 }
 
 /// Locks `a` and `b` in handle order.
-pub(crate) fn lock_pair<'a>(
-    a: &'a EpInner,
-    b: &'a EpInner,
-) -> (MutexGuard<'a, EpCore>, MutexGuard<'a, EpCore>) {
+pub(crate) fn lock_pair<'a>(a: &'a EpInner, b: &'a EpInner) -> (EpLock<'a>, EpLock<'a>) {
     if a.id <= b.id {
         let ga = a.core.lock();
         let gb = b.core.lock();

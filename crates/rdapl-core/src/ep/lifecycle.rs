@@ -14,11 +14,11 @@ use crate::evd::Evd;
 use crate::event::{ConnectionEventKind, DtoStatus, EpHandle};
 use crate::ia::{Ia, IaInner};
 use crate::pz::Pz;
+use crate::sync::Lock as Mutex;
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 impl Ep {
     pub(crate) fn create(

@@ -32,12 +32,12 @@ use crate::evd::{Evd, Feeder};
 use crate::event::EpHandle;
 use crate::ia::IaInner;
 use crate::pz::Pz;
+use crate::sync::Lock as Mutex;
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// An endpoint. Cloning gives another handle to the same endpoint.
 #[derive(Clone)]
@@ -126,7 +126,8 @@ pub struct EpParam {
 }
 
 fn next_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
+    // (A process-wide counter: never modelled.)
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -150,7 +151,8 @@ fn queue_full() -> Error {
 
 /// A new connection number ([`EpCore::conn`]): unique in the process, never 0.
 pub fn next_conn() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
+    // (A process-wide counter: never modelled.)
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 

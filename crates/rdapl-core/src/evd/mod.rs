@@ -464,12 +464,12 @@ impl EvdBuilder {
 }
 
 #[cfg(not(rdapl_loom))]
-fn default_dispatch() -> Result<Arc<dyn Dispatch>> {
+pub(crate) fn default_dispatch() -> Result<Arc<dyn Dispatch>> {
     Ok(crate::dispatch::Dispatcher::global())
 }
 
 #[cfg(rdapl_loom)]
-fn default_dispatch() -> Result<Arc<dyn Dispatch>> {
+pub(crate) fn default_dispatch() -> Result<Arc<dyn Dispatch>> {
     Err(Error::param(
         1,
         "loom builds need an explicit dispatch context",
@@ -1459,17 +1459,16 @@ impl Evd {
 
     /// Hints that a completion is coming soon: the lines a publish
     /// writes are fetched now (see `ring::prefetch_write`). (Used by the
-    /// loopback provider, which loom builds leave out.)
-    #[cfg(not(rdapl_loom))]
+    /// loopback provider; a no-op under loom.)
     #[inline]
     pub fn prefetch_complete(&self) {
+        #[cfg(not(rdapl_loom))]
         self.inner.storage.prefetch_push();
     }
 
     /// [`EvdProducer::feeder`] for an object of an IA whose async EVD is
     /// `ia_async`: an EVD made without an async EVD (`Evd::create`) reports
     /// its overflows there from now on.
-    #[cfg(not(rdapl_loom))]
     pub(crate) fn feeder_of(&self, ia_async: &Evd) -> Feeder {
         {
             let mut a = self.inner.async_evd.lock();

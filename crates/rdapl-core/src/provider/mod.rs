@@ -83,7 +83,7 @@ pub type EpLock<'a> = MutexGuard<'a, EpCore>;
 use crate::error::Result;
 use crate::event::{PzHandle, SrqHandle};
 use crate::ia::{IaAttr, ProviderAttr};
-use parking_lot::MutexGuard;
+use crate::sync::LockGuard as MutexGuard;
 use std::net::IpAddr;
 use std::sync::Arc;
 

@@ -36,7 +36,7 @@ use crate::error::Result;
 use crate::event::{ConnectionEventKind, CrHandle, DtoStatus, EpHandle, PzHandle, SpHandle};
 use crate::mem::{self, LmrTriplet, MemPriv, RmrTriplet, Span, SpanRef};
 use crate::sp::{CrInner, CrState, SpInner};
-use parking_lot::MutexGuard;
+use crate::sync::LockGuard as MutexGuard;
 use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 

@@ -1,0 +1,233 @@
+//! Model checking of the object model with loom, on the loopback provider:
+//! the receive queue (a send that finds no receive against the receive
+//! posted for it), the gate of a freed endpoint ("queued before close,
+//! else refused") and the end of a connection racing a transfer.
+//!
+//! Run with:
+//!
+//! ```text
+//! RUSTFLAGS="--cfg rdapl_loom" cargo test -p rdapl-loopback --test loom_ep --release
+//! ```
+//!
+//! Under `rdapl_loom` the endpoint's locks and counters and the EVDs are
+//! loom's, so each model explores every interleaving of them (all of
+//! them unless `LOOM_MAX_PREEMPTIONS` bounds the preemptions) and asserts that every posted
+//! request completes exactly once, with a status its interleaving allows.
+//! The setup (open, connect, register) runs in the model's first thread.
+#![cfg(rdapl_loom)]
+
+use loom::thread;
+use rdapl_core::dispatch::{Dispatch, DispatchRun};
+use rdapl_core::ia::IaOptions;
+use rdapl_core::provider::Provider;
+use rdapl_core::{
+    CompletionFlags, ConnectionEventKind, DtoStatus, Ep, Evd, EvdFlags, Event, Ia, Lmr, MemPriv,
+    Pz, Region,
+};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// No upcalls are enabled in these models: nothing is ever scheduled.
+struct NoDispatch;
+
+impl Dispatch for NoDispatch {
+    fn schedule(&self, _run: DispatchRun) {
+        panic!("no upcall is enabled in these models");
+    }
+}
+
+/// One fabric for every model and iteration (its timer thread is not
+/// loom's; no timer is due within a model: the receiver-not-ready time
+/// is an hour, and connects have no timeout).
+fn fabric() -> Arc<dyn Provider> {
+    static F: OnceLock<Arc<dyn Provider>> = OnceLock::new();
+    F.get_or_init(|| {
+        let lb = rdapl_loopback::Loopback::new();
+        lb.set_rnr_timeout(Duration::from_secs(3600));
+        lb
+    })
+    .clone()
+}
+
+struct Side {
+    ia: Ia,
+    pz: Pz,
+    evd: Evd,
+    ep: Ep,
+    buf: Lmr,
+}
+
+fn side(addr: &str) -> Side {
+    let opts = IaOptions {
+        params: format!("addr={addr}"),
+        dispatch: Some(loom::sync::Arc::from_std(
+            Arc::new(NoDispatch) as Arc<dyn Dispatch>
+        )),
+        ..Default::default()
+    };
+    let ia = Ia::open_provider(fabric(), opts).unwrap();
+    let pz = ia.pz_create().unwrap();
+    let evd = ia
+        .evd_create(16, EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR)
+        .unwrap();
+    let ep = ia
+        .ep_create(&pz, Some(&evd), Some(&evd), Some(&evd), None)
+        .unwrap();
+    let buf = pz.lmr_create(Region::zeroed(16), MemPriv::ALL).unwrap();
+    Side {
+        ia,
+        pz,
+        evd,
+        ep,
+        buf,
+    }
+}
+
+/// Server and client, connected (each has seen `Established`), on
+/// addresses of their own for model `n` (the models of this file run at
+/// once, on one fabric).
+fn connected(n: u8) -> (Side, Side) {
+    let (s, c) = (side(&format!("127.0.7.{n}")), side(&format!("127.0.8.{n}")));
+    let psp = s.ia.psp_create(7, &s.evd).unwrap();
+    c.ep.connect(s.ia.address(), 7, None, b"").unwrap();
+    let cr = match s.evd.dequeue().unwrap() {
+        Some(Event::ConnectionRequest(a)) => s.ia.cr(a.cr).unwrap(),
+        e => panic!("expected the request, got {e:?}"),
+    };
+    cr.accept(&s.ep, b"").unwrap();
+    for side in [&s, &c] {
+        match side.evd.dequeue().unwrap() {
+            Some(Event::Connection(e)) => assert_eq!(e.kind, ConnectionEventKind::Established),
+            e => panic!("expected Established, got {e:?}"),
+        }
+    }
+    psp.free().unwrap();
+    (s, c)
+}
+
+/// Every event queued on `evd` now, as DTO statuses by cookie and
+/// connection events.
+fn drain(evd: &Evd) -> (Vec<(u64, DtoStatus)>, Vec<ConnectionEventKind>) {
+    let (mut dto, mut conn) = (Vec::new(), Vec::new());
+    while let Some(e) = evd.dequeue().unwrap() {
+        match e {
+            Event::Dto(d) => dto.push((d.cookie, d.status)),
+            Event::Connection(c) => conn.push(c.kind),
+            e => panic!("unexpected event {e:?}"),
+        }
+    }
+    (dto, conn)
+}
+
+fn close(sides: [Side; 2]) {
+    for s in sides {
+        let _ = s.ep.free();
+        let _ = s.buf.free();
+        let _ = s.evd.free();
+        let _ = s.pz.free();
+        s.ia.close(rdapl_core::CloseFlags::Abrupt).unwrap();
+    }
+}
+
+/// Runs `f` under loom; returns the interleavings explored.
+fn model(f: impl Fn() + Sync + Send + 'static) -> usize {
+    // Unbounded unless LOOM_MAX_PREEMPTIONS says otherwise: these spaces
+    // are small enough to explore whole.
+    let b = loom::model::Builder::new();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r = runs.clone();
+    b.check(move || {
+        r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f()
+    });
+    let n = runs.load(std::sync::atomic::Ordering::Relaxed);
+    println!("{n} interleavings");
+    n
+}
+
+/// A send posted with no receive waiting, against the receive posted for
+/// it on the other thread: whichever comes first, the send lands in the
+/// receive (the receive's post kicks a send that found none; a send
+/// finds a receive posted before it): both complete `Success`, once.
+#[test]
+fn send_meets_receive_posted_concurrently() {
+    model(|| {
+        let (s, c) = connected(1);
+        let send = c.buf.triplet(0, 8).unwrap();
+        let recv = s.buf.triplet(0, 16).unwrap();
+        let s_ep = s.ep.clone();
+        let t = thread::spawn(move || {
+            s_ep.post_recv(&[recv], 10, CompletionFlags::DEFAULT)
+                .unwrap();
+        });
+        c.ep.post_send(&[send], 20, CompletionFlags::DEFAULT)
+            .unwrap();
+        t.join().unwrap();
+        assert_eq!(drain(&c.evd), (vec![(20, DtoStatus::Success)], vec![]));
+        assert_eq!(drain(&s.evd), (vec![(10, DtoStatus::Success)], vec![]));
+        close([s, c]);
+    });
+}
+
+/// A receive posted while its endpoint is freed: either refused, or
+/// queued before the flush and flushed; never queued behind the flush
+/// with its completion lost. The peer hears of the end once.
+#[test]
+fn receive_posted_while_freed_is_refused_or_flushed() {
+    model(|| {
+        let (s, c) = connected(2);
+        let recv = s.buf.triplet(0, 16).unwrap();
+        let s_ep = s.ep.clone();
+        let t = thread::spawn(move || s_ep.post_recv(&[recv], 10, CompletionFlags::DEFAULT));
+        s.ep.free().unwrap();
+        let posted = t.join().unwrap().is_ok();
+        let (dto, conn) = drain(&s.evd);
+        if posted {
+            assert_eq!(dto, vec![(10, DtoStatus::Flushed)]);
+        } else {
+            assert_eq!(dto, vec![]);
+        }
+        assert_eq!(conn, vec![ConnectionEventKind::Disconnected]);
+        assert_eq!(
+            drain(&c.evd),
+            (vec![], vec![ConnectionEventKind::Disconnected])
+        );
+        close([s, c]);
+    });
+}
+
+/// A send racing the receiver's disconnect, a receive waiting for it:
+/// either the message moves (both `Success`) or neither side has it
+/// (the send refused or flushed, the receive flushed); each request
+/// completes once and each side hears `Disconnected` once.
+#[test]
+fn send_racing_disconnect_completes_both_sides_alike() {
+    model(|| {
+        let (s, c) = connected(3);
+        let recv = s.buf.triplet(0, 16).unwrap();
+        s.ep.post_recv(&[recv], 10, CompletionFlags::DEFAULT)
+            .unwrap();
+        let send = c.buf.triplet(0, 8).unwrap();
+        let c_ep = c.ep.clone();
+        let t = thread::spawn(move || c_ep.post_send(&[send], 20, CompletionFlags::DEFAULT));
+        s.ep.disconnect(false).unwrap();
+        let posted = t.join().unwrap().is_ok();
+        let (c_dto, c_conn) = drain(&c.evd);
+        let (s_dto, s_conn) = drain(&s.evd);
+        assert_eq!(c_conn, vec![ConnectionEventKind::Disconnected]);
+        assert_eq!(s_conn, vec![ConnectionEventKind::Disconnected]);
+        let moved = s_dto == vec![(10, DtoStatus::Success)];
+        if moved {
+            assert_eq!(c_dto, vec![(20, DtoStatus::Success)]);
+        } else {
+            assert_eq!(s_dto, vec![(10, DtoStatus::Flushed)]);
+            let want = if posted {
+                vec![(20, DtoStatus::Flushed)]
+            } else {
+                vec![]
+            };
+            assert_eq!(c_dto, want);
+        }
+        close([s, c]);
+    });
+}
