@@ -1,6 +1,6 @@
 //! Model checking of the object model with loom, on the loopback provider:
-//! the receive queue (a send that finds no receive against the receive
-//! posted for it), the gate of a freed endpoint ("queued before close,
+//! the receive queue and the shared receive queue (a send that finds no
+//! receive against the receive posted for it), the gate of a freed endpoint ("queued before close,
 //! else refused") and the end of a connection racing a transfer.
 //!
 //! Run with:
@@ -22,7 +22,7 @@ use rdapl_core::ia::IaOptions;
 use rdapl_core::provider::Provider;
 use rdapl_core::{
     CompletionFlags, ConnectionEventKind, DtoStatus, Ep, Evd, EvdFlags, Event, Ia, Lmr, MemPriv,
-    Pz, Region,
+    Pz, Region, Srq,
 };
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -55,9 +55,12 @@ struct Side {
     evd: Evd,
     ep: Ep,
     buf: Lmr,
+    srq: Option<Srq>,
 }
 
-fn side(addr: &str) -> Side {
+/// One side; its endpoint takes its receives from an SRQ of its own if
+/// `with_srq`.
+fn side(addr: &str, with_srq: bool) -> Side {
     let opts = IaOptions {
         params: format!("addr={addr}"),
         dispatch: Some(loom::sync::Arc::from_std(
@@ -70,9 +73,12 @@ fn side(addr: &str) -> Side {
     let evd = ia
         .evd_create(16, EvdFlags::DTO | EvdFlags::CONNECTION | EvdFlags::CR)
         .unwrap();
-    let ep = ia
-        .ep_create(&pz, Some(&evd), Some(&evd), Some(&evd), None)
-        .unwrap();
+    let srq = with_srq.then(|| ia.srq_create(&pz, 4, 1).unwrap());
+    let ep = match &srq {
+        Some(q) => ia.ep_create_with_srq(&pz, &evd, Some(&evd), Some(&evd), q, None),
+        None => ia.ep_create(&pz, Some(&evd), Some(&evd), Some(&evd), None),
+    }
+    .unwrap();
     let buf = pz.lmr_create(Region::zeroed(16), MemPriv::ALL).unwrap();
     Side {
         ia,
@@ -80,6 +86,7 @@ fn side(addr: &str) -> Side {
         evd,
         ep,
         buf,
+        srq,
     }
 }
 
@@ -87,7 +94,15 @@ fn side(addr: &str) -> Side {
 /// addresses of their own for model `n` (the models of this file run at
 /// once, on one fabric).
 fn connected(n: u8) -> (Side, Side) {
-    let (s, c) = (side(&format!("127.0.7.{n}")), side(&format!("127.0.8.{n}")));
+    connected_with(n, false)
+}
+
+/// [`connected`], the server's endpoint on an SRQ if `srq`.
+fn connected_with(n: u8, srq: bool) -> (Side, Side) {
+    let (s, c) = (
+        side(&format!("127.0.7.{n}"), srq),
+        side(&format!("127.0.8.{n}"), false),
+    );
     let psp = s.ia.psp_create(7, &s.evd).unwrap();
     c.ep.connect(s.ia.address(), 7, None, b"").unwrap();
     let cr = match s.evd.dequeue().unwrap() {
@@ -122,6 +137,9 @@ fn drain(evd: &Evd) -> (Vec<(u64, DtoStatus)>, Vec<ConnectionEventKind>) {
 fn close(sides: [Side; 2]) {
     for s in sides {
         let _ = s.ep.free();
+        if let Some(q) = &s.srq {
+            let _ = q.free();
+        }
         let _ = s.buf.free();
         let _ = s.evd.free();
         let _ = s.pz.free();
@@ -228,6 +246,30 @@ fn send_racing_disconnect_completes_both_sides_alike() {
             };
             assert_eq!(c_dto, want);
         }
+        close([s, c]);
+    });
+}
+
+/// [`send_meets_receive_posted_concurrently`] with the receiver's
+/// endpoint on a shared receive queue: the SRQ's post progresses the
+/// senders of its endpoints' peers, so a send that found the SRQ empty
+/// still lands in the receive posted meanwhile.
+#[test]
+fn send_meets_srq_receive_posted_concurrently() {
+    model(|| {
+        let (s, c) = connected_with(4, true);
+        let send = c.buf.triplet(0, 8).unwrap();
+        let recv = s.buf.triplet(0, 16).unwrap();
+        let srq = s.srq.clone().expect("an SRQ");
+        let t = thread::spawn(move || {
+            srq.post_recv(&[recv], 10, CompletionFlags::DEFAULT)
+                .unwrap();
+        });
+        c.ep.post_send(&[send], 20, CompletionFlags::DEFAULT)
+            .unwrap();
+        t.join().unwrap();
+        assert_eq!(drain(&c.evd), (vec![(20, DtoStatus::Success)], vec![]));
+        assert_eq!(drain(&s.evd), (vec![(10, DtoStatus::Success)], vec![]));
         close([s, c]);
     });
 }
