@@ -77,12 +77,7 @@ pub(crate) struct ConnCell {
 /// The connection `ep` is in or is making, as the progress thread linked
 /// it ([`EpInner::set_link`]); none once the endpoint left it.
 pub(crate) fn link_of(ep: &EpInner) -> Option<Arc<ConnCell>> {
-    ep.core
-        .lock()
-        .link
-        .as_ref()
-        .and_then(|l| l.downcast_ref::<Arc<ConnCell>>())
-        .cloned()
+    ep.core.lock().link_ref::<Arc<ConnCell>>().cloned()
 }
 
 /// The lock of a [`ConnCell`]: releasing it pumps the connection again if
@@ -551,9 +546,7 @@ impl Driver {
                 if let Some(ep) = c.ep.clone() {
                     let mut core = ep.core.lock();
                     let mine = core
-                        .link
-                        .as_ref()
-                        .and_then(|l| l.downcast_ref::<Arc<ConnCell>>())
+                        .link_ref::<Arc<ConnCell>>()
                         .is_some_and(|l| Arc::ptr_eq(l, &cell));
                     if mine {
                         core.link = None;

@@ -146,6 +146,11 @@ impl EpCore {
     pub fn connection(&self) -> u64 {
         self.conn
     }
+    /// The provider's state of the endpoint's connection
+    /// ([`EpCore::link`]), if there is one of type `T`.
+    pub fn link_ref<T: std::any::Any>(&self) -> Option<&T> {
+        self.link.as_ref()?.downcast_ref::<T>()
+    }
     /// Queues `wr` at the tail of the endpoint's send queue (flushed by the
     /// core when the connection ends).
     pub fn push_send(&mut self, wr: Wr) {

@@ -7,7 +7,7 @@
 //! `common::open` runs on it (see `common::provider`).
 
 use rdapl::error::Subtype;
-use rdapl::event::{CrHandle, EpHandle};
+use rdapl::event::CrHandle;
 use rdapl::event::{PzHandle, SrqHandle};
 use rdapl::provider::{
     CrInner, CrOps, CrState, EpInfo, EpInner, EpOps, ListenerOps, NewWr, Provider, SpInner, SrqOps,
@@ -29,20 +29,19 @@ pub struct Pipe {
 /// A request in flight: the request and its active endpoint.
 type Pending = (Arc<CrInner>, Weak<EpInner>);
 
-/// A connected endpoint's peer, the peer's connection number and its own.
+/// A connected endpoint's peer, the peer's connection number and its own:
+/// the pipe's state of a connection, kept in the endpoint's link slot
+/// ([`EpInner::set_link`]; the core drops it when the endpoint leaves).
 type PeerOf = (Weak<EpInner>, u64, u64);
 
-/// What the IAs of one pipe share: listeners, requests in flight, the
-/// connected pairs, and the progress thread's queue.
+/// What the IAs of one pipe share: listeners, requests in flight and the
+/// progress thread's queue.
 struct Fabric {
     listeners: Mutex<HashMap<(IpAddr, u64), Weak<SpInner>>>,
     /// IAs open at each address (an address with none is unreachable).
     addresses: Mutex<HashMap<IpAddr, usize>>,
     /// Requests in flight: the request and its active endpoint.
     pending: Mutex<HashMap<CrHandle, Pending>>,
-    /// Each connected endpoint: its peer, the peer's connection number and
-    /// its own.
-    peers: Mutex<HashMap<EpHandle, PeerOf>>,
     jobs: Mutex<mpsc::Sender<Weak<EpInner>>>,
     /// Held from taking a peer's receive to completing it: an end of the
     /// connection (which flushes the receives still queued, the later
@@ -57,7 +56,6 @@ impl Pipe {
             listeners: Mutex::new(HashMap::new()),
             addresses: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
-            peers: Mutex::new(HashMap::new()),
             jobs: Mutex::new(tx),
             moving: Mutex::new(()),
         });
@@ -124,18 +122,19 @@ impl Fabric {
     }
 
     fn peer(&self, ep: &EpInner) -> Option<(Arc<EpInner>, u64, u64)> {
-        let peers = self.peers.lock().unwrap();
-        let (p, pc, mc) = peers.get(&ep.handle())?;
-        Some((p.upgrade()?, *pc, *mc))
+        let (p, pc, mc) = ep.lock().link_ref::<PeerOf>()?.clone();
+        Some((p.upgrade()?, pc, mc))
     }
 
-    /// Ends both sides of `ep`'s connection with `kind`.
+    /// Ends both sides of `ep`'s connection with `kind` (the peer's only
+    /// if it is still in that connection).
     fn end(&self, ep: &Arc<EpInner>, kind: ConnectionEventKind) {
         let _moving = self.moving.lock().unwrap();
-        let peer = self.peers.lock().unwrap().remove(&ep.handle());
+        let peer = self.peer(ep);
         ep.ended(kind);
-        if let Some(p) = peer.and_then(|(p, _, _)| p.upgrade()) {
-            self.peers.lock().unwrap().remove(&p.handle());
+        if let Some((p, peer_conn, _)) = peer
+            && p.lock().connection() == peer_conn
+        {
             p.ended(kind);
         }
     }
@@ -144,7 +143,7 @@ impl Fabric {
     /// or the head waits for a receive of the peer.
     fn progress(&self, ep: &Arc<EpInner>) {
         loop {
-            // (Lock order: `moving`, the peers, an endpoint.)
+            // (Lock order: `moving`, an endpoint.)
             let moving = self.moving.lock().unwrap();
             let Some((peer, peer_conn, my_conn)) = self.peer(ep) else {
                 return;
@@ -478,16 +477,14 @@ impl CrOps for PipeCr {
             ep.ended(ConnectionEventKind::Broken);
             return Ok(());
         };
-        let mut peers = self.f.peers.lock().unwrap();
-        peers.insert(
-            ep.handle(),
-            (Arc::downgrade(&active), active_conn, passive_conn),
-        );
-        peers.insert(
-            active.handle(),
-            (Arc::downgrade(ep), passive_conn, active_conn),
-        );
-        drop(peers);
+        let mine: PeerOf = (Arc::downgrade(&active), active_conn, passive_conn);
+        let theirs: PeerOf = (Arc::downgrade(ep), passive_conn, active_conn);
+        if !(ep.set_link(Box::new(mine)) && active.set_link(Box::new(theirs))) {
+            // One side left already (freed, disconnected): end both.
+            self.f.end(ep, ConnectionEventKind::Broken);
+            self.f.end(&active, ConnectionEventKind::Broken);
+            return Ok(());
+        }
         // Requests may have been queued before the connection was up.
         self.f.kick(ep);
         self.f.kick(&active);
