@@ -88,11 +88,25 @@ impl Pz {
     }
 
     /// Tells the provider of a memory object registered in the zone (its
-    /// table entry `ctx`); if the provider refuses it, the entry goes.
-    fn announce(&self, ctx: u32, mem: &MemInfo) -> Result<()> {
-        self.inner.ops.mem_create(mem).inspect_err(|_| {
+    /// table entry `ctx`): the provider's remote key, if it gives one. If
+    /// the provider refuses it, or gives a key to an object whose keys
+    /// change (a window, a fast-registration LMR), the entry goes.
+    fn announce(&self, ctx: u32, mem: &MemInfo) -> Result<Option<u32>> {
+        let grant = self.inner.ops.mem_create(mem).inspect_err(|_| {
             self.inner.ia.mem.remove(ctx);
-        })
+        })?;
+        let rekeyed = mem.fast || matches!(mem.handle, MemHandle::Rmr(_));
+        if grant.rmr_context.is_some() && rekeyed {
+            // Accepted, so the provider hears of its end.
+            self.inner.ops.mem_free(mem);
+            self.inner.ia.mem.remove(ctx);
+            return Err(Error::Internal(
+                "the provider gave its own remote key to a window or a \
+                 fast-registration LMR, whose keys change with every bind and map"
+                    .into(),
+            ));
+        }
+        Ok(grant.rmr_context)
     }
 
     /// The PZ's handle.
@@ -345,6 +359,7 @@ impl Pz {
             rmr_context: ctx,
             len: 0,
             privileges: MemPriv::NONE,
+            fast: false,
         };
         self.announce(ctx, &announced)?;
         self.inner.users.fetch_add(1, Ordering::SeqCst);
@@ -390,6 +405,9 @@ pub(crate) struct LmrInner {
     pub(crate) max_len: u64,
     /// What the zone's provider table was told at its creation.
     announced: MemInfo,
+    /// The provider's remote key for it, if its fabric gives one
+    /// ([`crate::provider::MemGrant`]).
+    remote_key: Option<u32>,
 }
 
 /// What an LMR currently maps.
@@ -430,8 +448,9 @@ impl Lmr {
             rmr_context: ctx,
             len: if kind == EntryKind::Fmr { 0 } else { max_len },
             privileges: privs,
+            fast: kind == EntryKind::Fmr,
         };
-        pz.announce(ctx, &announced)?;
+        let remote_key = pz.announce(ctx, &announced)?;
         pz.inner.users.fetch_add(1, Ordering::SeqCst);
         pz.inner.ia.live.lmrs.fetch_add(1, Ordering::Relaxed);
         Ok(Lmr {
@@ -453,6 +472,7 @@ impl Lmr {
                 privs: Mutex::new(privs),
                 max_len,
                 announced,
+                remote_key,
             }),
         })
     }
@@ -470,10 +490,13 @@ impl Lmr {
         self.ctx()
     }
 
-    /// The remote key (`rmr_context`); equal to the local key in rdapl. Remote
-    /// access still needs a remote right.
+    /// The remote key (`rmr_context`), to hand to a peer: the local key,
+    /// unless the provider's fabric gave a key of its own
+    /// ([`crate::provider::MemGrant`]). Remote access still needs a remote
+    /// right.
     pub fn rmr_context(&self) -> Result<u32> {
-        self.ctx()
+        let ctx = self.ctx()?;
+        Ok(self.inner.remote_key.unwrap_or(ctx))
     }
 
     /// The rights granted.
@@ -518,7 +541,7 @@ impl Lmr {
     /// hand to a peer); checked as [`Lmr::triplet`].
     pub fn rmr_triplet(&self, offset: u64, len: u64) -> Result<RmrTriplet> {
         Ok(RmrTriplet {
-            rmr_context: self.ctx()?,
+            rmr_context: self.rmr_context()?,
             target_address: self.address_of(offset, len)?,
             segment_length: len,
         })

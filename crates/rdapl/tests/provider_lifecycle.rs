@@ -9,13 +9,13 @@ mod common;
 use common::{conn_kind, ia_options, next_cr};
 use rdapl::event::{PzHandle, SrqHandle};
 use rdapl::provider::{
-    EpInfo, EpInner, EpLock, EpOps, ListenerOps, MemHandle, MemInfo, NewWr, Provider, PzOps,
-    SpInner, SrqOps, Transport,
+    EpInfo, EpInner, EpLock, EpOps, ListenerOps, MemGrant, MemHandle, MemInfo, NewWr, Provider,
+    PzOps, SpInner, SrqOps, Transport,
 };
 use rdapl::srq::SrqInner;
 use rdapl::*;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +28,9 @@ struct Log {
     refuse_srq: AtomicBool,
     /// Refuse LMRs longer than this (0: none refused).
     refuse_lmr_over: AtomicU64,
+    /// Give every memory object this remote key of the provider's own
+    /// (0: the core's keys).
+    grant_key: AtomicU32,
 }
 
 impl Log {
@@ -203,14 +206,17 @@ fn mem_name(m: &MemInfo) -> String {
 }
 
 impl PzOps for RecPz {
-    fn mem_create(&self, mem: &MemInfo) -> Result<()> {
+    fn mem_create(&self, mem: &MemInfo) -> Result<MemGrant> {
         let over = self.log.refuse_lmr_over.load(Ordering::SeqCst);
         if over > 0 && mem.len > over {
             return Err(refused());
         }
-        self.inner.mem_create(mem)?;
+        let grant = self.inner.mem_create(mem)?;
         self.log.push(format!("mem_create {}", mem_name(mem)));
-        Ok(())
+        match self.log.grant_key.load(Ordering::SeqCst) {
+            0 => Ok(grant),
+            k => Ok(MemGrant::remote_key(k)),
+        }
     }
     fn mem_free(&self, mem: &MemInfo) {
         self.log.push(format!("mem_free {}", mem_name(mem)));
@@ -447,3 +453,46 @@ fn a_refused_creation_fails_the_call_and_leaves_nothing() {
 }
 
 use common::D;
+
+/// A provider whose fabric gives its own remote keys (libfabric's
+/// `FI_MR_PROV_KEY`): consumers see that key as the LMR's `rmr_context`
+/// (and in its remote triplets), the local key stays the core's; a key
+/// for a window or a fast-registration LMR, whose keys change with every
+/// bind and map, is refused, and the provider hears of its end.
+#[test]
+fn a_provider_key_is_the_remote_key_consumers_see() {
+    let (p, log) = recorder();
+    let ia = open(&p, "127.0.97.2");
+    let pz = ia.pz_create().unwrap();
+    let plain = pz.lmr_create_from(vec![1; 64], MemPriv::ALL).unwrap();
+    log.grant_key.store(0xAB_CD_EF_01, Ordering::SeqCst);
+    let lmr = pz.lmr_create_from(vec![2; 64], MemPriv::ALL).unwrap();
+    assert_eq!(lmr.rmr_context().unwrap(), 0xAB_CD_EF_01);
+    assert_eq!(lmr.rmr_triplet(8, 16).unwrap().rmr_context, 0xAB_CD_EF_01);
+    assert_ne!(
+        lmr.context().unwrap(),
+        0xAB_CD_EF_01,
+        "the local key is the core's"
+    );
+    assert_eq!(
+        lmr.triplet(0, 8).unwrap().lmr_context,
+        lmr.context().unwrap()
+    );
+    // An LMR registered before keeps the core's (remote = local) key.
+    assert_eq!(plain.rmr_context().unwrap(), plain.context().unwrap());
+
+    let created = log.count("mem_create");
+    assert!(matches!(pz.rmr_create(), Err(Error::Internal(_))));
+    assert!(matches!(pz.lmr_create_fmr(4096), Err(Error::Internal(_))));
+    assert_eq!(log.count("mem_create"), created + 2);
+    assert_eq!(log.count("mem_free"), 2, "each refused one was freed");
+    log.grant_key.store(0, Ordering::SeqCst);
+
+    // Freed, the LMR's keys are gone, the provider's with them.
+    lmr.free().unwrap();
+    assert!(lmr.rmr_context().is_err());
+    assert_eq!(log.count("mem_free"), 3);
+    plain.free().unwrap();
+    pz.free().unwrap();
+    ia.close(CloseFlags::Graceful).unwrap();
+}

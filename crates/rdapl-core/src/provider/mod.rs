@@ -73,7 +73,9 @@ pub use crate::ia::IaInner;
 pub use crate::sp::{CrInner, CrState, SpInner};
 pub use fault::{FaultInjector, Faults};
 pub use gather::{Gather, GatherLock};
-pub use ops::{CrOps, EpInfo, EpOps, ListenerOps, MemHandle, MemInfo, NoPzOps, PzOps, SrqOps};
+pub use ops::{
+    CrOps, EpInfo, EpOps, ListenerOps, MemGrant, MemHandle, MemInfo, NoPzOps, PzOps, SrqOps,
+};
 pub use registry::Registry;
 pub use view::WrKind;
 

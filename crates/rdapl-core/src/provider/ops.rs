@@ -169,14 +169,46 @@ pub struct MemInfo {
     pub handle: MemHandle,
     /// Its local key (`lmr_context`; a window's is 0).
     pub lmr_context: u32,
-    /// Its remote key (`rmr_context`) as registered, RFC 5040's STag
-    /// layout (the core's registration table picks both keys).
+    /// Its remote key (`rmr_context`) in the core's registration table,
+    /// RFC 5040's STag layout (the table picks both keys; a provider may
+    /// give consumers a remote key of its own instead: [`MemGrant`]).
     pub rmr_context: u32,
     /// Bytes registered (0 for a window, or a fast-registration LMR not
     /// yet mapped).
     pub len: u64,
     /// Its rights.
     pub privileges: MemPriv,
+    /// A fast-registration LMR: mapped, re-mapped and invalidated by
+    /// posted requests, its keys changing each time.
+    pub fast: bool,
+}
+
+/// What a provider answers to a registration it accepts
+/// ([`PzOps::mem_create`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemGrant {
+    /// The remote key consumers are to hand to peers for this LMR (its
+    /// `rmr_context`), if the provider's fabric gives keys of its own (a
+    /// libfabric provider with `FI_MR_PROV_KEY`: `fi_mr_key`, which must
+    /// fit DAT's 32 bits). `None`: the core's table key, which software
+    /// providers resolve on the target ([`MemInfo::rmr_context`]). The
+    /// local key (`lmr_context`) stays the core's: a provider maps it to
+    /// its own descriptor. Only for an LMR whose key never changes (not a
+    /// window, not a fast-registration LMR: those are re-keyed by every
+    /// bind and map); the core refuses the registration otherwise.
+    pub rmr_context: Option<u32>,
+}
+
+impl MemGrant {
+    /// Accepted with the core's keys.
+    pub const CORE_KEYS: MemGrant = MemGrant { rmr_context: None };
+
+    /// Accepted, with the fabric's remote key `key`.
+    pub fn remote_key(key: u32) -> MemGrant {
+        MemGrant {
+            rmr_context: Some(key),
+        }
+    }
 }
 
 /// One protection zone's operations, and those of the memory registered
@@ -184,10 +216,12 @@ pub struct MemInfo {
 pub trait PzOps: Send + Sync + 'static {
     /// An LMR or RMR is being created in the zone (registered in the
     /// core's table already): `Err` refuses it (and the consumer's create
-    /// fails with that error). Default: accepted.
-    fn mem_create(&self, mem: &MemInfo) -> Result<()> {
+    /// fails with that error); `Ok` accepts it, with the core's keys or a
+    /// remote key of the provider's ([`MemGrant`]). Default: accepted with
+    /// the core's keys.
+    fn mem_create(&self, mem: &MemInfo) -> Result<MemGrant> {
         let _ = mem;
-        Ok(())
+        Ok(MemGrant::CORE_KEYS)
     }
     /// An LMR or RMR of the zone was freed (explicitly, or by an abrupt IA
     /// close, or a borrowed LMR's scope ending). Called once per object
