@@ -262,9 +262,11 @@ pub fn ia_options(addr: &str) -> IaOptions {
 }
 
 /// The provider the tests of this process run on: `RDAPL_TEST_PROVIDER`
-/// names it (`loopback`, the default, or `pipe`, the asynchronous test
-/// provider of [`pipe`]); one instance per process, so IAs reach each other.
-/// It is wrapped in a fault injector ([`faults`]).
+/// names it (`loopback`, the default; `pipe`, the asynchronous test
+/// provider of [`pipe`]; `tcp`; or any other provider the `rdapl` crate
+/// registers by that name, so a provider added there runs this suite
+/// unchanged); one instance per process, so IAs reach each other. It is
+/// wrapped in a fault injector ([`faults`]).
 pub fn provider() -> Arc<dyn rdapl::provider::Provider> {
     static P: std::sync::OnceLock<Arc<dyn rdapl::provider::Provider>> = std::sync::OnceLock::new();
     P.get_or_init(|| {
@@ -272,8 +274,13 @@ pub fn provider() -> Arc<dyn rdapl::provider::Provider> {
             match std::env::var("RDAPL_TEST_PROVIDER").as_deref() {
                 Ok("pipe") => pipe::Pipe::new(),
                 Ok("tcp") => rdapl_tcp::Tcp::new(),
-                Ok("loopback") | Err(_) => rdapl::builtin().get("loopback").unwrap(),
-                Ok(other) => panic!("RDAPL_TEST_PROVIDER={other}: unknown (loopback, pipe, tcp)"),
+                Ok("loopback") | Ok("") | Err(_) => rdapl::builtin().get("loopback").unwrap(),
+                Ok(other) => rdapl::builtin().get(other).unwrap_or_else(|| {
+                    panic!(
+                        "RDAPL_TEST_PROVIDER={other}: no such provider (pipe, tcp, or one of {:?})",
+                        rdapl::builtin().names()
+                    )
+                }),
             };
         FaultInjector::with_faults(inner, faults().clone())
     })
