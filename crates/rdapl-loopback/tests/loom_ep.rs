@@ -163,20 +163,24 @@ fn model(f: impl Fn() + Sync + Send + 'static) -> usize {
     n
 }
 
-/// A send posted with no receive waiting, against the receive posted for
-/// it on the other thread: whichever comes first, the send lands in the
+/// Model `n`: a send posted with no receive waiting, against the receive
+/// posted for it on the other thread (to the endpoint's own queue, or to
+/// its SRQ if `srq`): whichever comes first, the send lands in the
 /// receive (the receive's post kicks a send that found none; a send
 /// finds a receive posted before it): both complete `Success`, once.
-#[test]
-fn send_meets_receive_posted_concurrently() {
-    model(|| {
-        let (s, c) = connected(1);
+fn send_meets_receive(n: u8, srq: bool) {
+    model(move || {
+        let (s, c) = connected_with(n, srq);
         let send = c.buf.triplet(0, 8).unwrap();
         let recv = s.buf.triplet(0, 16).unwrap();
-        let s_ep = s.ep.clone();
+        let (s_ep, s_srq) = (s.ep.clone(), s.srq.clone());
         let t = thread::spawn(move || {
-            s_ep.post_recv(&[recv], 10, CompletionFlags::DEFAULT)
-                .unwrap();
+            let f = CompletionFlags::DEFAULT;
+            match s_srq {
+                Some(q) => q.post_recv(&[recv], 10, f),
+                None => s_ep.post_recv(&[recv], 10, f),
+            }
+            .unwrap();
         });
         c.ep.post_send(&[send], 20, CompletionFlags::DEFAULT)
             .unwrap();
@@ -185,6 +189,19 @@ fn send_meets_receive_posted_concurrently() {
         assert_eq!(drain(&s.evd), (vec![(10, DtoStatus::Success)], vec![]));
         close([s, c]);
     });
+}
+
+#[test]
+fn send_meets_receive_posted_concurrently() {
+    send_meets_receive(1, false);
+}
+
+/// The same with the receiver's endpoint on a shared receive queue: the
+/// SRQ's post progresses the senders of its endpoints' peers, so a send
+/// that found the SRQ empty still lands in the receive posted meanwhile.
+#[test]
+fn send_meets_srq_receive_posted_concurrently() {
+    send_meets_receive(4, true);
 }
 
 /// A receive posted while its endpoint is freed: either refused, or
@@ -246,30 +263,6 @@ fn send_racing_disconnect_completes_both_sides_alike() {
             };
             assert_eq!(c_dto, want);
         }
-        close([s, c]);
-    });
-}
-
-/// [`send_meets_receive_posted_concurrently`] with the receiver's
-/// endpoint on a shared receive queue: the SRQ's post progresses the
-/// senders of its endpoints' peers, so a send that found the SRQ empty
-/// still lands in the receive posted meanwhile.
-#[test]
-fn send_meets_srq_receive_posted_concurrently() {
-    model(|| {
-        let (s, c) = connected_with(4, true);
-        let send = c.buf.triplet(0, 8).unwrap();
-        let recv = s.buf.triplet(0, 16).unwrap();
-        let srq = s.srq.clone().expect("an SRQ");
-        let t = thread::spawn(move || {
-            srq.post_recv(&[recv], 10, CompletionFlags::DEFAULT)
-                .unwrap();
-        });
-        c.ep.post_send(&[send], 20, CompletionFlags::DEFAULT)
-            .unwrap();
-        t.join().unwrap();
-        assert_eq!(drain(&c.evd), (vec![(20, DtoStatus::Success)], vec![]));
-        assert_eq!(drain(&s.evd), (vec![(10, DtoStatus::Success)], vec![]));
         close([s, c]);
     });
 }
