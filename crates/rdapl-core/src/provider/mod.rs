@@ -38,7 +38,14 @@
 //! [`EpInner::gather`], [`EpInner::scatter`], [`EpInner::remote_write`]
 //! and [`EpInner::remote_read`], which check every key, right and bound.
 //! Requests may complete on the provider's own thread, in any order
-//! across queues and in post order within one. A provider that progresses
+//! across queues and in post order within one. A provider's state of an
+//! endpoint lives in its [`EpOps`] table; its state of the endpoint's
+//! current connection (its connection object, an in-process peer) can
+//! live in the endpoint's link slot ([`EpInner::set_link`],
+//! [`EpCore::link_ref`]), under the endpoint's lock, found from any
+//! `EpInner` without a lookup and dropped by the core when the endpoint
+//! leaves the connection. A provider whose fabric picks memory keys
+//! returns its remote key from [`PzOps::mem_create`] ([`MemGrant`]). A provider that progresses
 //! in software may also let consumers drive it: a [`Progress`] hook
 //! attached with [`EpInner::attach_progress`] runs in the consumer's
 //! thread when it finds one of the endpoint's EVDs empty or is about to
