@@ -652,7 +652,8 @@ impl EvdInner {
         true
     }
 
-    /// [`EvdInner::progress_then_pop`] for `dequeue_batch`.
+    /// [`EvdInner::on_empty`] for `dequeue_batch`: runs the progress
+    /// hooks, then takes up to `max` events.
     #[cold]
     #[inline(never)]
     fn progress_then_pop_batch(&self, out: &mut Vec<Event>, max: usize) -> usize {
