@@ -1,7 +1,8 @@
 //! Model checking of the object model with loom, on the loopback provider:
 //! the receive queue and the shared receive queue (a send that finds no
-//! receive against the receive posted for it), the gate of a freed endpoint ("queued before close,
-//! else refused") and the end of a connection racing a transfer.
+//! receive against the receive posted for it), the gate of a freed
+//! endpoint ("queued before close, else refused"), and the end of a
+//! connection racing a send, an RDMA write, or the other side's end.
 //!
 //! Run with:
 //!
@@ -263,6 +264,82 @@ fn send_racing_disconnect_completes_both_sides_alike() {
             };
             assert_eq!(c_dto, want);
         }
+        close([s, c]);
+    });
+}
+
+/// Both sides disconnect at once, a receive posted on one and a send
+/// queued on the other (waiting for a receive the peer has not got):
+/// each side hears `Disconnected` once, and every request completes once,
+/// flushed (or, for the receive, taken by the send, both `Success`).
+#[test]
+fn both_sides_disconnect_at_once() {
+    model(|| {
+        let (s, c) = connected(5);
+        let recv = s.buf.triplet(0, 16).unwrap();
+        let send = c.buf.triplet(0, 8).unwrap();
+        // The first send takes the receive; the second waits for one.
+        s.ep.post_recv(&[recv], 10, CompletionFlags::DEFAULT)
+            .unwrap();
+        c.ep.post_send(&[send], 20, CompletionFlags::DEFAULT)
+            .unwrap();
+        c.ep.post_send(&[send], 21, CompletionFlags::DEFAULT)
+            .unwrap();
+        let c_ep = c.ep.clone();
+        let t = thread::spawn(move || c_ep.disconnect(false).unwrap());
+        s.ep.disconnect(false).unwrap();
+        t.join().unwrap();
+        assert_eq!(
+            drain(&s.evd),
+            (
+                vec![(10, DtoStatus::Success)],
+                vec![ConnectionEventKind::Disconnected]
+            )
+        );
+        assert_eq!(
+            drain(&c.evd),
+            (
+                vec![(20, DtoStatus::Success), (21, DtoStatus::Flushed)],
+                vec![ConnectionEventKind::Disconnected]
+            )
+        );
+        close([s, c]);
+    });
+}
+
+/// An RDMA write racing the target's disconnect: either it completes
+/// `Success` and its bytes are in the target's region, or it is refused
+/// or flushed and the region is untouched; never a success without the
+/// bytes, nor bytes behind a flush.
+#[test]
+fn rdma_write_racing_disconnect_moves_all_or_nothing() {
+    model(|| {
+        let (s, c) = connected(6);
+        c.buf.write_at(0, b"written!").unwrap();
+        let local = c.buf.triplet(0, 8).unwrap();
+        let remote = s.buf.rmr_triplet(4, 8).unwrap();
+        let c_ep = c.ep.clone();
+        let t = thread::spawn(move || {
+            c_ep.post_rdma_write(&[local], remote, 30, CompletionFlags::DEFAULT)
+        });
+        s.ep.disconnect(false).unwrap();
+        let posted = t.join().unwrap().is_ok();
+        let (c_dto, c_conn) = drain(&c.evd);
+        assert_eq!(c_conn, vec![ConnectionEventKind::Disconnected]);
+        let bytes = s.buf.to_vec().unwrap();
+        match c_dto.as_slice() {
+            [(30, DtoStatus::Success)] => assert_eq!(&bytes[4..12], b"written!"),
+            [(30, DtoStatus::Flushed)] => assert_eq!(bytes, vec![0; 16]),
+            [] => {
+                assert!(!posted, "a posted write completes");
+                assert_eq!(bytes, vec![0; 16]);
+            }
+            other => panic!("unexpected completions {other:?}"),
+        }
+        assert_eq!(
+            drain(&s.evd),
+            (vec![], vec![ConnectionEventKind::Disconnected])
+        );
         close([s, c]);
     });
 }
