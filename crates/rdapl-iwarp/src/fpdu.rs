@@ -252,7 +252,7 @@ impl FpduDecoder {
         if data.len() > self.payload_left() {
             return false;
         }
-        self.crc.update(data);
+        self.crc_update(data);
         self.payload_left -= data.len();
         true
     }
@@ -261,6 +261,15 @@ impl FpduDecoder {
     /// once its header event was returned.
     pub fn raw_header(&self) -> &[u8] {
         &self.hdr[..self.hdr_have]
+    }
+
+    /// Counts `data` toward the CRC, if one was negotiated (without one
+    /// the trailer's CRC field is not looked at: nothing to compute).
+    #[inline]
+    fn crc_update(&mut self, data: &[u8]) {
+        if self.crc_enabled {
+            self.crc.update(data);
+        }
     }
 
     fn fail(&mut self, e: ProtocolError) -> Result<Option<FpduEvent<'static>>, ProtocolError> {
@@ -317,7 +326,9 @@ impl FpduDecoder {
                     let Some(header) = DdpHeader::decode(&self.hdr[2..need]) else {
                         return self.fail(ProtocolError::StreamLost).map(|_| None);
                     };
-                    self.crc.update(&self.hdr[..need]);
+                    if self.crc_enabled {
+                        self.crc.update(&self.hdr[..need]);
+                    }
                     let payload_len = ulpdu_len - hl as u16;
                     self.payload_left = usize::from(payload_len);
                     self.trailer_need = pad_len(usize::from(ulpdu_len)) + 4;
@@ -340,7 +351,7 @@ impl FpduDecoder {
                     let n = self.payload_left.min(input.len());
                     let (chunk, rest) = input.split_at(n);
                     *input = rest;
-                    self.crc.update(chunk);
+                    self.crc_update(chunk);
                     self.payload_left -= n;
                     return Ok(Some(FpduEvent::Payload(chunk)));
                 }
@@ -357,7 +368,9 @@ impl FpduDecoder {
                         continue;
                     }
                     let pad = self.trailer_need - 4;
-                    self.crc.update(&self.trailer[..pad]);
+                    if self.crc_enabled {
+                        self.crc.update(&self.trailer[..pad]);
+                    }
                     let mut got = [0u8; 4];
                     got.copy_from_slice(&self.trailer[pad..pad + 4]);
                     if self.crc_enabled && !self.crc_waived && got != self.crc.wire() {
