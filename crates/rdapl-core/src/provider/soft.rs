@@ -23,6 +23,9 @@
 //!   connection out of the receives of the next one;
 //! * **time**: [`deadline`] (a DAT timeout as an instant) and a one-thread
 //!   [`Timer`] for delayed work;
+//! * **locks**: [`Lock`], the lock of the endpoint's parts (parking_lot's
+//!   mutex; loom's under `--cfg rdapl_loom`), for a provider's own state
+//!   that its loom models should see;
 //! * **cache hints**: [`prefetch_write`], [`prefetch_read`].
 //!
 //! A provider that talks to another process (the TCP provider) needs none
@@ -37,7 +40,7 @@ pub use crate::mem::{
     copy_into_buf, copy_one, copy_refs, total,
 };
 pub use crate::srq::SrqWr;
-pub use crate::sync::deadline;
+pub use crate::sync::{Lock, LockGuard, deadline};
 
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
