@@ -41,7 +41,10 @@ struct Solo {
 struct SoloIa(Arc<Solo>);
 struct SoloEp(Arc<Solo>);
 
-impl Provider for Solo {
+/// The provider value: its IAs share one `Solo`.
+struct SoloProvider(Arc<Solo>);
+
+impl Provider for SoloProvider {
     fn attr(&self) -> ProviderAttr {
         ProviderAttr {
             name: "solo".into(),
@@ -51,23 +54,6 @@ impl Provider for Solo {
 
     fn ia_attr(&self, address: IpAddr) -> IaAttr {
         rdapl::provider::loopback::Loopback::new().ia_attr(address)
-    }
-
-    fn open(&self, _address: Option<IpAddr>, _params: &str) -> Result<Arc<dyn Transport>> {
-        Err(Error::Internal("opened through `open_solo`".into()))
-    }
-}
-
-/// A provider value whose `open` hands out its one transport.
-struct SoloProvider(Arc<Solo>);
-
-impl Provider for SoloProvider {
-    fn attr(&self) -> ProviderAttr {
-        self.0.attr()
-    }
-
-    fn ia_attr(&self, address: IpAddr) -> IaAttr {
-        self.0.ia_attr(address)
     }
 
     fn open(&self, _address: Option<IpAddr>, _params: &str) -> Result<Arc<dyn Transport>> {
