@@ -289,9 +289,9 @@ pub struct Output {
 
 /// `64B`, `4KiB`, `64KiB`, `1MiB`.
 pub fn size_label(n: usize) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{}MiB", n >> 20)
-    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
         format!("{}KiB", n >> 10)
     } else {
         format!("{n}B")
@@ -468,10 +468,10 @@ impl Proc {
             .stderr(Stdio::piped());
         let child = std::thread::scope(|s| {
             s.spawn(|| {
-                if let Some(c) = cpu {
-                    if !crate::throughput::pin_to(c) {
-                        return Err(std::io::Error::other(format!("cannot pin to CPU {c}")));
-                    }
+                if let Some(c) = cpu
+                    && !crate::throughput::pin_to(c)
+                {
+                    return Err(std::io::Error::other(format!("cannot pin to CPU {c}")));
                 }
                 cmd.spawn()
             })
@@ -1112,10 +1112,10 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
                 continue;
             }
             if prog == Program::Qperf {
-                if *test == Test::Latency {
-                    if let Err(e) = measure_once(&tools, p, cpus, *test, *size, prog, 0) {
-                        calib_errors.push((case_id(*test, *size, prog), e));
-                    }
+                if *test == Test::Latency
+                    && let Err(e) = measure_once(&tools, p, cpus, *test, *size, prog, 0)
+                {
+                    calib_errors.push((case_id(*test, *size, prog), e));
                 }
                 continue;
             }

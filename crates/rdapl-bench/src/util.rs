@@ -103,7 +103,7 @@ pub fn spin_poll<T>(
         } else {
             std::thread::yield_now();
         }
-        if polls % 1024 == 0 && Instant::now() > deadline {
+        if polls.is_multiple_of(1024) && Instant::now() > deadline {
             return None;
         }
     }

@@ -63,7 +63,7 @@ fn bytes(n: u64) -> String {
         (1 << 10, "KiB"),
     ];
     for (u, name) in UNITS {
-        if n >= u && n % u == 0 {
+        if n >= u && n.is_multiple_of(u) {
             return format!("{n} ({} {name})", n / u);
         }
     }

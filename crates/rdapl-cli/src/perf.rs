@@ -393,13 +393,13 @@ impl Side {
     /// event.
     fn drain_to_end(&self) -> Result<(), String> {
         loop {
-            if let Event::Connection(c) = self.next()? {
-                if matches!(
+            if let Event::Connection(c) = self.next()?
+                && matches!(
                     c.kind,
                     ConnectionEventKind::Disconnected | ConnectionEventKind::Broken
-                ) {
-                    return Ok(());
-                }
+                )
+            {
+                return Ok(());
             }
         }
     }

@@ -774,10 +774,10 @@ impl Shard {
                         continue;
                     }
                     r.checker.record(ev);
-                    if r.held.as_ref().is_some_and(|h| same_stream(h, ev)) {
-                        if let Some(h) = r.held.take() {
-                            r.checker.record(&h);
-                        }
+                    if r.held.as_ref().is_some_and(|h| same_stream(h, ev))
+                        && let Some(h) = r.held.take()
+                    {
+                        r.checker.record(&h);
                     }
                 }
             }
@@ -820,7 +820,7 @@ fn produce(
     let mut iter = 0u32;
     'work: while sent < quota {
         iter = iter.wrapping_add(1);
-        if stop.flag.load(Ordering::Relaxed) || (iter % 128 == 0 && stop.stopped()) {
+        if stop.flag.load(Ordering::Relaxed) || (iter.is_multiple_of(128) && stop.stopped()) {
             break;
         }
         if rng.below(8) == 0 {
@@ -983,7 +983,7 @@ impl Flow {
         let mut taken = 0u64;
         while taken < budget {
             iter = iter.wrapping_add(1);
-            if iter % 64 == 0 && stop.stopped() {
+            if iter.is_multiple_of(64) && stop.stopped() {
                 return false;
             }
             let got = match rng.below(10) {

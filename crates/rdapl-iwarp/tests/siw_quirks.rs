@@ -20,7 +20,7 @@ fn no_crc() -> Config {
 fn fpdu(ulpdu: &[u8]) -> Vec<u8> {
     let mut v = (ulpdu.len() as u16).to_be_bytes().to_vec();
     v.extend_from_slice(ulpdu);
-    while v.len() % 4 != 0 {
+    while !v.len().is_multiple_of(4) {
         v.push(0);
     }
     v.extend_from_slice(&[0; 4]);

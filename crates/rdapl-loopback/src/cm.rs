@@ -57,10 +57,10 @@ pub(crate) fn connect(
         ia.lb.timer.at(
             at,
             Box::new(move || {
-                if cr.settle_as(CrState::Cancelled) {
-                    if let Some(ep) = ep.upgrade() {
-                        fail_active(&ep, ConnectionEventKind::TimedOut, None);
-                    }
+                if cr.settle_as(CrState::Cancelled)
+                    && let Some(ep) = ep.upgrade()
+                {
+                    fail_active(&ep, ConnectionEventKind::TimedOut, None);
                 }
             }),
         );

@@ -66,11 +66,11 @@ pub(crate) fn submit(lb: &Arc<Fabric>, ep: &Arc<EpInner>, mut core: EpLock<'_>, 
             }
             WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) => {
                 let write = matches!(wr.op, WrOp::RdmaWrite(_));
-                if let Some(l) = link::of(&mut c.link) {
-                    if let Some(len) = rdma_try(ep, wr.iov, l, r, write) {
-                        wr.complete(ep, DtoStatus::Success, len);
-                        return;
-                    }
+                if let Some(l) = link::of(&mut c.link)
+                    && let Some(len) = rdma_try(ep, wr.iov, l, r, write)
+                {
+                    wr.complete(ep, DtoStatus::Success, len);
+                    return;
                 }
                 wr
             }
@@ -175,33 +175,33 @@ fn rdma_try(
         (MemPriv::LOCAL_WRITE, MemPriv::REMOTE_READ)
     };
     // The usual request: one local buffer, both keys cached.
-    if let [t] = iov {
-        if t.segment_length > 0 {
-            let local = a.ia.mem.resolve_one_cached(
-                keys,
-                t.lmr_context,
-                t.virtual_address,
-                t.segment_length,
-                local_right,
-                a.pz_handle(),
-                true,
-            )?;
-            let remote = peer.mem.resolve_one_cached(
-                peer_keys,
-                r.rmr_context,
-                r.target_address,
-                t.segment_length,
-                remote_right,
-                peer_pz,
-                false,
-            )?;
-            let copied = if write {
-                soft::copy_one(local, remote)
-            } else {
-                soft::copy_one(remote, local)
-            };
-            return copied.ok().map(|_| t.segment_length);
-        }
+    if let [t] = iov
+        && t.segment_length > 0
+    {
+        let local = a.ia.mem.resolve_one_cached(
+            keys,
+            t.lmr_context,
+            t.virtual_address,
+            t.segment_length,
+            local_right,
+            a.pz_handle(),
+            true,
+        )?;
+        let remote = peer.mem.resolve_one_cached(
+            peer_keys,
+            r.rmr_context,
+            r.target_address,
+            t.segment_length,
+            remote_right,
+            peer_pz,
+            false,
+        )?;
+        let copied = if write {
+            soft::copy_one(local, remote)
+        } else {
+            soft::copy_one(remote, local)
+        };
+        return copied.ok().map(|_| t.segment_length);
     }
     let mut hold = Spans::new();
     let local =
@@ -391,20 +391,19 @@ fn send_locked<R: Request>(
         // No receive at all: a receive posted from now on kicks us.
         rq.refill(b, true);
         // (A Send with Invalidate takes the general path.)
-        if let Some(rwr) = rq.recvs.front().filter(|_| wr.invalidates().is_none()) {
-            if let Some((n, _)) =
+        if let Some(rwr) = rq.recvs.front().filter(|_| wr.invalidates().is_none())
+            && let Some((n, _)) =
                 copy_one_cached(a, b, (&mut l.keys, &mut rq.keys), wr.iov(), &rwr.iov)
-            {
-                let mut rwr = rq.pop().expect("head");
-                received(b, l);
-                if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
-                    rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
-                }
-                // The receiver waits for its completion: it goes first.
-                complete_taken(b, rq.taken, rwr, DtoStatus::Success, n);
-                wr.complete(a, DtoStatus::Success, n);
-                return Ok(Step::Next);
+        {
+            let mut rwr = rq.pop().expect("head");
+            received(b, l);
+            if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
+                rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
             }
+            // The receiver waits for its completion: it goes first.
+            complete_taken(b, rq.taken, rwr, DtoStatus::Success, n);
+            wr.complete(a, DtoStatus::Success, n);
+            return Ok(Step::Next);
         }
     }
     let Some(mut rwr) = b.take_recv_locked(rq) else {
@@ -423,24 +422,24 @@ fn send_locked<R: Request>(
     // A Send with Invalidate: the key goes when a receive is at hand, and
     // before any byte moves; a key the peer cannot invalidate moves none.
     let inval = wr.invalidates();
-    if let Some(k) = inval {
-        if b.invalidate_remote(k).is_err() {
-            untake_recv(b, rq, rwr);
-            wr.complete(a, DtoStatus::RemoteAccess, 0);
-            return Ok(Step::Broken);
-        }
+    if let Some(k) = inval
+        && b.invalidate_remote(k).is_err()
+    {
+        untake_recv(b, rq, rwr);
+        wr.complete(a, DtoStatus::RemoteAccess, 0);
+        return Ok(Step::Broken);
     }
     received(b, l);
-    if b.srq.is_some() && inval.is_none() {
-        if let Some((n, _)) = copy_one_cached(a, b, (&mut l.keys, &mut rq.keys), wr.iov(), &rwr.iov)
-        {
-            if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
-                rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
-            }
-            complete_taken(b, rq.taken, rwr, DtoStatus::Success, n);
-            wr.complete(a, DtoStatus::Success, n);
-            return Ok(Step::Next);
+    if b.srq.is_some()
+        && inval.is_none()
+        && let Some((n, _)) = copy_one_cached(a, b, (&mut l.keys, &mut rq.keys), wr.iov(), &rwr.iov)
+    {
+        if wr.flags().contains(CompletionFlags::SOLICITED_WAIT) {
+            rwr.flags = rwr.flags | CompletionFlags::SOLICITED_ARRIVAL;
         }
+        complete_taken(b, rq.taken, rwr, DtoStatus::Success, n);
+        wr.complete(a, DtoStatus::Success, n);
+        return Ok(Step::Next);
     }
     let (mut hold_src, mut hold_dst) = (Spans::new(), Spans::new());
     let src = match a.ia.mem.resolve_local_cached(

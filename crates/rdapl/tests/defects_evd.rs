@@ -400,10 +400,10 @@ mod stream_util {
         fn wake_by_ref(self: &Arc<Self>) {
             let waker = Waker::from(self.clone());
             let mut cx = Context::from_waker(&waker);
-            if let Some(s) = self.stream.lock().unwrap().as_mut() {
-                if let Poll::Ready(item) = futures_core::Stream::poll_next(Pin::new(s), &mut cx) {
-                    *self.got.lock().unwrap() = Some(item);
-                }
+            if let Some(s) = self.stream.lock().unwrap().as_mut()
+                && let Poll::Ready(item) = futures_core::Stream::poll_next(Pin::new(s), &mut cx)
+            {
+                *self.got.lock().unwrap() = Some(item);
             }
         }
     }

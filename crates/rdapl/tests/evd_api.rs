@@ -294,11 +294,9 @@ fn exactly_once_across_upcalls_dequeue_batch_into_and_wait() {
                 by_upcall.fetch_add(1, Ordering::Relaxed);
             }
             // An upcall may poll too (any rdapl call is allowed here).
-            if more {
-                if let Ok(Some(ev)) = evd.dequeue() {
-                    mark(ev);
-                    by_upcall_dequeue.fetch_add(1, Ordering::Relaxed);
-                }
+            if more && let Ok(Some(ev)) = evd.dequeue() {
+                mark(ev);
+                by_upcall_dequeue.fetch_add(1, Ordering::Relaxed);
             }
         })
     };

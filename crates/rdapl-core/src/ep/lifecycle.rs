@@ -31,19 +31,19 @@ impl Ep {
         srq: Option<&crate::srq::Srq>,
     ) -> Result<Ep> {
         pz.check_live()?;
-        if let Some(srq) = srq {
-            if srq.inner.is_freed() || !Arc::ptr_eq(&srq.inner.ia, &ia.inner) {
-                return Err(Error::InvalidHandle(Subtype::InvalidHandleSrq));
-            }
+        if let Some(srq) = srq
+            && (srq.inner.is_freed() || !Arc::ptr_eq(&srq.inner.ia, &ia.inner))
+        {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleSrq));
         }
         if !Arc::ptr_eq(&pz.inner.ia, &ia.inner) {
             return Err(Error::InvalidHandle(Subtype::InvalidHandlePz));
         }
         let check = |e: Option<&Evd>, s: crate::event::EventStream, sub: Subtype| -> Result<()> {
-            if let Some(e) = e {
-                if e.is_freed() || !e.flags().accepts(s) {
-                    return Err(Error::InvalidHandle(sub));
-                }
+            if let Some(e) = e
+                && (e.is_freed() || !e.flags().accepts(s))
+            {
+                return Err(Error::InvalidHandle(sub));
             }
             Ok(())
         };

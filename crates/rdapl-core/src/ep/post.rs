@@ -503,10 +503,10 @@ impl EpInner {
             _ => self.attr.max_message_size,
         };
         let len = Self::check_list(iov, self.attr.max_request_iov, limit)?;
-        if let WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) = &op {
-            if r.segment_length < len {
-                return Err(Error::Length("remote buffer shorter than the local list"));
-            }
+        if let WrOp::RdmaWrite(r) | WrOp::RdmaRead(r) = &op
+            && r.segment_length < len
+        {
+            return Err(Error::Length("remote buffer shorter than the local list"));
         }
         let c = self.core.lock();
         if c.state != EpState::Connected {

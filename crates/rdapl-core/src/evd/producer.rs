@@ -136,12 +136,12 @@ impl EvdProducer for Evd {
         let mark = inner.freed().wrapping_add(1);
         if inner.overflow_mark.swap(mark, Ordering::SeqCst) != mark {
             let a = inner.async_evd.lock().clone();
-            if let Some(a) = a {
-                if !Arc::ptr_eq(&a.inner, &self.inner) {
-                    reported = a
-                        .post_event(Event::evd_overflow(inner.id, inner.context.get()))
-                        .is_ok();
-                }
+            if let Some(a) = a
+                && !Arc::ptr_eq(&a.inner, &self.inner)
+            {
+                reported = a
+                    .post_event(Event::evd_overflow(inner.id, inner.context.get()))
+                    .is_ok();
             }
         }
         Err(Overflowed { reported })

@@ -128,10 +128,10 @@ pub fn copy_one(s: SpanRef<'_>, d: SpanRef<'_>) -> std::result::Result<usize, Re
 
 /// `copy_spans` (a test helper) of borrowing spans.
 pub fn copy_refs(src: &[SpanRef<'_>], dst: &[SpanRef<'_>]) -> std::result::Result<usize, Retired> {
-    if let ([s], [d]) = (src, dst) {
-        if s.region.id != d.region.id {
-            return copy_one(*s, *d);
-        }
+    if let ([s], [d]) = (src, dst)
+        && s.region.id != d.region.id
+    {
+        return copy_one(*s, *d);
     }
     let n = total(src).min(total(dst));
     copy_general(src, dst, n)

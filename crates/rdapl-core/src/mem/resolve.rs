@@ -186,23 +186,22 @@ impl MemTable {
         pz: PzHandle,
     ) -> std::result::Result<SpanRefs<'c>, DtoStatus> {
         // The usual list: one entry.
-        if let [t] = iov {
-            if t.segment_length > 0 {
-                if let Some(i) = self.cached_index(cache, t.lmr_context) {
-                    let cache: &'c KeyCache = cache;
-                    let c = cache.get(i);
-                    let offset = c
-                        .check(t.virtual_address, t.segment_length, right, pz, true)
-                        .map_err(|_| DtoStatus::LocalProtection)?;
-                    let mut out = SpanRefs::new();
-                    out.push(SpanRef {
-                        region: &c.region,
-                        offset,
-                        len: t.segment_length as usize,
-                    });
-                    return Ok(out);
-                }
-            }
+        if let [t] = iov
+            && t.segment_length > 0
+            && let Some(i) = self.cached_index(cache, t.lmr_context)
+        {
+            let cache: &'c KeyCache = cache;
+            let c = cache.get(i);
+            let offset = c
+                .check(t.virtual_address, t.segment_length, right, pz, true)
+                .map_err(|_| DtoStatus::LocalProtection)?;
+            let mut out = SpanRefs::new();
+            out.push(SpanRef {
+                region: &c.region,
+                offset,
+                len: t.segment_length as usize,
+            });
+            return Ok(out);
         }
         let used = || iov.iter().filter(|t| t.segment_length > 0);
         // Every key cached at one generation (a later key's miss may evict

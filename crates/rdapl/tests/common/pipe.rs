@@ -290,10 +290,10 @@ impl Transport for PipeIa {
     }
 
     fn close(&self) {
-        if !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            if let Some(n) = self.f.addresses.lock().unwrap().get_mut(&self.addr) {
-                *n = n.saturating_sub(1);
-            }
+        if !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst)
+            && let Some(n) = self.f.addresses.lock().unwrap().get_mut(&self.addr)
+        {
+            *n = n.saturating_sub(1);
         }
     }
 }
