@@ -922,6 +922,12 @@ fn measure_once(
                 s(&iters),
                 s(&"--window"),
                 s(&p.window),
+                // One message buffer a side, reused, as fi_pingpong's,
+                // qperf's and perftest's are: the same working set as the
+                // peers (one buffer per message in flight put 33 MiB
+                // through the caches at 1 MiB).
+                s(&"--buffers"),
+                s(&1),
                 s(&"--timeout"),
                 s(&p.timeout.as_secs_f64()),
             ];

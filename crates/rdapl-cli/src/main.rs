@@ -174,6 +174,12 @@ struct PerfArgs {
     /// Messages in flight (bw) and receives posted.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
     window: u32,
+    /// Message buffers each side cycles through (default: one per message
+    /// in flight and per receive posted, and bw checks the first and last
+    /// byte of every message). Fewer are reused as qperf's and perftest's
+    /// are, so large messages stay in cache; bw then checks lengths only.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1025))]
+    buffers: Option<u32>,
     /// Largest message a server accepts.
     #[arg(long, default_value = "1m")]
     max_size: String,
@@ -236,6 +242,7 @@ fn perf_cmd(test: Test, a: &PerfArgs) -> ExitCode {
         iters: a.iters as usize,
         wait: a.wait,
         window: a.window as usize,
+        buffers: a.buffers.map(|b| b as usize),
         max_size,
         timeout: Duration::from_secs_f64(a.timeout),
         once: a.once,

@@ -6,11 +6,23 @@
 //! provider and no server address, both run in this process.
 //!
 //! The protocol is messages only (every provider has them): before each
-//! size the client sends an 8-byte control message (`size`, `count`); for
+//! size the client sends a control message (test, `size`, `count`), which
+//! the server echoes once it has read it (so no message of the phase can
+//! land in a reused buffer before the control message is read); for
 //! `pingpong` the server echoes `count` messages of `size` bytes, one at a
 //! time; for `bw` it takes `count` messages, which the client keeps a
 //! window of in flight, and answers with one 8-byte acknowledgement. Every
 //! message's length is checked, and the first and last bytes of each.
+//!
+//! Each side cycles through its message buffers: by default one per
+//! message in flight (`window` sends) and per receive posted (`window + 1`).
+//! `buffers` makes them fewer, reused the way qperf and perftest reuse their
+//! single buffer, so that large messages work in cache as theirs do. With
+//! one message in flight (`pingpong`) a reused buffer holds one message at
+//! a time and every message is still checked; `bw` with reused buffers
+//! checks lengths only (a later message may be landing in the buffer while
+//! an earlier one is read), and the client tells the server so in its
+//! control message.
 //!
 //! Figures as `fi_pingpong`'s: `usec/xfer` is the one-way latency (elapsed
 //! time over twice the round trips) for `pingpong`, and the time per
@@ -29,6 +41,18 @@ use std::time::{Duration, Instant};
 const CONTROL: usize = 16;
 /// The first word of a control message (`rdap`).
 const MAGIC: u32 = 0x7061_6472;
+/// In a control message's test word: the messages' bytes are not stamped.
+const UNSTAMPED: u32 = 1 << 8;
+
+/// What a control message says.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Control {
+    test: Test,
+    /// The first and last byte of each message carry its number.
+    stamped: bool,
+    size: usize,
+    count: usize,
+}
 
 /// Which test.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -60,6 +84,9 @@ pub struct PerfOptions {
     pub wait: bool,
     /// Messages in flight (`bw`) and receives posted (both).
     pub window: usize,
+    /// Message buffers each side cycles through (`None`: one per send in
+    /// flight and per receive posted; see the module doc).
+    pub buffers: Option<usize>,
     /// Largest message a server accepts.
     pub max_size: usize,
     /// Bound of every step.
@@ -83,6 +110,7 @@ impl Default for PerfOptions {
             iters: 1000,
             wait: false,
             window: 16,
+            buffers: None,
             max_size: 1 << 20,
             timeout: Duration::from_secs(30),
             once: false,
@@ -167,9 +195,13 @@ fn human(n: u64) -> String {
 /// Runs `test`: a server (until its client disconnects), a client (the
 /// rows), or both in this process (loopback without a server address).
 pub fn run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
-    if o.sizes.iter().any(|&s| s == 0 || s > o.max_size) || o.iters == 0 || o.window == 0 {
+    if o.sizes.iter().any(|&s| s == 0 || s > o.max_size)
+        || o.iters == 0
+        || o.window == 0
+        || o.buffers == Some(0)
+    {
         return Err(format!(
-            "sizes must be 1..={} bytes, iterations and window at least 1",
+            "sizes must be 1..={} bytes, iterations, window and buffers at least 1",
             o.max_size
         ));
     }
@@ -201,8 +233,9 @@ pub fn run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
         let served = h
             .join()
             .map_err(|_| "the server thread panicked".to_string())?;
+        // The server's error first: a client's is often only its echo.
+        served.map_err(|e| format!("the server: {e}"))?;
         let rows = rows?;
-        served?;
         Ok(rows)
     } else {
         client_run(test, o)
@@ -226,6 +259,10 @@ struct Side {
     recv: Lmr,
     slot: usize,
     window: usize,
+    /// Send buffers cycled through (at most `window`).
+    send_slots: usize,
+    /// Receive buffers cycled through (at most `window + 1`).
+    recv_slots: usize,
     timeout: Duration,
     wait: bool,
 }
@@ -257,9 +294,11 @@ impl Side {
             .attr(attr)
             .create()
             .map_err(|e| format!("creating the endpoint: {e}"))?;
+        let send_slots = o.buffers.unwrap_or(o.window).min(o.window);
+        let recv_slots = o.buffers.unwrap_or(o.window + 1).min(o.window + 1);
         let region = |n: usize| pz.lmr_create(Region::zeroed(n), MemPriv::ALL);
-        let send = region(slot * o.window).map_err(|e| e.to_string())?;
-        let recv = region(slot * (o.window + 1)).map_err(|e| e.to_string())?;
+        let send = region(slot * send_slots).map_err(|e| e.to_string())?;
+        let recv = region(slot * recv_slots).map_err(|e| e.to_string())?;
         Ok(Side {
             ia,
             evd,
@@ -268,6 +307,8 @@ impl Side {
             recv,
             slot,
             window: o.window,
+            send_slots,
+            recv_slots,
             timeout: o.timeout,
             wait: o.wait,
         })
@@ -298,10 +339,32 @@ impl Side {
         }
     }
 
+    /// Offset of the buffer of receive `i` (its cookie).
+    fn recv_off(&self, i: usize) -> usize {
+        (i % self.recv_slots) * self.slot
+    }
+
+    /// Offset of the buffer of send `i`.
+    fn send_off(&self, i: usize) -> usize {
+        (i % self.send_slots) * self.slot
+    }
+
+    /// True when every send in flight has a buffer of its own (bytes of
+    /// `bw` messages can be stamped).
+    fn sends_distinct(&self) -> bool {
+        self.send_slots == self.window
+    }
+
+    /// True when every receive posted has a buffer of its own (bytes of
+    /// `bw` messages can be checked).
+    fn recvs_distinct(&self) -> bool {
+        self.recv_slots == self.window + 1
+    }
+
     fn post_recv(&self, i: usize) -> Result<(), String> {
         let t = self
             .recv
-            .triplet((i * self.slot) as u64, self.slot as u64)
+            .triplet(self.recv_off(i) as u64, self.slot as u64)
             .map_err(|e| e.to_string())?;
         self.ep
             .post_recv(&[t], i as u64, CompletionFlags::DEFAULT)
@@ -314,7 +377,7 @@ impl Side {
     }
 
     fn post_send(&self, i: usize, len: usize, cookie: u64) -> Result<(), String> {
-        let off = (i % self.window) * self.slot;
+        let off = self.send_off(i);
         let t = self
             .send
             .triplet(off as u64, len as u64)
@@ -326,7 +389,7 @@ impl Side {
 
     /// Writes the first and last byte of send slot `i` for message `seq`.
     fn stamp(&self, i: usize, len: usize, seq: u64) -> Result<(), String> {
-        let off = (i % self.window) * self.slot;
+        let off = self.send_off(i);
         let b = seq as u8;
         self.send.write_at(off, &[b]).map_err(|e| e.to_string())?;
         if len > 1 {
@@ -341,11 +404,12 @@ impl Side {
     fn check(&self, i: usize, len: usize, seq: u64) -> Result<(), String> {
         let mut first = [0u8];
         let mut last = [0u8];
+        let off = self.recv_off(i);
         self.recv
-            .read_at(i * self.slot, &mut first)
+            .read_at(off, &mut first)
             .map_err(|e| e.to_string())?;
         self.recv
-            .read_at(i * self.slot + len - 1, &mut last)
+            .read_at(off + len - 1, &mut last)
             .map_err(|e| e.to_string())?;
         let b = seq as u8;
         if first[0] != b || (len > 1 && last[0] != b ^ 0xA5) {
@@ -355,11 +419,19 @@ impl Side {
     }
 
     /// Sends the control message of a phase: `count` messages of `size`
-    /// bytes, of `test` (16 bytes: a magic number, the test, size, count).
-    fn control(&self, test: Test, size: usize, count: usize) -> Result<(), String> {
+    /// bytes, of `test` (16 bytes: a magic number, the test and whether the
+    /// messages' bytes are stamped, size, count).
+    fn control(&self, c: Control) -> Result<(), String> {
+        let Control {
+            test,
+            stamped,
+            size,
+            count,
+        } = c;
         let mut m = [0u8; CONTROL];
         m[..4].copy_from_slice(&MAGIC.to_le_bytes());
-        m[4..8].copy_from_slice(&(test as u32).to_le_bytes());
+        let word = test as u32 | if stamped { 0 } else { UNSTAMPED };
+        m[4..8].copy_from_slice(&word.to_le_bytes());
         m[8..12].copy_from_slice(&(size as u32).to_le_bytes());
         m[12..].copy_from_slice(&(count as u32).to_le_bytes());
         self.send.write_at(0, &m).map_err(|e| e.to_string())?;
@@ -367,21 +439,26 @@ impl Side {
     }
 
     /// Reads the control message in receive slot `i` (`len` bytes).
-    fn read_control(&self, i: usize, len: usize) -> Result<(Test, usize, usize), String> {
+    fn read_control(&self, i: usize, len: usize) -> Result<Control, String> {
         let mut m = [0u8; CONTROL];
         if len != CONTROL {
             return Err(format!("expected a control message, got {len} bytes"));
         }
         self.recv
-            .read_at(i * self.slot, &mut m)
+            .read_at(self.recv_off(i), &mut m)
             .map_err(|e| e.to_string())?;
         let word = |k: usize| u32::from_le_bytes(m[4 * k..4 * k + 4].try_into().unwrap());
-        let test = match (word(0), word(1)) {
+        let test = match (word(0), word(1) & !UNSTAMPED) {
             (MAGIC, 0) => Test::PingPong,
             (MAGIC, 1) => Test::Bw,
             _ => return Err("not an rdapl pingpong/bw peer".into()),
         };
-        Ok((test, word(2) as usize, word(3) as usize))
+        Ok(Control {
+            test,
+            stamped: word(1) & UNSTAMPED == 0,
+            size: word(2) as usize,
+            count: word(3) as usize,
+        })
     }
 
     /// True once the endpoint's connection is over (a post then fails).
@@ -432,6 +509,40 @@ impl Side {
                 other => return Err(format!("unexpected event {other:?}")),
             }
         }
+    }
+
+    /// Sends `ctl` and waits for its send's completion and the peer's echo
+    /// of it, in either order.
+    fn exchange_control(&self, ctl: Control) -> Result<(), String> {
+        self.control(ctl)?;
+        let (mut sent, mut echoed) = (false, false);
+        while !(sent && echoed) {
+            match self.next()? {
+                Event::Dto(d)
+                    if d.operation == DtoOp::Send && d.status == DtoStatus::Success && !sent =>
+                {
+                    sent = true;
+                }
+                Event::Dto(d)
+                    if d.operation == DtoOp::Receive
+                        && d.status == DtoStatus::Success
+                        && !echoed =>
+                {
+                    let (i, len) = (d.cookie as usize, d.transferred_length as usize);
+                    if self.read_control(i, len)? != ctl {
+                        return Err("the server's echo of the control message did not match".into());
+                    }
+                    self.post_recv(i)?;
+                    echoed = true;
+                }
+                other => {
+                    return Err(format!(
+                        "expected the control message's echo, got {other:?}"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Waits for `n` send completions (other events are an error).
@@ -499,12 +610,22 @@ fn serve_one(s: &Side) -> Result<(), String> {
         let Some((i, len)) = s.next_recv()? else {
             return Ok(());
         };
-        let (test, size, count) = s.read_control(i, len)?;
+        let ctl = s.read_control(i, len)?;
+        let Control {
+            test, size, count, ..
+        } = ctl;
+        // Bytes are checked when the client stamped them and no later
+        // message can land in a buffer before it is read.
+        let checked = test == Test::PingPong || (ctl.stamped && s.recvs_distinct());
         if gone(s.post_recv(i))? {
             return Ok(());
         }
         if size == 0 || size > s.slot {
             return Err(format!("the client asked for {size}-byte messages"));
+        }
+        // Read: the phase may begin.
+        if gone(s.control(ctl))? {
+            return Ok(());
         }
         for seq in 0..count {
             let Some((i, len)) = s.next_recv()? else {
@@ -513,7 +634,9 @@ fn serve_one(s: &Side) -> Result<(), String> {
             if len != size {
                 return Err(format!("message {seq}: {len} bytes, expected {size}"));
             }
-            s.check(i, len, seq as u64)?;
+            if checked {
+                s.check(i, len, seq as u64)?;
+            }
             if gone(s.post_recv(i))? {
                 return Ok(());
             }
@@ -524,7 +647,7 @@ fn serve_one(s: &Side) -> Result<(), String> {
                 }
             }
         }
-        if test == Test::Bw && gone(s.control(test, size, count))? {
+        if test == Test::Bw && gone(s.control(ctl))? {
             return Ok(());
         }
     }
@@ -567,9 +690,17 @@ fn client_run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
         }
     }
     let mut rows = Vec::new();
+    // bw stamps a message's bytes only where no send in flight shares its
+    // buffer; pingpong always (one message in flight).
+    let stamped = test == Test::PingPong || c.sends_distinct();
     for &size in &o.sizes {
-        c.control(test, size, o.iters)?;
-        c.sends_done(1)?;
+        let ctl = Control {
+            test,
+            stamped,
+            size,
+            count: o.iters,
+        };
+        c.exchange_control(ctl)?;
         let t0 = Instant::now();
         let acked = match test {
             Test::PingPong => {
@@ -592,7 +723,9 @@ fn client_run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
                         c.sends_done(1)?;
                         in_flight -= 1;
                     }
-                    c.stamp(seq, size, seq as u64)?;
+                    if stamped {
+                        c.stamp(seq, size, seq as u64)?;
+                    }
                     c.post_send(seq, size, seq as u64)?;
                     in_flight += 1;
                 }
@@ -613,7 +746,7 @@ fn client_run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
                                 && acked.is_none() =>
                         {
                             let (i, len) = (d.cookie as usize, d.transferred_length as usize);
-                            if c.read_control(i, len)? != (Test::Bw, size, o.iters) {
+                            if c.read_control(i, len)? != ctl {
                                 return Err("the server's acknowledgement did not match".into());
                             }
                             c.post_recv(i)?;
@@ -681,9 +814,82 @@ mod tests {
     }
 
     #[test]
+    fn one_buffer_a_side_still_moves_and_checks_every_message() {
+        for (test, qual, addr) in [
+            (Test::PingPong, 9104, "127.0.77.7"),
+            (Test::Bw, 9105, "127.0.77.9"),
+        ] {
+            let o = PerfOptions {
+                buffers: Some(1),
+                ..opts(qual, addr)
+            };
+            let rows = run(test, &o).unwrap();
+            assert_eq!(rows.len(), 4);
+            assert!(rows.iter().all(|r| r.sent == 50));
+        }
+    }
+
+    #[test]
+    fn a_server_with_shared_receive_buffers_serves_a_stamping_client() {
+        // The client stamps (its sends have buffers of their own); the
+        // server's receives share one buffer, so it checks lengths only.
+        let o = opts(9106, "127.0.77.11");
+        let server = PerfOptions {
+            server: true,
+            once: true,
+            buffers: Some(1),
+            ..o.clone()
+        };
+        let ready = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let r2 = ready.clone();
+        let h = std::thread::spawn(move || {
+            serve_then(&server, || {
+                r2.wait();
+            })
+        });
+        ready.wait();
+        let client = PerfOptions {
+            addr: next_addr(o.addr),
+            remote: Some(o.addr),
+            ..o
+        };
+        let rows = client_run(Test::Bw, &client).unwrap();
+        assert!(rows.iter().all(|r| r.acked == 1 && r.sent == 50));
+        h.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_control_message_says_whether_bytes_are_stamped() {
+        let o = opts(9107, "127.0.77.13");
+        let s = Side::open(&o, 64).unwrap();
+        for stamped in [true, false] {
+            let c = Control {
+                test: Test::Bw,
+                stamped,
+                size: 4096,
+                count: 77,
+            };
+            // What control() writes, read back from the send buffer.
+            let mut m = [0u8; CONTROL];
+            m[..4].copy_from_slice(&MAGIC.to_le_bytes());
+            let word = Test::Bw as u32 | if stamped { 0 } else { UNSTAMPED };
+            m[4..8].copy_from_slice(&word.to_le_bytes());
+            m[8..12].copy_from_slice(&4096u32.to_le_bytes());
+            m[12..].copy_from_slice(&77u32.to_le_bytes());
+            s.recv.write_at(0, &m).unwrap();
+            assert_eq!(s.read_control(0, CONTROL).unwrap(), c);
+        }
+        let _ = s.ep.free();
+        let _ = s.ia.close(CloseFlags::Abrupt);
+    }
+
+    #[test]
     fn bad_options_are_refused() {
         let mut o = opts(9103, "127.0.77.5");
         o.sizes = vec![0];
+        assert!(run(Test::Bw, &o).is_err());
+        let mut o = opts(9103, "127.0.77.5");
+        o.buffers = Some(0);
         assert!(run(Test::Bw, &o).is_err());
         let mut o = opts(9103, "127.0.77.5");
         o.provider = "tcp".into();
