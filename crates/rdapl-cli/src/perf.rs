@@ -216,30 +216,35 @@ pub fn run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
             once: true,
             ..o.clone()
         };
-        let ready = std::sync::Arc::new(std::sync::Barrier::new(2));
-        let r2 = ready.clone();
-        let h = std::thread::spawn(move || {
-            serve_then(&server, || {
-                r2.wait();
-            })
-        });
-        ready.wait();
-        let client = PerfOptions {
-            addr: next_addr(o.addr),
-            remote: Some(o.addr),
-            ..o.clone()
-        };
-        let rows = client_run(test, &client);
-        let served = h
-            .join()
-            .map_err(|_| "the server thread panicked".to_string())?;
-        // The server's error first: a client's is often only its echo.
-        served.map_err(|e| format!("the server: {e}"))?;
-        let rows = rows?;
-        Ok(rows)
+        here(test, server, o)
     } else {
         client_run(test, o)
     }
+}
+
+/// A server (`server`) on a thread of this process and a client of it
+/// (`o`, from the next address up): the client's rows.
+fn here(test: Test, server: PerfOptions, o: &PerfOptions) -> Result<Vec<Row>, String> {
+    let ready = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let r2 = ready.clone();
+    let h = std::thread::spawn(move || {
+        serve_then(&server, || {
+            r2.wait();
+        })
+    });
+    ready.wait();
+    let client = PerfOptions {
+        addr: next_addr(o.addr),
+        remote: Some(o.addr),
+        ..o.clone()
+    };
+    let rows = client_run(test, &client);
+    let served = h
+        .join()
+        .map_err(|_| "the server thread panicked".to_string())?;
+    // The server's error first: a client's is often only its echo.
+    served.map_err(|e| format!("the server: {e}"))?;
+    rows
 }
 
 fn next_addr(a: IpAddr) -> IpAddr {
@@ -840,22 +845,8 @@ mod tests {
             buffers: Some(1),
             ..o.clone()
         };
-        let ready = std::sync::Arc::new(std::sync::Barrier::new(2));
-        let r2 = ready.clone();
-        let h = std::thread::spawn(move || {
-            serve_then(&server, || {
-                r2.wait();
-            })
-        });
-        ready.wait();
-        let client = PerfOptions {
-            addr: next_addr(o.addr),
-            remote: Some(o.addr),
-            ..o
-        };
-        let rows = client_run(Test::Bw, &client).unwrap();
+        let rows = here(Test::Bw, server, &o).unwrap();
         assert!(rows.iter().all(|r| r.acked == 1 && r.sent == 50));
-        h.join().unwrap().unwrap();
     }
 
     #[test]
