@@ -378,6 +378,9 @@ pub struct Connection {
     last_pick: TxPick,
     tx_msn: [u32; 2],
     term_pending: Option<Terminate>,
+    /// Zero-length Read Responses still due when the consumer closed
+    /// (see [`Connection::close`]), framed, sent after the close.
+    closing: VecDeque<Transmit>,
     // receive
     recvs: VecDeque<(u64, u32)>,
     rx_msn: [u32; 2],
@@ -415,6 +418,7 @@ impl Connection {
             neg: None,
             decoder: FpduDecoder::new(false),
             out_mpa: VecDeque::new(),
+            closing: VecDeque::new(),
             events: VecDeque::new(),
             peer_spoke: false,
             nudge: None,
@@ -649,8 +653,38 @@ impl Connection {
 
     /// Closes: flushes what is unsent and reports [`Event::Closed`]. The
     /// caller then closes the TCP socket.
+    ///
+    /// The answers to zero-length Read Requests already taken in (the
+    /// peer's fences; those ahead of any response with data) still come
+    /// out of [`Connection::poll_transmit`], before the caller's close:
+    /// each tells the peer that everything it
+    /// sent before that request was placed here. Without them a peer
+    /// that completes its Sends only when a fence is answered would
+    /// report as flushed messages this side received.
     pub fn close(&mut self) {
         if self.state != State::Closed {
+            if self.state == State::Established && self.cur_tx != Some(TxPick::Resp) {
+                let crc = self.neg.is_some_and(|n| n.crc);
+                // In order, up to the first that carries data (that one,
+                // like the rest, is dropped: responses match requests in
+                // order, so none may come after it).
+                for j in self.resp.iter().take_while(|j| j.rr.size == 0) {
+                    let hdr = rdmap::tagged_header(
+                        Opcode::ReadResponse,
+                        true,
+                        j.rr.sink_stag,
+                        j.rr.sink_to,
+                    );
+                    if let Ok(header) = fpdu::encode_header(&hdr, &[], 0) {
+                        let trailer = fpdu::encode_trailer(&header, &[], crc);
+                        self.closing.push_back(Transmit::Fpdu {
+                            header,
+                            payload: None,
+                            trailer,
+                        });
+                    }
+                }
+            }
             self.flush_all();
             self.term_pending = None;
             self.finish_close();
@@ -1401,6 +1435,9 @@ impl Connection {
     pub fn poll_transmit<M: Memory + ?Sized>(&mut self, mem: &M) -> Option<Transmit> {
         if let Some(b) = self.out_mpa.pop_front() {
             return Some(Transmit::Mpa(b));
+        }
+        if let Some(t) = self.closing.pop_front() {
+            return Some(t);
         }
         if let Some(t) = self.term_pending.take() {
             let crc = self.neg.is_some_and(|n| n.crc);

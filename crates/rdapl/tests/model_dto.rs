@@ -13,7 +13,9 @@
 
 mod common;
 
-use common::{D, Inject, Pair, empty, flushed, next_dto, pair_on, pair_with, resource_err, rt};
+use common::{
+    D, Inject, Pair, empty, flushed, in_process, next_dto, pair_on, pair_with, resource_err, rt,
+};
 use rdapl::error::Subtype;
 use rdapl::*;
 use std::time::{Duration, Instant};
@@ -947,7 +949,8 @@ fn sends_race_receives_both_ways() {
 /// A disconnect while sends stream into posted receives: each side's
 /// completions are a run of successes then a run of `Flushed`, in post
 /// order, each work request exactly once; the receiver's successes are
-/// exactly the sender's, with their data.
+/// the sender's (in one process exactly; across a network at least),
+/// with their data.
 #[test]
 fn disconnect_racing_sends_flushes_the_rest_in_order() {
     const N: usize = 12_000;
@@ -1001,7 +1004,18 @@ fn disconnect_racing_sends_flushes_the_rest_in_order() {
         }
     }
     empty(&p.s.rcv);
-    assert_eq!(ok_sent, ok_recv, "sends and receives that succeeded");
+    if in_process() {
+        assert_eq!(ok_sent, ok_recv, "sends and receives that succeeded");
+    } else {
+        // A send succeeds only once its message was placed; the receiver
+        // may have placed a few more that it could not acknowledge (see
+        // `in_process`): they are flushed on the sender and succeeded on
+        // the receiver, with their data.
+        assert!(
+            ok_sent <= ok_recv,
+            "{ok_sent} sends succeeded, only {ok_recv} receives"
+        );
+    }
     let data = rb.to_vec().unwrap();
     for (i, m) in data.chunks(8).enumerate() {
         if (i as u64) < ok_recv {

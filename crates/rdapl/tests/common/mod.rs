@@ -287,6 +287,18 @@ pub fn provider() -> Arc<dyn rdapl::provider::Provider> {
     .clone()
 }
 
+/// True when the provider under test keeps both ends of a connection in
+/// this process (loopback, pipe): what one side did the other knows at
+/// once. Across a network (tcp, any other provider) a receiver can place
+/// a message whose acknowledgement never reaches the sender before the
+/// connection ends, and the sender reports that request flushed.
+pub fn in_process() -> bool {
+    matches!(
+        std::env::var("RDAPL_TEST_PROVIDER").as_deref(),
+        Ok("loopback" | "pipe" | "") | Err(_)
+    )
+}
+
 /// The faults armed on the tests' endpoints: every IA the tests open goes
 /// through a [`FaultInjector`] with these.
 pub fn faults() -> &'static Arc<Faults> {
