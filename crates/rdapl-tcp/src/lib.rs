@@ -43,6 +43,11 @@
 //!   if it did not finish), then `Disconnected` (a clean end) or `Broken`.
 //!   A peer that falls silent (the link cut, its host gone) breaks the
 //!   connection within `timeout_ms` (10 s by default; [`cm`]).
+//!   A Send or Write that succeeded was placed at the peer. One flushed at
+//!   the end may have been placed too: the proof of placement (the
+//!   answer to a fence behind it) can be lost with the connection, as on
+//!   any network transport; a closing side still answers the fences it
+//!   has taken in.
 //! * **Threading** ([`progress`]). One thread per [`Tcp`] value, waiting in
 //!   epoll on non-blocking sockets and an eventfd: it sets connections up,
 //!   runs their timers and tears them down. Once a connection is
