@@ -1,6 +1,7 @@
 //! Deterministic simulation: two connections over a simulated TCP byte
-//! stream with random chunking, coalescing, delays and resets, all driven
-//! by a seeded xorshift RNG. Every seed is reproducible:
+//! stream with random chunking, coalescing, delays, resets and one side's
+//! local close, all driven by a seeded xorshift RNG. Every seed is
+//! reproducible:
 //! `SIM_SEED=<n> cargo test -p rdapl-iwarp --test sim -- --nocapture`
 //! reruns one; `SIM_SEEDS=<n>` changes how many run (default 300).
 
@@ -202,6 +203,13 @@ impl Sim {
                 );
             }
             _ => {
+                // A third of the reads are zero-length: the fences the tcp
+                // provider puts behind its sends.
+                let (len, data) = if self.rng.chance(1, 3) {
+                    (0, Vec::new())
+                } else {
+                    (len, data)
+                };
                 let src = self.next_stag;
                 let sink = self.next_stag + 1;
                 self.next_stag += 2;
@@ -315,6 +323,11 @@ fn run_seed(seed: u64) {
     }
     let max_delay = rng.below(6);
     let reset_at = rng.chance(1, 6).then(|| 1 + rng.below(400));
+    // Or one side closes (its consumer's disconnect): what it still sends
+    // (answers to fences it took in) must decode cleanly at the other,
+    // which then sees the end of the stream.
+    let close_at = (reset_at.is_none() && rng.chance(1, 6))
+        .then(|| (1 + rng.below(400), rng.below(2) as usize));
     // Without an RTR the initiator must send first (RFC 5044 §7.1.2): the
     // responder holds its FPDUs until then, so the initiator posts at least one op.
     let ops = [1 + rng.below(25) as usize, rng.below(25) as usize];
@@ -332,8 +345,42 @@ fn run_seed(seed: u64) {
     };
     sim.nodes[0].conn.connect(0, b"sim-a").unwrap();
     let mut posted = [0usize; 2];
+    let mut closer: Option<usize> = None;
     for step in 0..20_000u64 {
         sim.now = step;
+        if let Some((at, k)) = close_at
+            && at == step
+            && closer.is_none()
+        {
+            sim.nodes[k].conn.close();
+            sim.handle_events(k);
+            closer = Some(k);
+        }
+        if let Some(k) = closer
+            && sim.pipes[k].is_empty()
+            && sim.nodes[k].conn.poll_transmit(&sim.nodes[k].mem).is_none()
+        {
+            // Everything the closing side sent has arrived: the stream ends.
+            let o = 1 - k;
+            sim.nodes[o].conn.handle_eof();
+            while let Some(ev) = sim.nodes[o].conn.poll_event() {
+                let n = &mut sim.nodes[o];
+                match ev {
+                    Event::Flushed { wr_id } => {
+                        n.flushed += 1;
+                        if n.pending.remove(&wr_id).is_none() {
+                            let pos = n.recvs.iter().position(|r| r.0 == wr_id).unwrap();
+                            n.recvs.remove(pos);
+                        }
+                    }
+                    Event::Closed => n.closed = true,
+                    // The end may cut a message the closing side was sending.
+                    Event::Error(_) => {}
+                    other => panic!("after the close: {other:?}"),
+                }
+            }
+            break;
+        }
         if reset_at == Some(step) {
             for n in &mut sim.nodes {
                 n.conn.handle_eof();
@@ -359,7 +406,11 @@ fn run_seed(seed: u64) {
             break;
         }
         for i in 0..2 {
-            if sim.nodes[i].established && posted[i] < ops[i] && sim.rng.chance(1, 3) {
+            if sim.nodes[i].established
+                && closer.is_none()
+                && posted[i] < ops[i]
+                && sim.rng.chance(1, 3)
+            {
                 sim.post_random(i);
                 posted[i] += 1;
             }
@@ -393,11 +444,11 @@ fn run_seed(seed: u64) {
                     && n.established
                     && n.conn.outstanding_reads() == 0
             });
-        if quiet && posted == ops {
+        if quiet && posted == ops && closer.is_none() {
             break;
         }
     }
-    if reset_at.is_some() && sim.nodes.iter().all(|n| n.closed) {
+    if (reset_at.is_some() || closer.is_some()) && sim.nodes.iter().all(|n| n.closed) {
         for n in &sim.nodes {
             assert!(
                 n.pending.is_empty(),
