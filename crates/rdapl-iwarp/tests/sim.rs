@@ -236,6 +236,26 @@ impl Sim {
         }
     }
 
+    /// Node `i`'s events after the end of its stream: flushes, its close,
+    /// and an error if the end cut a frame (expected there).
+    fn take_end_events(&mut self, i: usize) {
+        while let Some(ev) = self.nodes[i].conn.poll_event() {
+            let n = &mut self.nodes[i];
+            match ev {
+                Event::Flushed { wr_id } => {
+                    n.flushed += 1;
+                    if n.pending.remove(&wr_id).is_none() {
+                        let pos = n.recvs.iter().position(|r| r.0 == wr_id).unwrap();
+                        n.recvs.remove(pos);
+                    }
+                }
+                Event::Closed => n.closed = true,
+                Event::Error(_) => {}
+                other => panic!("node {i} after the end: {other:?}"),
+            }
+        }
+    }
+
     fn handle_events(&mut self, i: usize) {
         while let Some(ev) = self.nodes[i].conn.poll_event() {
             let n = &mut self.nodes[i];
@@ -360,48 +380,18 @@ fn run_seed(seed: u64) {
             && sim.pipes[k].is_empty()
             && sim.nodes[k].conn.poll_transmit(&sim.nodes[k].mem).is_none()
         {
-            // Everything the closing side sent has arrived: the stream ends.
-            let o = 1 - k;
-            sim.nodes[o].conn.handle_eof();
-            while let Some(ev) = sim.nodes[o].conn.poll_event() {
-                let n = &mut sim.nodes[o];
-                match ev {
-                    Event::Flushed { wr_id } => {
-                        n.flushed += 1;
-                        if n.pending.remove(&wr_id).is_none() {
-                            let pos = n.recvs.iter().position(|r| r.0 == wr_id).unwrap();
-                            n.recvs.remove(pos);
-                        }
-                    }
-                    Event::Closed => n.closed = true,
-                    // The end may cut a message the closing side was sending.
-                    Event::Error(_) => {}
-                    other => panic!("after the close: {other:?}"),
-                }
-            }
+            // Everything the closing side sent has arrived: the stream ends
+            // (it may cut a message the closing side was sending).
+            sim.nodes[1 - k].conn.handle_eof();
+            sim.take_end_events(1 - k);
             break;
         }
         if reset_at == Some(step) {
             for n in &mut sim.nodes {
                 n.conn.handle_eof();
             }
-            // An error event from a mid-frame reset is expected here.
             for i in 0..2 {
-                while let Some(ev) = sim.nodes[i].conn.poll_event() {
-                    let n = &mut sim.nodes[i];
-                    match ev {
-                        Event::Flushed { wr_id } => {
-                            n.flushed += 1;
-                            if n.pending.remove(&wr_id).is_none() {
-                                let pos = n.recvs.iter().position(|r| r.0 == wr_id).unwrap();
-                                n.recvs.remove(pos);
-                            }
-                        }
-                        Event::Closed => n.closed = true,
-                        Event::Error(_) => {}
-                        other => panic!("after reset: {other:?}"),
-                    }
-                }
+                sim.take_end_events(i);
             }
             break;
         }
