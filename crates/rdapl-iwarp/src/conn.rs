@@ -664,7 +664,6 @@ impl Connection {
     pub fn close(&mut self) {
         if self.state != State::Closed {
             if self.state == State::Established && self.cur_tx != Some(TxPick::Resp) {
-                let crc = self.neg.is_some_and(|n| n.crc);
                 // In order, up to the first that carries data (that one,
                 // like the rest, is dropped: responses match requests in
                 // order, so none may come after it).
@@ -675,13 +674,8 @@ impl Connection {
                         j.rr.sink_stag,
                         j.rr.sink_to,
                     );
-                    if let Ok(header) = fpdu::encode_header(&hdr, &[], 0) {
-                        let trailer = fpdu::encode_trailer(&header, &[], crc);
-                        self.closing.push_back(Transmit::Fpdu {
-                            header,
-                            payload: None,
-                            trailer,
-                        });
+                    if let Some(t) = self.inline_frame(&hdr, &[]) {
+                        self.closing.push_back(t);
                     }
                 }
             }
@@ -1440,18 +1434,10 @@ impl Connection {
             return Some(t);
         }
         if let Some(t) = self.term_pending.take() {
-            let crc = self.neg.is_some_and(|n| n.crc);
             let mut body = Vec::with_capacity(t.encoded_len());
             t.encode(&mut body);
             let hdr = rdmap::untagged_header(Opcode::Terminate, true, 0, 1, 0);
-            let out = fpdu::encode_header(&hdr, &body, 0).ok().map(|header| {
-                let trailer = fpdu::encode_trailer(&header, &[], crc);
-                Transmit::Fpdu {
-                    header,
-                    payload: None,
-                    trailer,
-                }
-            });
+            let out = self.inline_frame(&hdr, &body);
             self.finish_close();
             return out;
         }
@@ -1492,6 +1478,19 @@ impl Connection {
                 self.poll_transmit(mem)
             }
         }
+    }
+
+    /// An FPDU whose whole ULPDU is `hdr` and `body` (no payload by
+    /// reference), with the negotiated CRC.
+    fn inline_frame(&self, hdr: &DdpHeader, body: &[u8]) -> Option<Transmit> {
+        let crc = self.neg.is_some_and(|n| n.crc);
+        let header = fpdu::encode_header(hdr, body, 0).ok()?;
+        let trailer = fpdu::encode_trailer(&header, &[], crc);
+        Some(Transmit::Fpdu {
+            header,
+            payload: None,
+            trailer,
+        })
     }
 
     fn frame<M: Memory + ?Sized>(
