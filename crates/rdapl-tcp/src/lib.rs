@@ -73,9 +73,12 @@
 //!   through one input buffer per connection. `RDAPL_TCP_PARAMS`
 //!   ([`PARAMS_ENV`]) gives every IA default parameters (e.g. `crc=0`).
 //!
-//! Not yet: a consumer that blocks other than in `wait` (a CNO, an async
-//! stream, an upcall) after polling gets its input progressed by the
-//! thread again only within [`progress::POLL_FRESH_MS`].
+//! A consumer that stops polling and turns to a notification (it waits,
+//! enables upcalls, enables a CNO, lets a stream sleep, or finds the EVD
+//! empty while one of these is armed) hands the input back to the thread
+//! at once (the core parks the hooks, [`rdapl::provider::Progress::park`]);
+//! one that just stops polling gets it back within the IA's
+//! `poll_fresh_ms` ([`progress::POLL_FRESH_MS`] by default).
 //!
 //! # Example
 //!

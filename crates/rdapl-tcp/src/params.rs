@@ -11,6 +11,7 @@
 //! | `mss` | largest FPDU in bytes (64..=65535) | the socket's MSS |
 //! | `recv_wait_ms` | how long an arriving Send may wait for a receive | the instance's (5000) |
 //! | `timeout_ms` | how long a silent peer (link cut, host gone) goes unnoticed before the connection breaks (100..=3600000) | the instance's (10000) |
+//! | `poll_fresh_ms` | how long after a consumer's last polling pass the provider's thread leaves the input to it (1..=3600000) | the instance's (3) |
 //!
 //! A qualifier whose port falls outside 1..=65535 is refused with
 //! `InvalidParameter`, at `listen` and at `connect`. Both sides must use
@@ -36,6 +37,11 @@ pub struct TcpConfig {
     /// (the link cut, the host gone) lasts before it breaks: sent data
     /// unacknowledged that long, or keepalive probes unanswered.
     pub timeout_ms: u64,
+    /// How long, in milliseconds, after a consumer's last polling pass the
+    /// progress thread still leaves that connection's input to it (a
+    /// consumer that arms a notification or blocks hands it back at
+    /// once; this bounds the wait of one that just stops polling).
+    pub poll_fresh_ms: u64,
 }
 
 impl Default for TcpConfig {
@@ -45,6 +51,7 @@ impl Default for TcpConfig {
             recv_wait_ms: 5_000,
             linger_ms: 1_000,
             timeout_ms: 10_000,
+            poll_fresh_ms: crate::progress::POLL_FRESH_MS,
         }
     }
 }
@@ -59,6 +66,7 @@ pub(crate) struct IaParams {
     pub recv_wait_ms: u64,
     pub linger_ms: u64,
     pub timeout_ms: u64,
+    pub poll_fresh_ms: u64,
 }
 
 fn bad(what: &'static str) -> Error {
@@ -84,6 +92,7 @@ impl IaParams {
             recv_wait_ms: cfg.recv_wait_ms,
             linger_ms: cfg.linger_ms,
             timeout_ms: cfg.timeout_ms,
+            poll_fresh_ms: cfg.poll_fresh_ms,
         };
         for kv in params.split([' ', ',']).filter(|s| !s.is_empty()) {
             let (k, v) = kv
@@ -118,6 +127,15 @@ impl IaParams {
                         return Err(bad("tcp: timeout_ms= must be in 100..=3600000"));
                     }
                     p.timeout_ms = t;
+                }
+                "poll_fresh_ms" => {
+                    let t: u64 = v
+                        .parse()
+                        .map_err(|_| bad("tcp: poll_fresh_ms= is not a number"))?;
+                    if !(1..=3_600_000).contains(&t) {
+                        return Err(bad("tcp: poll_fresh_ms= must be in 1..=3600000"));
+                    }
+                    p.poll_fresh_ms = t;
                 }
                 _ => return Err(bad("tcp: unknown parameter")),
             }
@@ -165,5 +183,13 @@ mod tests {
         assert_eq!(d.timeout_ms, 10_000);
         assert!(IaParams::parse("timeout_ms=5", &c).is_err());
         assert!(IaParams::parse("timeout_ms=x", &c).is_err());
+        assert_eq!(d.poll_fresh_ms, crate::progress::POLL_FRESH_MS);
+        assert_eq!(
+            IaParams::parse("poll_fresh_ms=50", &c)
+                .unwrap()
+                .poll_fresh_ms,
+            50
+        );
+        assert!(IaParams::parse("poll_fresh_ms=0", &c).is_err());
     }
 }

@@ -21,9 +21,10 @@
 //!   less than [`POLL_FRESH_MS`] ago) the thread does not compete for its
 //!   input: the first readiness it sees then takes `EPOLLIN` away from
 //!   that socket, and the thread only checks every few milliseconds
-//!   whether the polling stopped. A consumer about to block hands the
-//!   input back at once (`park`); one that just stops polling gets it back
-//!   within [`POLL_FRESH_MS`].
+//!   whether the polling stopped. A consumer about to block or to rely on
+//!   a notification hands the input back at once (`park`); one that just
+//!   stops polling gets it back within the IA's `poll_fresh_ms`
+//!   ([`POLL_FRESH_MS`] by default).
 //!
 //! Interest is level-triggered and follows what each connection can use
 //! (no `EPOLLIN` while its input buffer is full or a Send waits for a
@@ -58,7 +59,8 @@ use std::time::{Duration, Instant};
 const WAKE: u64 = 0;
 
 /// A consumer whose last progress pass is younger than this (ms) is
-/// polling: the thread leaves that connection's input to it.
+/// polling: the thread leaves that connection's input to it (the default
+/// of [`crate::TcpConfig::poll_fresh_ms`]).
 pub const POLL_FRESH_MS: u64 = 3;
 
 /// One connection, shared by the thread, posters and polling consumers.
@@ -71,6 +73,8 @@ pub(crate) struct ConnCell {
     pub last_poll: AtomicU64,
     /// A poster found the lock taken: whoever releases it pumps again.
     kicked: AtomicBool,
+    /// The IA's `poll_fresh_ms`.
+    poll_fresh: u64,
     sh: Arc<Shared>,
 }
 
@@ -158,7 +162,8 @@ impl ConnCell {
 
     fn polling(&self, now: u64) -> Option<u64> {
         let lp = self.last_poll.load(Ordering::SeqCst);
-        (lp != 0 && now < lp - 1 + POLL_FRESH_MS).then(|| lp - 1 + POLL_FRESH_MS)
+        let until = lp.checked_sub(1)?.saturating_add(self.poll_fresh);
+        (now < until).then_some(until)
     }
 }
 
@@ -181,7 +186,25 @@ impl rdapl::provider::Progress for ConnCell {
         // Cleared before the lock: the thread reads it under the lock
         // before it takes the input away.
         self.last_poll.store(0, Ordering::SeqCst);
-        let mut c = self.lock();
+        // Never waits for the lock (a consumer may park from a context
+        // that a holder waits for). Contended, it leaves the work to
+        // others, as `kick` does: the holder's release pumps (output held
+        // back goes out), and the thread, woken, hands the input back in
+        // its check of polled connections.
+        let mut c = match self.try_lock() {
+            Some(c) => c,
+            None => {
+                self.kicked.store(true, Ordering::SeqCst);
+                fence(Ordering::SeqCst);
+                match self.try_lock() {
+                    Some(c) => c,
+                    None => {
+                        self.sh.wakeup();
+                        return;
+                    }
+                }
+            }
+        };
         if c.polled || c.out_held {
             let before = (c.deadline(), c.phase);
             c.polled = false;
@@ -601,6 +624,7 @@ impl Driver {
             let hook: Weak<dyn rdapl::provider::Progress> = w.clone();
             c.hook = Some(hook);
             ConnCell {
+                poll_fresh: c.ia.poll_fresh_ms,
                 stalled: c.stalled.clone(),
                 conn: Mutex::new(c),
                 last_poll: AtomicU64::new(0),

@@ -60,7 +60,11 @@
 //!   ownership, arms and blocks.
 //! * A provider may attach progress hooks ([`Progress`]): a `dequeue` that
 //!   finds the EVD empty runs them once and looks again; a `wait` drives
-//!   them for up to 50 us, then parks them and blocks. They are called
+//!   them for up to 50 us, then parks them and blocks. Arming a
+//!   notification (enabling upcalls, `enable` for a CNO, a stream that
+//!   goes to sleep) parks them too, and so does a `dequeue` that finds the
+//!   EVD empty while a notification is armed: such a consumer relies on
+//!   being told, not on polling again. They are called
 //!   with no lock of the EVD held. An EVD without hooks (the loopback
 //!   provider's) pays one relaxed load of a read-mostly line, and only
 //!   when found empty.
@@ -648,7 +652,7 @@ impl EvdInner {
         if !self.progress.any() {
             return false;
         }
-        self.progress.run();
+        self.run_progress();
         true
     }
 
@@ -657,8 +661,34 @@ impl EvdInner {
     #[cold]
     #[inline(never)]
     fn progress_then_pop_batch(&self, out: &mut Vec<Event>, max: usize) -> usize {
-        self.progress.run();
+        self.run_progress();
         self.storage.pop_batch(max, |e| out.push(e))
+    }
+
+    /// One progress pass of the hooks for a consumer that found the EVD
+    /// empty. If the EVD would notify someone of its next event (upcalls
+    /// enabled, an enabled CNO, an armed stream), that consumer is about to
+    /// rely on the notification rather than poll again (it drains, then
+    /// sleeps): the hooks are parked after the pass.
+    fn run_progress(&self) {
+        self.progress.run();
+        let s = self.load();
+        if s.has(CNO_ENABLED)
+            || s.has(STREAM_ARMED)
+            || matches!(s.policy(), Policy::Single | Policy::Many | Policy::Notify)
+        {
+            self.park_progress();
+        }
+    }
+
+    /// Tells the progress hooks that the consumer will now be notified
+    /// rather than poll: whatever input a hook held back for a polling
+    /// consumer goes back to the provider's own progress at once.
+    fn park_progress(&self) {
+        #[cfg(not(rdapl_loom))]
+        if self.progress.any() {
+            self.progress.park();
+        }
     }
 
     /// Waits until no run is between its look at the policy and the entry
@@ -928,7 +958,7 @@ impl Evd {
         let inner = &self.inner;
         inner.check_consumer()?;
         if !buf.is_empty() && inner.storage.is_empty() && inner.progress.any() {
-            inner.progress.run();
+            inner.run_progress();
         }
         let mut slots = buf.iter_mut();
         Ok(inner.storage.pop_batch(slots.len(), |e| {
@@ -1269,6 +1299,9 @@ impl Evd {
                         inner.dispatch.schedule(DispatchRun(inner.clone()));
                     }
                 }
+                // The consumer now waits for upcalls: a provider's input
+                // held for its polling goes back to the provider.
+                inner.park_progress();
                 result
             }
         }
@@ -1397,6 +1430,7 @@ impl Evd {
         self.inner.check_live()?;
         self.inner.enabled.store(true, Ordering::SeqCst);
         self.sync_cno_flag();
+        self.inner.park_progress();
         Ok(())
     }
 
@@ -1505,6 +1539,9 @@ impl Evd {
             // Arm, then look again (the Dekker pattern of `state.rs`).
             fence(Ordering::SeqCst);
             if !inner.storage.any_claimed() {
+                // The task sleeps until woken: a provider's input held
+                // for a polling consumer goes back to the provider.
+                inner.park_progress();
                 return Ok(None);
             }
             sync::spin_wait(&mut spins);

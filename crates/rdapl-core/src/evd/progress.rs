@@ -21,10 +21,14 @@ pub trait Progress: Send + Sync + 'static {
     /// write sockets, place, complete). It must not block for long (a
     /// contended connection is skipped: its owner makes the progress).
     fn progress(&self);
-    /// The consumer is about to block on an EVD this hook feeds: whatever
-    /// progress it held back from the provider's own thread while the
-    /// consumer polled must be handed back now, or the blocked consumer
-    /// may never be woken.
+    /// The consumer is about to block on an EVD this hook feeds, or to
+    /// rely on its notification (upcalls enabled, a CNO enabled, a stream
+    /// gone to sleep, or the EVD found empty while one of these is armed):
+    /// whatever progress the hook held back from the provider's own thread
+    /// while the consumer polled must be handed back now, or that consumer
+    /// may be told late or never. It may be called from any thread,
+    /// including while the provider's own locks are held by others: it
+    /// must not wait for them.
     fn park(&self) {}
 }
 

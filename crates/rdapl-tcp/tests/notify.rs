@@ -1,0 +1,177 @@
+//! A consumer that polled an EVD and then turns to notification (an
+//! upcall, a CNO, the poller, an async stream) gets the next completion
+//! at once: the input it held while it polled goes back to the provider's
+//! thread when it arms, not when the thread next checks whether the
+//! polling stopped.
+//!
+//! Every test makes that check an hour apart (`poll_fresh_ms`), so a
+//! consumer that kept the input would see nothing within the bound `T`.
+
+mod common;
+
+use common::*;
+use rdapl::*;
+use rdapl_tcp::{Tcp, TcpConfig};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+/// A provider whose thread would leave a polled connection's input alone
+/// for an hour.
+fn patient() -> Arc<Tcp> {
+    Tcp::with_config(TcpConfig {
+        poll_fresh_ms: 3_600_000,
+        ..Default::default()
+    })
+}
+
+/// A connected pair that has moved a first message both ways (no
+/// connection set-up timer is left to pump the sockets). Each side's send
+/// follows its receive, so that it carries the answer to the peer's fence
+/// (a consumer that got a receive holds that answer back for its reply).
+fn warm_pair(client: &str, server: &str) -> Pair {
+    let p = Pair::connected(&patient(), client, server, "");
+    let ok = |evd: &Evd, what: &str| {
+        let got = evd.wait(Some(T), 1).expect(what);
+        assert!(
+            matches!(got.0, Event::Dto(ref d) if d.status == DtoStatus::Success),
+            "{what}"
+        );
+    };
+    let (cdst, sdst) = (p.c.buf(8), p.s.buf(8));
+    p.c.recv(&cdst, 0, 8, 100);
+    p.s.recv(&sdst, 0, 8, 100);
+    let (csrc, ssrc) = (p.c.lmr(pattern(8, 1)), p.s.lmr(pattern(8, 2)));
+    p.s.send(&ssrc, 0, 8, 101);
+    ok(&p.c.rcv, "warm: the client's receive");
+    p.c.send(&csrc, 0, 8, 101);
+    ok(&p.s.rcv, "warm: the server's receive");
+    ok(&p.s.req, "warm: the server's send");
+    ok(&p.c.req, "warm: the client's send");
+    p
+}
+
+/// A warm pair, a receive posted on the client, and the client's receive
+/// EVD polled empty (the client's thread now holds the input).
+fn polled_pair(client: &str, server: &str) -> (Pair, Lmr) {
+    let p = warm_pair(client, server);
+    let buf = p.c.buf(64);
+    p.c.recv(&buf, 0, 64, 1);
+    for _ in 0..10 {
+        assert_eq!(p.c.rcv.dequeue().unwrap(), None);
+    }
+    (p, buf)
+}
+
+/// The server sends 64 bytes to the client's receive, cookie 1.
+fn server_sends(p: &Pair, seed: u8) -> Lmr {
+    let src = p.s.lmr(pattern(64, seed));
+    p.s.send(&src, 0, 64, 7);
+    src
+}
+
+fn is_recv_1(ev: &Event) -> bool {
+    matches!(ev, Event::Dto(d) if d.cookie == 1 && d.status == DtoStatus::Success)
+}
+
+#[test]
+fn an_upcall_armed_after_polling_gets_the_next_receive() {
+    let (p, buf) = polled_pair("127.0.31.1", "127.0.31.2");
+    let (tx, rx) = mpsc::channel::<Event>();
+    let tx = Mutex::new(tx);
+    let up: Arc<dyn Upcall> = Arc::new(move |_: &Evd, ev: Option<Event>, _more: bool| {
+        if let Some(ev) = ev {
+            let _ = tx.lock().unwrap().send(ev);
+        }
+    });
+    let pending =
+        p.c.rcv
+            .modify_upcall(UpcallPolicy::Many, Some(up), ReEnable::OnAny)
+            .unwrap();
+    assert_eq!(pending, 0);
+    let _src = server_sends(&p, 3);
+    let ev = rx
+        .recv_timeout(T)
+        .expect("the receive's upcall within the bound, not when the thread checks");
+    assert!(is_recv_1(&ev), "{ev:?}");
+    let mut got = vec![0u8; 64];
+    buf.read_at(0, &mut got).unwrap();
+    assert_eq!(got, pattern(64, 3));
+    assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
+}
+
+#[test]
+fn a_cno_waiter_after_polling_is_woken_by_the_next_receive() {
+    let cno = Cno::new();
+    let p = warm_pair("127.0.32.1", "127.0.32.2");
+    p.c.rcv.modify_cno(Some(&cno)).unwrap();
+    p.c.rcv.enable().unwrap();
+    // uDAPL's flow: drain by polling, then block on the CNO.
+    let buf = p.c.buf(64);
+    p.c.recv(&buf, 0, 64, 1);
+    for _ in 0..10 {
+        assert_eq!(p.c.rcv.dequeue().unwrap(), None);
+    }
+    let _src = server_sends(&p, 4);
+    assert_eq!(
+        cno.wait(Some(T)).expect("a trigger within the bound"),
+        p.c.rcv.handle()
+    );
+    let ev = p.c.rcv.dequeue().unwrap().expect("the receive");
+    assert!(is_recv_1(&ev), "{ev:?}");
+}
+
+#[test]
+fn the_poller_gets_every_message_of_a_conversation() {
+    // The poller drains in batches (a dequeue that finds the EVD empty
+    // polls the socket) and then re-arms its notify-only upcall.
+    let (p, _buf) = polled_pair("127.0.33.1", "127.0.33.2");
+    let poller = Poller::new(PollerConfig::default()).unwrap();
+    let (tx, rx) = mpsc::channel::<Event>();
+    let _entry = poller
+        .add(&p.c.rcv, move |ev| {
+            let _ = tx.send(ev);
+        })
+        .unwrap();
+    let bufs: Vec<Lmr> = (0..3).map(|_| p.c.buf(64)).collect();
+    for (i, b) in bufs.iter().enumerate() {
+        p.c.recv(b, 0, 64, 10 + i as u64);
+    }
+    // One message at a time: each finds the poller idle and re-armed.
+    for i in 0..4u8 {
+        let _src = server_sends(&p, 10 + i);
+        let ev = rx.recv_timeout(T).expect("each message within the bound");
+        assert!(
+            matches!(ev, Event::Dto(ref d) if d.status == DtoStatus::Success),
+            "{ev:?}"
+        );
+        assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
+    }
+}
+
+#[test]
+fn an_async_stream_after_polling_gets_the_next_receive() {
+    use futures_core::Stream;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Signal(Mutex<mpsc::Sender<()>>);
+    impl Wake for Signal {
+        fn wake(self: Arc<Self>) {
+            let _ = self.0.lock().unwrap().send(());
+        }
+    }
+    let (p, _buf) = polled_pair("127.0.34.1", "127.0.34.2");
+    let (tx, woken) = mpsc::channel();
+    let waker = Waker::from(Arc::new(Signal(Mutex::new(tx))));
+    let mut cx = Context::from_waker(&waker);
+    let mut stream = p.c.rcv.stream();
+    assert!(Pin::new(&mut stream).poll_next(&mut cx).is_pending());
+    let _src = server_sends(&p, 5);
+    woken
+        .recv_timeout(T)
+        .expect("the stream's waker within the bound");
+    match Pin::new(&mut stream).poll_next(&mut cx) {
+        Poll::Ready(Some(Ok(ev))) => assert!(is_recv_1(&ev), "{ev:?}"),
+        other => panic!("expected the receive, got {other:?}"),
+    }
+}
