@@ -9,12 +9,34 @@
 //! engine is done with it). The socket gets everything with vectored
 //! writes (header, payload and CRC of many FPDUs in one system call),
 //! registered memory read under its regions' read locks for the call only,
-//! one list locked at a time.
+//! one list locked at a time. A socket is written with `MSG_NOSIGNAL`: a
+//! peer that has gone makes the write fail with `EPIPE`, never raises
+//! `SIGPIPE` (which kills a host process that did not ignore it, as C
+//! programs do not).
 
 use rdapl::provider::Gather;
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Write};
+use std::io::{self, IoSlice};
+use std::net::TcpStream;
 use std::sync::Arc;
+
+/// Where a queue's bytes go: a socket, or a test's writer.
+pub(crate) trait Sink {
+    /// Writes some of `iov`, as `writev` does.
+    fn send(&mut self, iov: &[IoSlice<'_>]) -> io::Result<usize>;
+}
+
+impl Sink for TcpStream {
+    fn send(&mut self, iov: &[IoSlice<'_>]) -> io::Result<usize> {
+        use rustix::net::{SendAncillaryBuffer, SendFlags, sendmsg};
+        Ok(sendmsg(
+            &*self,
+            iov,
+            &mut SendAncillaryBuffer::default(),
+            SendFlags::NOSIGNAL,
+        )?)
+    }
+}
 
 /// The smallest payload queued by reference rather than copied.
 pub(crate) const SHARE_MIN: usize = 2048;
@@ -125,7 +147,7 @@ impl OutQueue {
     /// Writes as much as the socket takes. `Ok(true)` if bytes moved. An
     /// error if registered memory queued by reference is gone (its region
     /// was retired under a request in flight): the connection breaks.
-    pub fn write_to(&mut self, w: &mut impl Write) -> io::Result<bool> {
+    pub fn write_to(&mut self, w: &mut impl Sink) -> io::Result<bool> {
         let mut moved = false;
         while self.len > 0 {
             // One list of registered memory per call, locked for it.
@@ -170,7 +192,7 @@ impl OutQueue {
                         break;
                     }
                 }
-                match w.write_vectored(&iov[..k]) {
+                match w.send(&iov[..k]) {
                     Ok(0) => return Ok(moved),
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -227,17 +249,16 @@ mod tests {
         max: usize,
     }
 
-    impl Write for Trickle {
-        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+    impl Sink for Trickle {
+        fn send(&mut self, iov: &[IoSlice<'_>]) -> io::Result<usize> {
+            // Like the default `write_vectored`: the first non-empty slice.
+            let b = iov.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| b);
             let n = b.len().min(self.max);
             if n == 0 && !b.is_empty() {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             self.out.extend_from_slice(&b[..n]);
             Ok(n)
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
         }
     }
 
@@ -352,5 +373,52 @@ mod tests {
         assert!(w.out.is_empty());
         // A short range of it is copied at once, so it fails right away.
         assert!(!q.push_held(&b, 0, 10));
+    }
+
+    /// A socket whose peer has gone fails the write with `EPIPE` and raises
+    /// no `SIGPIPE`. Runs in a child process of its own (the flag handler it
+    /// installs is process-wide; with it, a raised signal is seen instead
+    /// of ignored).
+    #[test]
+    fn a_gone_peer_fails_the_write_without_sigpipe() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::time::{Duration, Instant};
+        const CHILD: &str = "RDAPL_TCP_SIGPIPE_CHILD";
+        const NAME: &str = "outq::tests::a_gone_peer_fails_the_write_without_sigpipe";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "the child failed: {text}");
+            assert!(text.contains("1 passed"), "the child ran no test: {text}");
+            return;
+        }
+        let raised = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGPIPE, raised.clone()).unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        drop(l.accept().unwrap());
+        // The peer answers the first write with a reset; a write after the
+        // reset was reported is the one that raises SIGPIPE unless asked not to.
+        let end = Instant::now() + Duration::from_secs(5);
+        let mut q = OutQueue::default();
+        loop {
+            q.clear();
+            q.push_bytes(&[7; 1000]);
+            match q.write_to(&mut s) {
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => break,
+                Ok(_) | Err(_) => {}
+            }
+            assert!(Instant::now() < end, "no EPIPE within 5 s");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!raised.load(Ordering::SeqCst), "the write raised SIGPIPE");
     }
 }
