@@ -4,12 +4,13 @@
 # models of the EVD and CNO protocols (--cfg rdapl_loom, on rdapl-core) and
 # of the object model (on rdapl-loopback), and
 # a check that a downstream crate's own --cfg loom leaves rdapl whole. The
-# object-model tests (the conformance suite, crates/rdapl/tests, on the
-# rdapl-loopback crate by default) run three times: on the loopback
-# provider, on the asynchronous test
-# provider "pipe" (tests/common/pipe.rs, written with the public provider
-# interface alone) and on the TCP/iWARP provider over 127.0.0.1; the last
-# two skip, with a printed reason, what only the loopback does.
+# conformance suite of providers (crates/rdapl-conformance) runs, within
+# cargo test, three times: on the loopback provider
+# (crates/rdapl-loopback/tests/conformance.rs), on the asynchronous test
+# provider "pipe" (rdapl-conformance's own tests/pipe.rs; written with the
+# public provider interface alone) and on the TCP/iWARP provider over
+# 127.0.0.1 (crates/rdapl-tcp/tests/conformance.rs); the last two skip,
+# with a printed reason, what only the loopback does.
 #
 # The kernel soft-iWARP interoperability test (crates/rdapl-cli/tests/siw.rs)
 # boots the lab VM (lab/vm/, built by its build.sh; .ci/run builds it) once
@@ -29,14 +30,8 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo doc (workspace, warnings denied: no broken or private intra-doc link)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
 
-echo "== cargo test (workspace, all features)"
+echo "== cargo test (workspace, all features; the conformance suite on loopback, pipe and tcp)"
 cargo test --workspace --all-features
-
-echo "== the object-model tests again, on the asynchronous test provider (pipe)"
-RDAPL_TEST_PROVIDER=pipe cargo test -p rdapl --all-features --tests
-
-echo "== the object-model tests again, on the TCP/iWARP provider (127.0.0.1)"
-RDAPL_TEST_PROVIDER=tcp cargo test -p rdapl --all-features --tests
 
 echo "== loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-3}, warnings denied)"
 LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" RUSTFLAGS="--cfg rdapl_loom -D warnings" \

@@ -1,5 +1,5 @@
-//! The object model's flows (those of the core's `provider_public.rs`
-//! "pipe" provider) over real sockets, two IAs of one process on
+//! The object model's flows (those of the conformance suite's
+//! `provider_public` cases on its "pipe" provider) over real sockets, two IAs of one process on
 //! 127.x addresses: connection management with private data, ordered
 //! sends with every byte checked, RDMA writes and reads, protection
 //! errors, disconnect and free flushing exactly once, CRC on and off.

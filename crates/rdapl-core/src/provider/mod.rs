@@ -49,11 +49,13 @@
 //! in software may also let consumers drive it: a [`Progress`] hook
 //! attached with [`EpInner::attach_progress`] runs in the consumer's
 //! thread when it finds one of the endpoint's EVDs empty or is about to
-//! wait on it (the TCP provider does so). The `rdapl` crate's
-//! `tests/provider_public.rs` is a whole provider written that way (a
-//! progress thread, every completion asynchronous), run through the object
-//! model's flows; `tests/provider_lifecycle.rs` wraps a provider's tables
-//! to show that every creation and end reaches them once. Its IAs are
+//! wait on it (the TCP provider does so). The `rdapl-conformance` crate's
+//! `pipe` is a whole provider written that way (a progress thread, every
+//! completion asynchronous), and that crate's suite is how a provider is
+//! checked: `rdapl_conformance::Suite::new(provider).run()` from a test of
+//! the provider's crate runs every case of the object model on it (its
+//! `provider_lifecycle` cases wrap a provider's tables to show that every
+//! creation and end reaches them once). A provider's IAs are
 //! opened with [`crate::Ia::open_provider`], or by name once it is in a
 //! [`Registry`].
 //!

@@ -5,7 +5,8 @@
 //! beyond the tests' event timeout: a lost wake-up then fails the test
 //! instead of costing a silent pause.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{D, empty, next_dto, pair_on};
 use rdapl::*;
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 /// Each send and the receive it needs are posted at about the same time
 /// from two threads, with a varying head start for the send, thousands of
 /// times; every one must complete in order and successfully.
-#[test]
+#[case]
 fn a_receive_posted_as_the_send_finds_none_wakes_it() {
     // Far beyond `common::T`: only a wake-up can complete a waiting send.
     let lb = Loopback::new();

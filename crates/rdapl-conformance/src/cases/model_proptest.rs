@@ -29,7 +29,8 @@
 //! Failure persistence is off so a failing run writes no files; proptest
 //! prints the minimal failing sequence.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{Inject, Node, conn_kind, connect_nodes, next};
 use proptest::prelude::*;
@@ -127,13 +128,14 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A fresh pair of addresses per case (and per shrink step).
+/// A fresh pair of addresses per case (and per shrink step), in 127.1/16:
+/// the other cases of the suite, in the same process, use 127.0/16.
 fn addresses() -> (String, String) {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let (hi, lo) = (24 + n / 100, (n % 100) * 2 + 1);
+    let (hi, lo) = (n / 100, (n % 100) * 2 + 1);
     assert!(hi < 256, "out of test addresses");
-    (format!("127.0.{hi}.{lo}"), format!("127.0.{hi}.{}", lo + 1))
+    (format!("127.1.{hi}.{lo}"), format!("127.1.{hi}.{}", lo + 1))
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -609,7 +611,7 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    #[test]
+    #[case]
     fn random_operation_sequences(ops in prop::collection::vec(op(), 1..=30)) {
         run(&ops);
     }
@@ -617,7 +619,7 @@ proptest! {
 
 /// A fixed sequence through every branch of the model (a smoke test of the
 /// harness itself, independent of what proptest generates).
-#[test]
+#[case]
 fn model_covers_every_branch() {
     use Op::*;
     run(&[

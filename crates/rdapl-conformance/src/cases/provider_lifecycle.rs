@@ -4,7 +4,8 @@
 //! creation fails the consumer's call and leaves nothing behind, and an
 //! abrupt IA close ends what the consumer did not.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{conn_kind, ia_options, next_cr};
 use rdapl::event::{PzHandle, SrqHandle};
@@ -261,7 +262,7 @@ fn open(p: &Arc<Recorder>, addr: &str) -> Ia {
     Ia::open_provider(p.clone(), ia_options(addr)).unwrap()
 }
 
-#[test]
+#[case]
 fn every_creation_and_free_reaches_the_provider_once() {
     let (p, log) = recorder();
     let (cia, sia) = (open(&p, "127.0.95.1"), open(&p, "127.0.95.2"));
@@ -367,7 +368,7 @@ fn every_creation_and_free_reaches_the_provider_once() {
     assert_eq!(log.count("ep_create"), log.count("destroy"));
 }
 
-#[test]
+#[case]
 fn an_abrupt_close_ends_every_endpoint_and_listener_then_the_ia() {
     let (p, log) = recorder();
     let (cia, sia) = (open(&p, "127.0.96.1"), open(&p, "127.0.96.2"));
@@ -409,7 +410,7 @@ fn an_abrupt_close_ends_every_endpoint_and_listener_then_the_ia() {
     assert_eq!(log.count("ep_create"), log.count("destroy"));
 }
 
-#[test]
+#[case]
 fn a_refused_creation_fails_the_call_and_leaves_nothing() {
     let (p, log) = recorder();
     let ia = open(&p, "127.0.97.1");
@@ -459,7 +460,7 @@ use common::D;
 /// (and in its remote triplets), the local key stays the core's; a key
 /// for a window or a fast-registration LMR, whose keys change with every
 /// bind and map, is refused, and the provider hears of its end.
-#[test]
+#[case]
 fn a_provider_key_is_the_remote_key_consumers_see() {
     let (p, log) = recorder();
     let ia = open(&p, "127.0.97.2");

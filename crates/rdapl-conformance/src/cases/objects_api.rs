@@ -2,7 +2,8 @@
 //! handles of every object, a consumer context on every object, and a
 //! window's own triplet.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{D, next_dto, pair};
 use rdapl::*;
@@ -13,7 +14,7 @@ type Get<'a> = Box<dyn Fn() -> u64 + 'a>;
 
 /// Every object keeps the consumer context it was given, independently of
 /// every other object; a new object's context is 0.
-#[test]
+#[case]
 fn every_object_keeps_its_consumer_context() {
     let p = pair("127.0.60.1", "127.0.60.2", 60);
     let pz = p.c.pz.clone();
@@ -93,7 +94,7 @@ fn every_object_keeps_its_consumer_context() {
 
 /// LMRs and RMRs have handles that are distinct and stay the same across
 /// the key changes of binds.
-#[test]
+#[case]
 fn lmr_and_rmr_handles_are_distinct_and_stable() {
     let p = pair("127.0.60.3", "127.0.60.4", 63);
     let lmrs: Vec<Lmr> = (0..4).map(|_| p.s.buf(64)).collect();
@@ -120,7 +121,7 @@ fn lmr_and_rmr_handles_are_distinct_and_stable() {
 
 /// `Rmr::triplet` names a range of the bound window: refused while
 /// unbound and past the window's end; usable by a peer's RDMA write.
-#[test]
+#[case]
 fn a_windows_triplet_reaches_its_range_only() {
     let p = pair("127.0.60.5", "127.0.60.6", 64);
     let lmr = p.s.buf(64);

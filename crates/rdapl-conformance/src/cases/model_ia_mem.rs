@@ -6,7 +6,8 @@
 //! timeout. A remote access error breaks the connection (RC semantics), so
 //! the window tests reconnect (`Pair::reconnect`) between failing accesses.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{
     D, Inject, Node, Pair, T, conn_kind, empty, handle_err, ia_options, ip, next_dto, open, pair,
@@ -16,7 +17,7 @@ use rdapl::error::Subtype;
 use rdapl::*;
 use std::time::Duration;
 
-/// RDMA and window helpers of a [`common::pair`] for this file's tests.
+/// RDMA and window helpers of a [`common::pair`] for this module's cases.
 impl Pair {
     /// Client RDMA write of `len` bytes of `src` to `remote`; its completion.
     fn write(&self, src: &Lmr, len: u64, remote: RmrTriplet, cookie: u64) -> DtoCompletion {
@@ -66,7 +67,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 // ----- IA ------------------------------------------------------------------
 
-#[test]
+#[case]
 fn open_by_name_and_query() {
     for name in ["", "loopback"] {
         let ia = Ia::open(name).unwrap();
@@ -92,7 +93,7 @@ fn open_by_name_and_query() {
     other.close(CloseFlags::Graceful).unwrap();
 }
 
-#[test]
+#[case]
 fn unknown_provider_is_not_found() {
     let e = Ia::open("ibverbs").unwrap_err();
     assert!(
@@ -109,7 +110,7 @@ fn unknown_provider_is_not_found() {
     ));
 }
 
-#[test]
+#[case]
 fn bad_open_and_create_parameters() {
     for params in ["addr=not-an-ip", "bogus=1", "addr"] {
         let r = Ia::open_with(
@@ -228,7 +229,7 @@ fn bad_open_and_create_parameters() {
     other.close(CloseFlags::Abrupt).unwrap();
 }
 
-#[test]
+#[case]
 fn failed_open_leaves_no_reachable_address() {
     let r = Ia::open_with(
         "loopback",
@@ -247,7 +248,7 @@ fn failed_open_leaves_no_reachable_address() {
     );
 }
 
-#[test]
+#[case]
 fn graceful_close_refused_while_objects_live() {
     let n = Node::new("127.0.21.6");
     let in_use = |r: Result<()>| state_err(r, Subtype::InvalidStateIaInUse);
@@ -288,7 +289,7 @@ fn graceful_close_refused_while_objects_live() {
     bad(n.ia.close(CloseFlags::Abrupt));
 }
 
-#[test]
+#[case]
 fn abrupt_close_tears_down() {
     let p = pair("127.0.21.7", "127.0.21.8", 700);
     let buf = p.c.buf(16);
@@ -328,7 +329,7 @@ fn abrupt_close_tears_down() {
     empty(&p.c.conn);
 }
 
-#[test]
+#[case]
 fn objects_of_an_abruptly_closed_ia_are_invalid() {
     let ia = open("127.0.21.9");
     let pz = ia.pz_create().unwrap();
@@ -340,7 +341,7 @@ fn objects_of_an_abruptly_closed_ia_are_invalid() {
 
 // ----- PZ ------------------------------------------------------------------
 
-#[test]
+#[case]
 fn pz_free_refused_while_used() {
     let ia = open("127.0.21.10");
     let pz = ia.pz_create().unwrap();
@@ -370,7 +371,7 @@ fn pz_free_refused_while_used() {
 
 // ----- LMR -----------------------------------------------------------------
 
-#[test]
+#[case]
 fn lmr_create_free_keys_and_rights() {
     let ia = open("127.0.21.11");
     let pz = ia.pz_create().unwrap();
@@ -431,7 +432,7 @@ fn lmr_create_free_keys_and_rights() {
     ia.close(CloseFlags::Graceful).unwrap();
 }
 
-#[test]
+#[case]
 fn lmr_free_refused_while_rmr_bound() {
     let p = pair("127.0.21.12", "127.0.21.13", 1200);
     let lmr = p.s.buf(64);
@@ -460,7 +461,7 @@ fn lmr_free_refused_while_rmr_bound() {
 
 // ----- RMR (memory windows) ------------------------------------------------
 
-#[test]
+#[case]
 fn rmr_bind_argument_checks() {
     let p = pair("127.0.21.14", "127.0.21.15", 1400);
     let lmr =
@@ -540,7 +541,7 @@ fn rmr_bind_argument_checks() {
     p.bind(&rmr, &lmr, 0, 16, MemPriv::REMOTE_READ, 2);
 }
 
-#[test]
+#[case]
 fn refused_bind_keeps_the_window_context() {
     let n = Node::new("127.0.21.16");
     let lmr = n.buf(64);
@@ -614,7 +615,7 @@ fn target_window(
     (tgt, base, rmr, k)
 }
 
-#[test]
+#[case]
 fn window_access_within_range_and_rights() {
     let p = pair("127.0.21.17", "127.0.21.18", 1700);
     let (tgt, base, _rmr, k) =
@@ -642,7 +643,7 @@ fn window_access_within_range_and_rights() {
     empty(&p.c.conn);
 }
 
-#[test]
+#[case]
 fn window_access_outside_range_or_right_fails() {
     let p = pair("127.0.21.19", "127.0.21.20", 1900);
     let (tgt, base, _rmr, k) =
@@ -692,7 +693,7 @@ fn window_access_outside_range_or_right_fails() {
     p.expect_end(ConnectionEventKind::Broken);
 }
 
-#[test]
+#[case]
 fn window_after_rmr_free_is_refused() {
     let p = pair("127.0.21.21", "127.0.21.22", 2100);
     let (tgt, base, rmr, k) = target_window(&p, 0, 32, MemPriv::REMOTE_WRITE, 1);
@@ -712,7 +713,7 @@ fn window_after_rmr_free_is_refused() {
     tgt.free().unwrap();
 }
 
-#[test]
+#[case]
 fn window_old_key_dead_after_rebind_and_unbind() {
     within(Duration::from_secs(10), "the scenario (deadlock?)", || {
         let p = pair("127.0.21.23", "127.0.21.24", 2300);
@@ -760,7 +761,7 @@ fn window_old_key_dead_after_rebind_and_unbind() {
 
 // ----- fast registration ---------------------------------------------------
 
-#[test]
+#[case]
 fn fmr_map_access_invalidate() {
     let p = pair("127.0.21.25", "127.0.21.26", 2500);
     let fmr = p.s.pz.lmr_create_fmr(64).unwrap();
@@ -862,7 +863,7 @@ fn fmr_map_access_invalidate() {
     p.expect_end(ConnectionEventKind::Broken);
 }
 
-#[test]
+#[case]
 fn fmr_remap_after_invalidate_up_to_max_len() {
     let p = pair("127.0.21.27", "127.0.21.28", 2700);
     let fmr = p.s.pz.lmr_create_fmr(64).unwrap();
@@ -880,7 +881,7 @@ fn fmr_remap_after_invalidate_up_to_max_len() {
     assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
 }
 
-#[test]
+#[case]
 fn fmr_remap_beyond_max_len_refused() {
     let p = pair("127.0.21.29", "127.0.21.30", 2900);
     let fmr = p.s.pz.lmr_create_fmr(64).unwrap();
@@ -894,7 +895,7 @@ fn fmr_remap_beyond_max_len_refused() {
     assert!(matches!(r, Err(Error::Length(_))), "{r:?}");
 }
 
-#[test]
+#[case]
 fn fmr_of_another_pz_refused() {
     let p = pair("127.0.21.31", "127.0.21.32", 3100);
     let pz2 = p.s.ia.pz_create().unwrap();
@@ -917,7 +918,7 @@ fn fmr_of_another_pz_refused() {
 
 // ----- keys that must be refused on the data path ---------------------------
 
-#[test]
+#[case]
 fn freed_lmr_key_refused() {
     let p = pair("127.0.21.33", "127.0.21.34", 3300);
     // Remote: the server frees its LMR.
@@ -950,7 +951,7 @@ fn freed_lmr_key_refused() {
     assert_eq!(rbuf.to_vec().unwrap(), vec![0; 16]);
 }
 
-#[test]
+#[case]
 fn lmr_of_another_pz_refused() {
     let p = pair("127.0.21.35", "127.0.21.36", 3500);
     // Remote: the target LMR lives in another PZ of the server's IA.
@@ -990,7 +991,7 @@ fn lmr_of_another_pz_refused() {
 /// `read_at` and `write_at` of a plain LMR (which reach its region without
 /// the LMR's lock): refused once the LMR is freed (through any handle),
 /// and refused once its region is retired.
-#[test]
+#[case]
 fn lmr_read_write_at_follow_free_and_retirement() {
     let ia = common::open("127.0.21.90");
     let pz = ia.pz_create().unwrap();

@@ -6,7 +6,8 @@
 //! Every test uses its own IA addresses (`127.0.22.<m>`) and qualifiers, so
 //! the tests run in parallel; every wait has a timeout.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{
     D, Inject, Node, T, conn_ev, conn_kind, cr_arrival, empty, establish, handle_err, ip,
@@ -16,7 +17,7 @@ use rdapl::error::Subtype;
 use rdapl::*;
 use std::time::{Duration, Instant};
 
-#[test]
+#[case]
 fn posting_on_an_unconnected_endpoint() {
     let n = Node::new("127.0.22.1");
     let b = n.buf(16);
@@ -66,7 +67,7 @@ fn posting_on_an_unconnected_endpoint() {
     assert_eq!(bare.state(), EpState::Unconnected);
 }
 
-#[test]
+#[case]
 fn connect_twice_is_refused() {
     let (c, s, _psp) = listening("127.0.22.3", "127.0.22.4", 300);
     c.ep.connect(s.ia.address(), 300, Some(T), b"one").unwrap();
@@ -98,7 +99,7 @@ fn connect_twice_is_refused() {
     empty(&c.conn);
 }
 
-#[test]
+#[case]
 fn accept_twice_is_refused() {
     let (c, s, _psp) = listening("127.0.22.5", "127.0.22.6", 500);
     c.ep.connect(s.ia.address(), 500, Some(T), b"hi").unwrap();
@@ -142,7 +143,7 @@ fn accept_twice_is_refused() {
     empty(&c.conn);
 }
 
-#[test]
+#[case]
 fn reject_then_accept() {
     let (c, s, _psp) = listening("127.0.22.8", "127.0.22.9", 800);
     c.ep.connect(s.ia.address(), 800, Some(T), b"please")
@@ -166,7 +167,7 @@ fn reject_then_accept() {
     establish(&c, &s, 800);
 }
 
-#[test]
+#[case]
 fn connect_without_listener_or_ia() {
     let c = Node::new("127.0.22.10");
     let s = Node::new("127.0.22.11");
@@ -192,7 +193,7 @@ fn connect_without_listener_or_ia() {
     empty(&c.conn);
 }
 
-#[test]
+#[case]
 fn connect_timeout_then_late_accept_fails() {
     let (c, s, _psp) = listening("127.0.22.12", "127.0.22.13", 1200);
     let t0 = Instant::now();
@@ -220,7 +221,7 @@ fn connect_timeout_then_late_accept_fails() {
     establish(&c, &s, 1200);
 }
 
-#[test]
+#[case]
 fn disconnect_aborts_a_pending_connect() {
     let (c, s, _psp) = listening("127.0.22.14", "127.0.22.15", 1400);
     c.ep.connect(s.ia.address(), 1400, None, b"").unwrap();
@@ -234,7 +235,7 @@ fn disconnect_aborts_a_pending_connect() {
     empty(&s.conn);
 }
 
-#[test]
+#[case]
 fn rsp_serves_one_request() {
     let s = Node::new("127.0.22.16");
     let c = Node::new("127.0.22.17");
@@ -295,7 +296,7 @@ fn rsp_serves_one_request() {
     );
 }
 
-#[test]
+#[case]
 fn rsp_reject_returns_endpoint() {
     let s = Node::new("127.0.22.19");
     let c = Node::new("127.0.22.20");
@@ -309,7 +310,7 @@ fn rsp_reject_returns_endpoint() {
     assert_eq!(s.ep.state(), EpState::Unconnected);
 }
 
-#[test]
+#[case]
 fn disconnect_flushes_both_sides() {
     let (c, s, _psp) = listening("127.0.22.21", "127.0.22.22", 2100);
     establish(&c, &s, 2100);
@@ -376,7 +377,7 @@ fn disconnect_flushes_both_sides() {
     empty(&s.conn);
 }
 
-#[test]
+#[case]
 fn reset_only_from_disconnected() {
     let (c, s, _psp) = listening("127.0.22.23", "127.0.22.24", 2300);
     c.ep.connect(s.ia.address(), 2300, Some(T), b"").unwrap();
@@ -408,7 +409,7 @@ fn reset_only_from_disconnected() {
     assert_eq!(sb.to_vec().unwrap(), b"again!!!");
 }
 
-#[test]
+#[case]
 fn free_of_a_connected_endpoint() {
     let (c, s, _psp) = listening("127.0.22.25", "127.0.22.26", 2500);
     establish(&c, &s, 2500);
@@ -444,7 +445,7 @@ fn free_of_a_connected_endpoint() {
     s.ia.close(CloseFlags::Graceful).unwrap();
 }
 
-#[test]
+#[case]
 fn conn_qual_in_use() {
     let s = Node::new("127.0.22.27");
     let psp = s.ia.psp_create(2700, &s.cr).unwrap();
@@ -481,7 +482,7 @@ fn conn_qual_in_use() {
     p2.free().unwrap();
 }
 
-#[test]
+#[case]
 fn full_cr_evd_rejects_as_non_peer() {
     let s = Node::new("127.0.22.29");
     let c1 = Node::new("127.0.22.30");
@@ -514,7 +515,7 @@ fn full_cr_evd_rejects_as_non_peer() {
 /// Freeing an endpoint an RSP reserved: either refused (as the DAPL
 /// reference `dapl_ep_free` does, `DAT_INVALID_STATE`), or the reservation
 /// must go with it, so no request is delivered for a dead endpoint.
-#[test]
+#[case]
 fn free_of_a_reserved_endpoint() {
     let s = Node::new("127.0.22.32");
     let c = Node::new("127.0.22.33");

@@ -8,7 +8,8 @@
 //! timeout. A remote access error breaks the connection (RC semantics), so
 //! the tests reconnect (`Pair::reconnect`) between failing accesses.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{D, Inject, Pair, empty, next_dto, pair, rt};
 use rdapl::error::Subtype;
@@ -126,7 +127,7 @@ fn window_refused(p: &Pair, k: u32, addr: u64, regions: &[&Arc<Region>], cookie:
 
 // ----- defect 8: windows on an invalidated or re-mapped FMR ----------------
 
-#[test]
+#[case]
 fn window_on_invalidated_fmr_grants_nothing() {
     let p = pair("127.0.40.1", "127.0.40.2", 4001);
     let fmr = p.s.pz.lmr_create_fmr(64).unwrap();
@@ -148,7 +149,7 @@ fn window_on_invalidated_fmr_grants_nothing() {
     rmr.free().unwrap();
 }
 
-#[test]
+#[case]
 fn window_on_remapped_fmr_reaches_neither_mapping() {
     let p = pair("127.0.40.3", "127.0.40.4", 4003);
     let fmr = p.s.pz.lmr_create_fmr(64).unwrap();
@@ -174,7 +175,7 @@ fn window_on_remapped_fmr_reaches_neither_mapping() {
     fmr.free().unwrap();
 }
 
-#[test]
+#[case]
 fn window_rebound_after_fmr_remap_is_counted_once() {
     // A window unbound by a re-map, then bound to the new mapping and
     // freed: the FMR's use count goes back to zero.
@@ -199,7 +200,7 @@ fn window_rebound_after_fmr_remap_is_counted_once() {
     assert_eq!(&a.read()[..], &[0; 64][..]);
 }
 
-#[test]
+#[case]
 fn window_on_fmr_invalidated_while_bind_queued_grants_nothing() {
     // The bind and the invalidate are queued together: the bind executes
     // first (the mapping is still there), then the invalidate must take
@@ -289,17 +290,17 @@ fn window_out_of_keys_releases_its_lmr(p: Pair, rebind: bool) {
     p.s.ia.close(CloseFlags::Graceful).unwrap();
 }
 
-#[test]
+#[case]
 fn window_out_of_keys_on_unbind_releases_its_lmr() {
     window_out_of_keys_releases_its_lmr(pair("127.0.40.9", "127.0.40.10", 4009), false);
 }
 
-#[test]
+#[case]
 fn window_out_of_keys_on_rebind_releases_its_lmr() {
     window_out_of_keys_releases_its_lmr(pair("127.0.40.11", "127.0.40.12", 4011), true);
 }
 
-#[test]
+#[case]
 fn fmr_out_of_keys_unbinds_its_windows() {
     // An FMR re-mapped until its slot has no key left: the windows bound
     // to it go with its mapping.

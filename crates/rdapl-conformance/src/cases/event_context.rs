@@ -5,12 +5,13 @@
 //! overflow). A consumer (the C ABI among them) finds its own object from
 //! a dequeued event without a lookup.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{D, T, conn_ev, cr_arrival, next, next_dto, pair};
 use rdapl::*;
 
-#[test]
+#[case]
 fn dto_and_connection_events_carry_their_endpoints_context() {
     let (c, s, psp) = common::listening("127.0.98.1", "127.0.98.2", 61);
     c.ep.set_consumer_context(0xC1);
@@ -45,7 +46,7 @@ fn dto_and_connection_events_carry_their_endpoints_context() {
     assert_eq!(conn_ev(&s.conn).consumer_context, 0x51);
 }
 
-#[test]
+#[case]
 fn a_reserved_service_points_request_carries_its_context() {
     let p = pair("127.0.98.3", "127.0.98.4", 62);
     let ep = p.s.ep2();
@@ -58,7 +59,7 @@ fn a_reserved_service_points_request_carries_its_context() {
     assert_eq!(arrival.consumer_context, 0x77);
 }
 
-#[test]
+#[case]
 fn async_errors_carry_their_objects_context() {
     let ia = common::open("127.0.98.5");
     let pz = ia.pz_create().unwrap();

@@ -5,7 +5,8 @@
 //! receive's completion, so a fast consumer's re-post was refused with a
 //! full queue.)
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{D, LIMIT, pair_on, pair_with};
 use rdapl::*;
@@ -25,7 +26,7 @@ fn idle() {
     }
 }
 
-#[test]
+#[case]
 fn a_completed_receive_can_be_posted_again_at_once() {
     // (The asynchronous test provider moves each message through a thread
     // hand-off: fewer rounds keep it within the time bound.)

@@ -3,7 +3,8 @@
 //! back, whatever the status; a refused post hands it back with the error;
 //! owned buffers and LMR triplets mix on the two sides of a send.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{Side, T, empty, next, next_cr, next_dto, side};
 use rdapl::*;
@@ -33,7 +34,7 @@ fn next_buf(evd: &Evd) -> (u64, DtoStatus, DtoOp, u64, Buf) {
     (d.cookie, d.status, d.operation, d.transferred_length, buf)
 }
 
-#[test]
+#[case]
 fn owned_buffers_ping_pong_and_always_come_back() {
     let (s, c, _psp) = pair("127.0.30.1", "127.0.30.2", 5100);
     // Two receives posted on each side; the buffers travel back and forth.
@@ -116,7 +117,7 @@ fn owned_buffers_ping_pong_and_always_come_back() {
     }
 }
 
-#[test]
+#[case]
 fn owned_buffers_and_lmr_triplets_mix() {
     let (s, c, _psp) = pair("127.0.30.3", "127.0.30.4", 5101);
     // Owned buffer to a triplet receive.
@@ -173,7 +174,7 @@ fn owned_buffers_and_lmr_triplets_mix() {
     assert_eq!(&r[..7], b"triplet");
 }
 
-#[test]
+#[case]
 fn a_receive_too_short_fails_and_both_buffers_come_back() {
     let (s, c, _psp) = pair("127.0.30.5", "127.0.30.6", 5102);
     s.ep.post_recv_buf(s.pz.buf_create(4).unwrap(), 1, CompletionFlags::DEFAULT)
@@ -204,7 +205,7 @@ fn a_receive_too_short_fails_and_both_buffers_come_back() {
     assert!(seen_recv);
 }
 
-#[test]
+#[case]
 fn a_send_waits_for_an_owned_receive() {
     let (s, c, _psp) = pair("127.0.30.7", "127.0.30.8", 5103);
     // No receive yet: the send waits at the head of the queue.
@@ -226,7 +227,7 @@ fn a_send_waits_for_an_owned_receive() {
     assert_eq!(&r[..4], b"late");
 }
 
-#[test]
+#[case]
 fn refused_posts_hand_the_buffer_back() {
     let (s, c, _psp) = pair("127.0.30.9", "127.0.30.10", 5104);
     let refused = |r: std::result::Result<(), BufRefused>| -> (Error, Buf) {
@@ -275,7 +276,7 @@ fn refused_posts_hand_the_buffer_back() {
     assert!(lone.buf_create(8).is_err());
 }
 
-#[test]
+#[case]
 fn an_srq_endpoint_refuses_owned_receives() {
     let s = side("127.0.30.11");
     let srq = s.ia.srq_create(&s.pz, 8, 2).unwrap();
@@ -297,7 +298,7 @@ fn an_srq_endpoint_refuses_owned_receives() {
 /// receive queue (LMR triplets): the bytes land in the SRQ's receives in
 /// post order, a send that finds no receive waits for one, a receive too
 /// short fails both sides, and every send buffer comes back.
-#[test]
+#[case]
 fn owned_sends_into_a_shared_receive_queue() {
     let s = side("127.0.30.21");
     let c = side("127.0.30.22");

@@ -4,7 +4,8 @@
 //! The test opens its IAs at its own address (`127.0.40.<m>`) and uses its
 //! own connection qualifier. Every wait has a timeout.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{D, Pair, next_dto, pair, rt};
 use rdapl::*;
@@ -19,7 +20,7 @@ fn write(p: &Pair, src: &Lmr, len: u64, remote: RmrTriplet, cookie: u64) -> DtoC
     d
 }
 
-#[test]
+#[case]
 fn zero_length_rdma_succeeds_without_checking_keys() {
     // The decision (see the loopback module docs): as on InfiniBand and
     // iWARP, a zero-length RDMA write or read moves nothing and its remote

@@ -2,7 +2,8 @@
 //! named EVDs, upcall switches whose outcomes are values, poller entries
 //! that detach when dropped.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{LIMIT, eventually, noop_upcall, open, sw_evd};
 use rdapl::error::Subtype;
@@ -10,7 +11,7 @@ use rdapl::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-#[test]
+#[case]
 fn ep_builder_names_each_evd() {
     let ia = open("127.0.61.1");
     let pz = ia.pz_create().unwrap();
@@ -55,7 +56,7 @@ fn ep_builder_names_each_evd() {
     assert!(ep.post_recv(&[], 1, CompletionFlags::DEFAULT).is_err());
 }
 
-#[test]
+#[case]
 fn enable_upcalls_outcomes_are_values() {
     let evd = sw_evd(8);
     assert!(
@@ -106,7 +107,7 @@ fn enable_upcalls_outcomes_are_values() {
     assert!(eventually(LIMIT, || seen.load(Ordering::SeqCst) == 1));
 }
 
-#[test]
+#[case]
 fn dropping_a_poller_entry_detaches_its_evd() {
     let poller = Poller::new(PollerConfig::default()).unwrap();
     let evd = sw_evd(16);
@@ -134,7 +135,7 @@ fn dropping_a_poller_entry_detaches_its_evd() {
     drop(late);
 }
 
-#[test]
+#[case]
 fn ias_opened_with_defaults_get_addresses_of_their_own() {
     if common::skip_unless_loopback("the loopback's own default addresses") {
         return;

@@ -8,7 +8,8 @@
 //! own connection qualifiers, so the tests run in parallel. Every wait has a
 //! timeout.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{Node, T, conn_kind, cr_arrival, empty, handle_err};
 use rdapl::error::Subtype;
@@ -63,7 +64,7 @@ fn rsp_request_withdrawn(s: &Node, c: &Node, qual: u64, how: GiveUp) -> Cr {
     cr
 }
 
-#[test]
+#[case]
 fn rsp_endpoint_after_connect_timeout_resets_and_serves_again() {
     let s = Node::new("127.0.41.1");
     let c = Node::new("127.0.41.2");
@@ -80,7 +81,7 @@ fn rsp_endpoint_after_connect_timeout_resets_and_serves_again() {
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
 }
 
-#[test]
+#[case]
 fn rsp_endpoint_after_connect_timeout_frees_and_ia_closes() {
     let s = Node::new("127.0.41.3");
     let c = Node::new("127.0.41.4");
@@ -90,7 +91,7 @@ fn rsp_endpoint_after_connect_timeout_frees_and_ia_closes() {
     s.ia.close(CloseFlags::Graceful).unwrap();
 }
 
-#[test]
+#[case]
 fn rsp_endpoint_after_active_disconnect_is_released() {
     let s = Node::new("127.0.41.5");
     let c = Node::new("127.0.41.6");
@@ -101,7 +102,7 @@ fn rsp_endpoint_after_active_disconnect_is_released() {
     s.ia.close(CloseFlags::Graceful).unwrap();
 }
 
-#[test]
+#[case]
 fn rsp_endpoint_after_active_free_is_released() {
     let s = Node::new("127.0.41.7");
     let c = Node::new("127.0.41.8");
@@ -111,7 +112,7 @@ fn rsp_endpoint_after_active_free_is_released() {
     s.ia.close(CloseFlags::Graceful).unwrap();
 }
 
-#[test]
+#[case]
 fn rsp_endpoint_after_active_ia_close_is_released() {
     let s = Node::new("127.0.41.9");
     let c = Node::new("127.0.41.10");
@@ -151,7 +152,7 @@ fn psp_request_withdrawn(s: &Node, c: &Node, qual: u64, how: GiveUp) {
     s.ia.close(CloseFlags::Graceful).unwrap();
 }
 
-#[test]
+#[case]
 fn psp_request_after_active_free_is_dead() {
     psp_request_withdrawn(
         &Node::new("127.0.41.11"),
@@ -161,7 +162,7 @@ fn psp_request_after_active_free_is_dead() {
     );
 }
 
-#[test]
+#[case]
 fn psp_request_after_active_ia_close_is_dead() {
     psp_request_withdrawn(
         &Node::new("127.0.41.13"),
@@ -171,7 +172,7 @@ fn psp_request_after_active_ia_close_is_dead() {
     );
 }
 
-#[test]
+#[case]
 fn psp_request_after_timeout_is_dead() {
     psp_request_withdrawn(
         &Node::new("127.0.41.15"),
@@ -181,7 +182,7 @@ fn psp_request_after_timeout_is_dead() {
     );
 }
 
-#[test]
+#[case]
 fn psp_request_after_active_disconnect_is_dead() {
     psp_request_withdrawn(
         &Node::new("127.0.41.17"),
@@ -191,7 +192,7 @@ fn psp_request_after_active_disconnect_is_dead() {
     );
 }
 
-#[test]
+#[case]
 fn passive_ia_close_rejects_its_pending_requests() {
     // The server's IA goes away with a request pending: the active side,
     // waiting without a timeout, is told instead of waiting forever.

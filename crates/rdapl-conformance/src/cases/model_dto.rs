@@ -11,7 +11,8 @@
 //! posts its receives before the sends that need them, so none depends on
 //! the RNR time (and none waits for it).
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{
     D, Inject, Pair, empty, flushed, in_process, next_dto, pair_on, pair_with, resource_err, rt,
@@ -31,7 +32,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-#[test]
+#[case]
 fn completions_and_data_in_post_order() {
     let p = pair("127.0.23.1", "127.0.23.2", 100);
     const N: usize = 200;
@@ -84,7 +85,7 @@ fn completions_and_data_in_post_order() {
     }
 }
 
-#[test]
+#[case]
 fn receive_too_small() {
     let p = pair("127.0.23.3", "127.0.23.4", 300);
     let rbuf = p.s.lmr(vec![0; 32]);
@@ -125,7 +126,7 @@ fn receive_too_small() {
 }
 
 /// The RNR time, set on a loopback fabric of this test's own.
-#[test]
+#[case]
 fn rnr_timeout_and_late_receive() {
     let rnr = Duration::from_millis(300);
     let lb = Loopback::new();
@@ -173,7 +174,7 @@ fn rnr_timeout_and_late_receive() {
     empty(&p.c.req);
 }
 
-#[test]
+#[case]
 fn bad_remote_key_range_or_right() {
     let p = pair("127.0.23.7", "127.0.23.8", 700);
     let tgt = p.s.lmr(pattern(64, 3));
@@ -258,7 +259,7 @@ fn bad_remote_key_range_or_right() {
     empty(&p.c.req);
 }
 
-#[test]
+#[case]
 fn bad_local_key_or_right() {
     let p = pair("127.0.23.9", "127.0.23.10", 900);
     // Send from a buffer without LOCAL_READ.
@@ -300,7 +301,7 @@ fn bad_local_key_or_right() {
     p.expect_end(ConnectionEventKind::Broken);
 }
 
-#[test]
+#[case]
 fn suppress_and_unsignalled_only_report_errors() {
     if common::skip_unless_loopback("assumes requests complete inside the poster's call") {
         return;
@@ -413,7 +414,7 @@ fn suppress_and_unsignalled_only_report_errors() {
     assert_eq!(next_dto(&p.c.req).cookie, 65);
 }
 
-#[test]
+#[case]
 fn scatter_gather_several_entries() {
     let p = pair("127.0.23.13", "127.0.23.14", 1300);
     let a = p.c.lmr(b"ABCDEFGHIJ".to_vec());
@@ -467,7 +468,7 @@ fn scatter_gather_several_entries() {
     assert_eq!(r2.to_vec().unwrap(), b"2345IJ__");
 }
 
-#[test]
+#[case]
 fn too_many_iov_entries() {
     let attr = EpAttr {
         max_request_iov: 2,
@@ -500,7 +501,7 @@ fn too_many_iov_entries() {
     assert_eq!(p.c.ep.state(), EpState::Connected);
 }
 
-#[test]
+#[case]
 fn work_queue_full() {
     let attr = EpAttr {
         max_request_dtos: 2,
@@ -544,7 +545,7 @@ fn work_queue_full() {
     assert_eq!(next_dto(&p.s.rcv).cookie, 2);
 }
 
-#[test]
+#[case]
 fn completion_evd_full_is_refused_at_post_time() {
     let p = pair_with("127.0.23.19", "127.0.23.20", 1900, None, 2, 2);
     let tevd = |r: Result<()>| resource_err(r, Subtype::ResourceTevd);
@@ -597,7 +598,7 @@ fn completion_evd_full_is_refused_at_post_time() {
     assert_eq!(rb.to_vec().unwrap(), pattern(8, 8));
 }
 
-#[test]
+#[case]
 fn inject_failure_fails_next_dto_and_breaks() {
     let p = pair("127.0.23.21", "127.0.23.22", 2100);
     let sb = p.c.lmr(pattern(16, 9));
@@ -648,7 +649,7 @@ fn inject_failure_fails_next_dto_and_breaks() {
 
 /// Requests a fault injector still holds when their endpoint is freed are
 /// flushed, in order, before the free returns.
-#[test]
+#[case]
 fn freeing_flushes_delayed_requests_before_it_returns() {
     let p = pair("127.0.23.39", "127.0.23.40", 3900);
     let sb = p.c.lmr(pattern(16, 11));
@@ -670,7 +671,7 @@ fn freeing_flushes_delayed_requests_before_it_returns() {
     assert_eq!(rb.to_vec().unwrap(), vec![0; 16], "nothing moved");
 }
 
-#[test]
+#[case]
 fn inject_delay_delays() {
     let p = pair("127.0.23.23", "127.0.23.24", 2300);
     let sb = p.c.lmr(pattern(8, 10));
@@ -711,7 +712,7 @@ fn inject_delay_delays() {
     assert_eq!(next_dto(&p.s.rcv).cookie, 2);
 }
 
-#[test]
+#[case]
 fn inject_break_breaks_both_sides() {
     let p = pair("127.0.23.25", "127.0.23.26", 2500);
     let cb = p.c.lmr(vec![0; 32]);
@@ -742,7 +743,7 @@ fn inject_break_breaks_both_sides() {
     empty(&p.s.conn);
 }
 
-#[test]
+#[case]
 fn message_and_rdma_size_limits() {
     let attr = EpAttr {
         max_message_size: 8,
@@ -784,7 +785,7 @@ fn message_and_rdma_size_limits() {
 /// posted (each receive takes the next message), and each thread's sends
 /// in the order that thread posted them. The interleaving is up to the
 /// scheduler, so the scenario runs for several rounds.
-#[test]
+#[case]
 fn concurrent_posters_keep_completion_order() {
     const PER: usize = 1000;
     const ROUNDS: usize = 20;
@@ -882,7 +883,7 @@ fn message(k: u8, i: usize) -> [u8; 8] {
 /// and every completion arrives once, successful, in post order. Each send
 /// waits until the receive it needs is posted (no dependence on the RNR
 /// time).
-#[test]
+#[case]
 fn sends_race_receives_both_ways() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -951,7 +952,7 @@ fn sends_race_receives_both_ways() {
 /// order, each work request exactly once; the receiver's successes are
 /// the sender's (in one process exactly; across a network at least),
 /// with their data.
-#[test]
+#[case]
 fn disconnect_racing_sends_flushes_the_rest_in_order() {
     const N: usize = 12_000;
     let attr = EpAttr {
@@ -1032,7 +1033,7 @@ fn disconnect_racing_sends_flushes_the_rest_in_order() {
 /// receives over when their end runs dry. The queue length, the
 /// outstanding count, the order of completions and of a flush, and a
 /// reset all hold across both ends.
-#[test]
+#[case]
 fn receive_queue_limit_count_and_flush_order_span_both_ends() {
     let attr = EpAttr {
         max_recv_dtos: 4,

@@ -3,7 +3,8 @@
 //! whose upcalls tear each other down). Each failed on the code before its
 //! fix; the race defects also have loom models in `loom_evd.rs`.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{LIMIT, eventually, sw_evd, upcall, upcall_evd, within};
 use rdapl::error::Subtype;
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 
 /// Defect 1: a refused `Strict` re-enable of the policy already in force
 /// must not strand the backlog of the dispatch run it interrupted.
-#[test]
+#[case]
 fn refused_strict_reenable_keeps_delivering_the_backlog() {
     const N: u64 = 100;
     let delivered = Arc::new(AtomicU64::new(0));
@@ -65,7 +66,7 @@ fn refused_strict_reenable_keeps_delivering_the_backlog() {
 /// exact: with no producer running, the count `Disable` returns is what the
 /// consumer can then dequeue (an event popped for an upcall after the switch
 /// would be missing from it).
-#[test]
+#[case]
 fn no_upcall_begins_after_disable_returned() {
     const N: u64 = 200_000;
     let upcalled = Arc::new(AtomicU64::new(0));
@@ -124,7 +125,7 @@ fn no_upcall_begins_after_disable_returned() {
 
 /// Defect 3: an overflow after the consumer drained the EVD is a new
 /// episode and is reported again.
-#[test]
+#[case]
 fn second_overflow_after_a_drain_is_reported() {
     let async_evd = Evd::create(16, EvdFlags::ASYNC).unwrap();
     let evd = Evd::builder(2, EvdFlags::CONNECTION | EvdFlags::DTO)
@@ -165,7 +166,7 @@ fn second_overflow_after_a_drain_is_reported() {
 
 /// Defect 4: a panicking poller handler is contained: the poller goes on
 /// handling the EVD's events, counts the panic, and drops cleanly.
-#[test]
+#[case]
 fn panicking_poller_handler_is_contained() {
     let poller = Poller::new(PollerConfig::default()).unwrap();
     let evd = sw_evd(64);
@@ -199,8 +200,7 @@ fn panicking_poller_handler_is_contained() {
 
 /// Defect 5: two streams of one EVD, each parked in its own task, are both
 /// woken.
-#[cfg(feature = "stream")]
-#[test]
+#[case]
 fn two_streams_on_one_evd_are_both_woken() {
     use futures_executor::block_on;
     let evd = sw_evd(16);
@@ -233,8 +233,7 @@ fn two_streams_on_one_evd_are_both_woken() {
 
 /// Defect 6: a waker that polls the stream inline (an inline executor) is
 /// woken outside any internal lock, by a post and by the EVD's free.
-#[cfg(feature = "stream")]
-#[test]
+#[case]
 fn inline_waker_does_not_deadlock_post_or_free() {
     for free in [false, true] {
         let evd = sw_evd(16);
@@ -258,7 +257,7 @@ fn inline_waker_does_not_deadlock_post_or_free() {
 
 /// Defect 7: completing a reservation on another EVD (here a full one) is
 /// refused with an error in every build, and hangs nothing.
-#[test]
+#[case]
 fn reservation_completed_on_another_evd_is_refused() {
     let a = Evd::create(4, EvdFlags::DTO).unwrap();
     let b = Evd::create(1, EvdFlags::DTO).unwrap();
@@ -298,7 +297,7 @@ fn reservation_completed_on_another_evd_is_refused() {
 
 /// Two EVDs whose upcalls tear each other down: one of the two `Teardown`
 /// calls is refused (it would close a cycle of waits), neither thread hangs.
-#[test]
+#[case]
 fn mutual_teardown_from_upcalls_does_not_deadlock() {
     let dispatch = Dispatcher::new(2);
     let slots: Arc<Mutex<Vec<Evd>>> = Arc::new(Mutex::new(Vec::new()));
@@ -356,7 +355,6 @@ fn mutual_teardown_from_upcalls_does_not_deadlock() {
     assert!(refused >= 1, "{results:?}");
 }
 
-#[cfg(feature = "stream")]
 mod stream_util {
     use rdapl::{Evd, Event, Result};
     use std::future::Future;
@@ -428,7 +426,7 @@ mod stream_util {
 
 /// An EVD made with `Evd::create` (no async EVD) that becomes an
 /// endpoint's connection EVD reports its overflows on the IA's async EVD.
-#[test]
+#[case]
 fn standalone_evd_reports_overflows_on_the_ia_it_feeds_from() {
     let ia = common::open("127.0.181.1");
     let pz = ia.pz_create().unwrap();

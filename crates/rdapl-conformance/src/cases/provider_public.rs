@@ -1,13 +1,14 @@
-//! The test provider "pipe" (`common/pipe.rs`), written outside the core
+//! The test provider "pipe" (`crate::pipe`), written outside the core
 //! crate with its public provider interface alone, every completion
 //! asynchronous. The tests run the object model's flows on
 //! it: connection management with private data, sends and receives, RDMA
 //! writes and reads, protection errors, disconnect and free flushing
 //! exactly once, with every byte checked.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
-use common::pipe::Pipe;
+use crate::pipe::Pipe;
 use common::{D, Node, Pair, conn_ev, conn_kind, empty, flushed, ia_options, next_cr, next_dto};
 use rdapl::*;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-#[test]
+#[case]
 fn the_provider_is_named_and_opens_ias() {
     let pipe = Pipe::new();
     let ia = Ia::open_provider(pipe.clone(), ia_options("127.0.91.1")).unwrap();
@@ -48,7 +49,7 @@ fn the_provider_is_named_and_opens_ias() {
     assert!(reg.open("pipe", ia_options("127.0.91.2")).is_ok());
 }
 
-#[test]
+#[case]
 fn connect_accept_and_reject_carry_private_data() {
     let pipe = Pipe::new();
     let (c, s) = (node(&pipe, "127.0.92.1"), node(&pipe, "127.0.92.2"));
@@ -82,7 +83,7 @@ fn connect_accept_and_reject_carry_private_data() {
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::NonPeerRejected);
 }
 
-#[test]
+#[case]
 fn sends_land_in_order_with_every_byte() {
     let p = pipe_pair(72);
     const N: u64 = 48;
@@ -116,7 +117,7 @@ fn sends_land_in_order_with_every_byte() {
     empty(&p.s.rcv);
 }
 
-#[test]
+#[case]
 fn rdma_write_and_read_move_exactly_the_range() {
     let p = pipe_pair(73);
     let target = p.s.lmr(pattern(256, 9));
@@ -154,7 +155,7 @@ fn rdma_write_and_read_move_exactly_the_range() {
     assert!(got[..10].iter().chain(&got[90..]).all(|&b| b == 0));
 }
 
-#[test]
+#[case]
 fn a_forged_key_moves_nothing_and_breaks_both_sides() {
     let p = pipe_pair(74);
     let target = p.s.lmr(vec![5; 64]);
@@ -189,7 +190,7 @@ fn a_forged_key_moves_nothing_and_breaks_both_sides() {
     assert_eq!(target.to_vec().unwrap(), vec![5; 64]);
 }
 
-#[test]
+#[case]
 fn disconnect_and_free_flush_everything_once_and_tell_the_peer() {
     let p = pipe_pair(75);
     let rbuf = p.s.buf(64);
@@ -213,7 +214,7 @@ fn disconnect_and_free_flush_everything_once_and_tell_the_peer() {
     assert_eq!(p.s.ep.state(), EpState::Disconnected);
 }
 
-#[test]
+#[case]
 fn a_message_in_segments_fills_a_scatter_list_in_order() {
     let p = pipe_pair(76);
     let rbuf = p.s.buf(64);

@@ -5,7 +5,8 @@
 //! cannot invalidate (a plain LMR, another zone's, nothing) is refused
 //! and the connection breaks. On every provider.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{D, next_dto, pair};
 use rdapl::*;
@@ -22,7 +23,7 @@ fn window(p: &common::Pair, lmr: &Lmr, privs: MemPriv) -> (Rmr, u32) {
     (rmr, k)
 }
 
-#[test]
+#[case]
 fn the_key_goes_when_the_message_lands() {
     let p = pair("127.0.64.1", "127.0.64.2", 6400);
     let target = p.s.buf(64);
@@ -70,7 +71,7 @@ fn the_key_goes_when_the_message_lands() {
     assert_eq!(target.to_vec().unwrap(), vec![5; 64], "not one byte moved");
 }
 
-#[test]
+#[case]
 fn a_key_the_peer_cannot_invalidate_breaks_the_connection() {
     let p = pair("127.0.64.3", "127.0.64.4", 6401);
     // A plain LMR's key.

@@ -1,13 +1,14 @@
 //! End-to-end smoke of the object model on the loopback provider: connect
 //! with private data, send/receive, RDMA write and read, disconnect.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{Inject, T, next, next_cr, next_dto, side};
 use rdapl::*;
 use std::time::Duration;
 
-#[test]
+#[case]
 fn connect_send_rdma_disconnect() {
     let s = side("127.0.10.1");
     let c = side("127.0.10.2");
@@ -117,7 +118,7 @@ fn connect_send_rdma_disconnect() {
 /// Two server endpoints share one SRQ: receives are matched in post order
 /// across both, completions land on each endpoint's receive EVD, and the
 /// low watermark fires once on the async EVD.
-#[test]
+#[case]
 fn shared_receive_queue_and_low_watermark() {
     if common::skip_unless_loopback(
         "assumes completion order across endpoints (DAT orders within one)",
@@ -201,7 +202,7 @@ fn shared_receive_queue_and_low_watermark() {
 
 /// A fast-registration map and an invalidate queued behind it both
 /// succeed, in order; the key from before the invalidate is then refused.
-#[test]
+#[case]
 fn fmr_map_then_invalidate_queued() {
     let s = side("127.0.12.1");
     let c = side("127.0.12.2");
@@ -262,7 +263,7 @@ fn fmr_map_then_invalidate_queued() {
 /// Sender-controlled notification: a receive posted with SOLICITED_WAIT
 /// filled by an unsolicited send is queued without an upcall; a solicited
 /// send notifies (and the run then delivers both, in order).
-#[test]
+#[case]
 fn solicited_wait_receives_notify_only_for_solicited_sends() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};

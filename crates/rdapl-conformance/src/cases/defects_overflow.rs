@@ -7,7 +7,8 @@
 //! and uses its own connection qualifiers, so the tests run in parallel.
 //! Every wait has a timeout.
 
-mod common;
+use crate::case;
+use crate::support as common;
 
 use common::{
     D, Inject, Node, Pair, conn_kind, cr_arrival, empty, establish, next_dto, pair, rt, state_err,
@@ -28,7 +29,7 @@ fn write(p: &Pair, src: &Lmr, len: u64, remote: RmrTriplet, cookie: u64) -> DtoC
 
 // ----- defect 10: overflow on caller input -----------------------------------
 
-#[test]
+#[case]
 fn triplet_offsets_past_the_address_space_are_refused() {
     let p = pair("127.0.40.15", "127.0.40.16", 4015);
     let lmr = p.c.buf(64);
@@ -105,7 +106,7 @@ fn overflowing_list(lmr: &Lmr) -> [LmrTriplet; 2] {
     ]
 }
 
-#[test]
+#[case]
 fn segment_sums_that_overflow_are_refused_at_post() {
     let p = pair("127.0.40.17", "127.0.40.18", 4017);
     let lmr = p.c.buf(64);
@@ -139,7 +140,7 @@ fn segment_sums_that_overflow_are_refused_at_post() {
     );
 }
 
-#[test]
+#[case]
 fn srq_segment_sums_that_overflow_are_refused_at_post() {
     let n = Node::new("127.0.40.19");
     let srq = n.ia.srq_create(&n.pz, 8, 4).unwrap();
@@ -155,7 +156,7 @@ fn srq_segment_sums_that_overflow_are_refused_at_post() {
     assert_eq!(srq.query().unwrap().available, 1);
 }
 
-#[test]
+#[case]
 fn bind_ranges_that_overflow_are_refused() {
     let p = pair("127.0.40.20", "127.0.40.21", 4020);
     let lmr = p.s.buf(64);
@@ -191,7 +192,7 @@ fn bind_ranges_that_overflow_are_refused() {
     lmr.free().unwrap();
 }
 
-#[test]
+#[case]
 fn fmr_of_the_largest_length_maps_and_binds() {
     let p = pair("127.0.40.22", "127.0.40.23", 4022);
     let fmr = p.s.pz.lmr_create_fmr(u64::MAX).unwrap();
@@ -224,7 +225,7 @@ fn fmr_of_the_largest_length_maps_and_binds() {
 
 // ----- overflow on caller durations -------------------------------------------
 
-#[test]
+#[case]
 fn connect_timeout_of_any_length_is_taken() {
     let s = Node::new("127.0.41.30");
     let c = Node::new("127.0.41.31");
@@ -238,7 +239,7 @@ fn connect_timeout_of_any_length_is_taken() {
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
 }
 
-#[test]
+#[case]
 fn injected_delay_of_any_length_is_taken() {
     let s = Node::new("127.0.41.32");
     let c = Node::new("127.0.41.33");

@@ -2,9 +2,9 @@
 //! provider interface alone (`rdapl::provider`). It connects IAs of one
 //! process and moves every request on a progress thread of its own, so
 //! completions arrive asynchronously, never inside the poster's call (as a
-//! network provider's do). `tests/provider_public.rs` runs it; with
-//! `RDAPL_TEST_PROVIDER=pipe` every test that opens its IAs through
-//! `common::open` runs on it (see `common::provider`).
+//! network provider's do). The suite runs on it (`tests/pipe.rs` of this
+//! crate), and its `provider_public` cases open it by name; it is also a
+//! short example of a provider on the public interface.
 
 use rdapl::error::Subtype;
 use rdapl::event::CrHandle;
@@ -22,6 +22,7 @@ use std::time::Duration;
 
 // ----- the provider -------------------------------------------------------------
 
+/// The provider: every IA opened on one `Pipe` reaches the others.
 pub struct Pipe {
     fabric: Arc<Fabric>,
 }

@@ -1,0 +1,159 @@
+//! The conformance suite of rdapl providers.
+//!
+//! One suite checks what every provider must do under the DAT object
+//! model: connection management and the endpoint state machine, every
+//! DTO and its completion flags, flushes, memory registration and remote
+//! access, SRQs, event streams and the teardown of every object. A case
+//! never assumes a request completes inside the poster's call: it awaits
+//! completions, so it runs unchanged on a provider with threads of its own
+//! or a network between the ends.
+//!
+//! # Running it on a provider
+//!
+//! A provider crate adds `rdapl-conformance` as a dev-dependency and one
+//! test target without the standard harness:
+//!
+//! ```toml
+//! [[test]]
+//! name = "conformance"
+//! harness = false
+//! ```
+//!
+//! ```no_run
+//! // tests/conformance.rs
+//! fn main() {
+//!     # let my_provider = rdapl::builtin().get("loopback").unwrap();
+//!     rdapl_conformance::Suite::new(my_provider)
+//!         // Both ends of a connection in one process? (See below.)
+//!         .in_process(false)
+//!         .run()
+//! }
+//! ```
+//!
+//! `cargo test` then runs every case, named `module::case`, with libtest's
+//! options: a filter, `--exact`, `--skip`, `--list`, `--test-threads`,
+//! `--nocapture`. All cases share one instance of the provider, so IAs of
+//! the process reach each other; each case uses IA addresses of its own
+//! (127.0/16 and 127.1/16), so cases run in parallel.
+//!
+//! Every IA opened by a case goes through a
+//! [`FaultInjector`](rdapl::provider::FaultInjector) around the provider.
+//! Cases of what only the loopback provider does (its fault injection
+//! timing, its RNR time, requests executed inside the poster's call) print
+//! `skipped on NAME: why` and pass elsewhere. One assertion depends on
+//! [`Suite::in_process`]: when both ends are in one process, a disconnect
+//! racing with sends must leave the two sides' successes equal; across a
+//! network the sender's successes are at most the receiver's (iWARP has no
+//! acknowledgement of a placed message).
+//!
+//! The cases are `#[case]` functions of this crate's `cases` modules; the
+//! helpers they share are public in [`support`].
+
+#![forbid(unsafe_code)]
+// The example's `fn main` is the point: it is the whole test target.
+#![allow(clippy::needless_doctest_main)]
+
+mod cases;
+pub mod pipe;
+pub mod support;
+
+use rdapl::provider::Provider;
+use std::sync::Arc;
+
+/// Marks a function of this crate as a case of the suite.
+pub(crate) use rdapl_conformance_macros::case;
+
+/// A registered case: its module path, name and body.
+pub(crate) struct Case {
+    module: &'static str,
+    name: &'static str,
+    run: fn(),
+}
+
+impl Case {
+    pub(crate) const fn new(module: &'static str, name: &'static str, run: fn()) -> Case {
+        Case { module, name, run }
+    }
+
+    /// `module::name`, the module relative to `cases`.
+    fn full_name(&self) -> String {
+        let m = self.module.rsplit("::").next().unwrap_or(self.module);
+        format!("{m}::{}", self.name)
+    }
+}
+
+inventory::collect!(Case);
+
+/// The suite, on one provider.
+pub struct Suite {
+    provider: Arc<dyn Provider>,
+    in_process: bool,
+}
+
+impl Suite {
+    /// The suite on `provider` (across a network unless
+    /// [`in_process`](Suite::in_process) says otherwise).
+    pub fn new(provider: Arc<dyn Provider>) -> Suite {
+        Suite {
+            provider,
+            in_process: false,
+        }
+    }
+
+    /// Whether both ends of a connection live in this process, so what one
+    /// side did the other knows at once (the loopback, pipe).
+    pub fn in_process(mut self, yes: bool) -> Suite {
+        self.in_process = yes;
+        self
+    }
+
+    /// The names of every case, sorted (`module::case`).
+    pub fn case_names() -> Vec<String> {
+        let mut v: Vec<String> = inventory::iter::<Case>().map(Case::full_name).collect();
+        v.sort();
+        v
+    }
+
+    /// Runs the cases the command line selects (libtest's arguments) and
+    /// exits the process: 0 if every case passed, 101 otherwise.
+    pub fn run(self) -> ! {
+        let args = libtest_mimic::Arguments::from_args();
+        let installed = support::UNDER_TEST
+            .set((self.provider, self.in_process))
+            .is_ok();
+        assert!(installed, "one suite per process");
+        let mut cases: Vec<&Case> = inventory::iter::<Case>().collect();
+        cases.sort_by_key(|c| c.full_name());
+        let trials = cases
+            .into_iter()
+            .map(|c| {
+                let run = c.run;
+                libtest_mimic::Trial::test(c.full_name(), move || {
+                    run();
+                    Ok(())
+                })
+            })
+            .collect();
+        libtest_mimic::run(&args, trials).exit()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Suite;
+
+    /// Every case registers itself once, under a unique name.
+    #[test]
+    fn cases_register_once_each() {
+        let names = Suite::case_names();
+        assert!(names.len() >= 100, "only {} cases", names.len());
+        let mut d = names.clone();
+        d.dedup();
+        assert_eq!(d.len(), names.len(), "a name registered twice");
+        assert!(
+            names
+                .iter()
+                .any(|n| n == "model_dto::completions_and_data_in_post_order")
+        );
+    }
+}
