@@ -380,7 +380,7 @@ impl Conn {
     /// the peer instead of two). They go with the next pump of any kind:
     /// the consumer's post, its next pass, its `park`, or the progress
     /// thread's check of a polled connection (within
-    /// [`crate::progress::POLL_FRESH_MS`]).
+    /// [`crate::progress::HOLD_MS`]).
     pub fn pump_polled(&mut self, now: u64) {
         let held_before = self.out_held;
         let d0 = self.delivered;

@@ -78,7 +78,10 @@
 //! empty while one of these is armed) hands the input back to the thread
 //! at once (the core parks the hooks, [`rdapl::provider::Progress::park`]);
 //! one that just stops polling gets it back within the IA's
-//! `poll_fresh_ms` ([`progress::POLL_FRESH_MS`] by default).
+//! `poll_fresh_ms` ([`progress::POLL_FRESH_MS`] by default). What a
+//! polling pass held back to ride with the consumer's reply (the answer
+//! to the peer's fence, on which the peer's send completes) goes out
+//! within [`progress::HOLD_MS`] whatever `poll_fresh_ms` says.
 //!
 //! # Example
 //!

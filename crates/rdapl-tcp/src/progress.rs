@@ -24,7 +24,10 @@
 //!   whether the polling stopped. A consumer about to block or to rely on
 //!   a notification hands the input back at once (`park`); one that just
 //!   stops polling gets it back within the IA's `poll_fresh_ms`
-//!   ([`POLL_FRESH_MS`] by default).
+//!   ([`POLL_FRESH_MS`] by default). Output such a consumer's pass held
+//!   back (an answer to the peer's fence, to ride with its reply) goes
+//!   out at the thread's next check, at most [`HOLD_MS`] later, however
+//!   long `poll_fresh_ms` is: the peer's send completes on it.
 //!
 //! Interest is level-triggered and follows what each connection can use
 //! (no `EPOLLIN` while its input buffer is full or a Send waits for a
@@ -62,6 +65,10 @@ const WAKE: u64 = 0;
 /// polling: the thread leaves that connection's input to it (the default
 /// of [`crate::TcpConfig::poll_fresh_ms`]).
 pub const POLL_FRESH_MS: u64 = 3;
+
+/// The longest a polled connection goes between the thread's checks, and
+/// so the longest output held back by a consumer's pass waits (ms).
+pub const HOLD_MS: u64 = POLL_FRESH_MS;
 
 /// One connection, shared by the thread, posters and polling consumers.
 pub(crate) struct ConnCell {
@@ -526,7 +533,16 @@ impl Driver {
             };
             let mut c = cell.lock();
             match cell.polling(now) {
-                Some(until) if c.polled => next = Some(next.map_or(until, |n| n.min(until))),
+                Some(until) if c.polled => {
+                    // Still polled: output its consumer held back goes now
+                    // (the peer's send completes on it), and the next
+                    // check comes within HOLD_MS.
+                    if c.out_held {
+                        c.pump_tx(now);
+                    }
+                    let until = until.min(now.saturating_add(HOLD_MS));
+                    next = Some(next.map_or(until, |n| n.min(until)));
+                }
                 _ => {
                     self.polled.remove(&t);
                     if c.polled {

@@ -6,6 +6,9 @@
 //!
 //! Every test makes that check an hour apart (`poll_fresh_ms`), so a
 //! consumer that kept the input would see nothing within the bound `T`.
+//! The last test: a consumer that polled a receive in and then went
+//! quiet still lets the answer to the peer's fence out (the peer's send
+//! completes on it), within the provider's hold bound, not the hour.
 
 mod common;
 
@@ -174,4 +177,33 @@ fn an_async_stream_after_polling_gets_the_next_receive() {
         Poll::Ready(Some(Ok(ev))) => assert!(is_recv_1(&ev), "{ev:?}"),
         other => panic!("expected the receive, got {other:?}"),
     }
+}
+
+#[test]
+fn a_held_answer_goes_out_though_the_consumer_goes_quiet() {
+    let (p, buf) = polled_pair("127.0.35.1", "127.0.35.2");
+    let _src = server_sends(&p, 6);
+    // The message reaches the client's socket while the client polls (as
+    // far as the thread knows: its last pass is an hour fresh), so the
+    // thread leaves it there for the client's next pass.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    // The client polls its receive in (and holds the answer to the
+    // server's fence back for a reply that never comes), then goes quiet.
+    let end = std::time::Instant::now() + T;
+    let ev = loop {
+        if let Some(ev) = p.c.rcv.dequeue().unwrap() {
+            break ev;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "no receive within the bound"
+        );
+    };
+    assert!(is_recv_1(&ev), "{ev:?}");
+    let mut got = vec![0u8; 64];
+    buf.read_at(0, &mut got).unwrap();
+    assert_eq!(got, pattern(64, 6));
+    // The server's send completes on the client's answer.
+    let d = next_dto(&p.s.req);
+    assert_eq!((d.cookie, d.status), (7, DtoStatus::Success), "{d:?}");
 }
