@@ -391,6 +391,26 @@ impl EpInner {
         data: &[u8],
     ) -> std::result::Result<u64, DtoStatus> {
         let spans = local_access(iov, MemPriv::LOCAL_WRITE, self)?;
+        // The usual case, one segment holding all of it: that region alone
+        // is locked, with nothing gathered on the way.
+        let mut skip = usize::try_from(offset).map_err(|_| DtoStatus::LocalLength)?;
+        for s in spans.iter().map(Span::as_ref) {
+            if skip >= s.len {
+                skip -= s.len;
+                continue;
+            }
+            if s.len - skip >= data.len() {
+                let span = SpanRef {
+                    region: s.region,
+                    offset: s.offset + skip,
+                    len: data.len(),
+                };
+                return mem::lend_span(span, |dst| dst.copy_from_slice(data))
+                    .map(|()| data.len() as u64)
+                    .map_err(|_| DtoStatus::LocalProtection);
+            }
+            break;
+        }
         let refs: Vec<SpanRef<'_>> = spans.iter().map(Span::as_ref).collect();
         let refs = skip_spans(&refs, offset, data.len()).ok_or(DtoStatus::LocalLength)?;
         mem::copy_from_buf(data, &refs)
