@@ -18,7 +18,7 @@
 
 use crc_fast::{CrcAlgorithm, Digest};
 
-/// Inputs shorter than this are summed with [`TABLES`]: below it the walk
+/// Inputs shorter than this are summed with a slicing-by-8 table: below it the walk
 /// beats crc-fast's fixed cost per call (figures in rdapl-bench's README).
 pub const SMALL_MAX: usize = 56;
 
