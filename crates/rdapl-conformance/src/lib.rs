@@ -84,6 +84,15 @@ impl Case {
 
 inventory::collect!(Case);
 
+/// Every registered case, by name (`module::case`), sorted.
+fn sorted_cases() -> Vec<(String, fn())> {
+    let mut v: Vec<(String, fn())> = inventory::iter::<Case>()
+        .map(|c| (c.full_name(), c.run))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
 /// The suite, on one provider.
 pub struct Suite {
     provider: Arc<dyn Provider>,
@@ -109,9 +118,7 @@ impl Suite {
 
     /// The names of every case, sorted (`module::case`).
     pub fn case_names() -> Vec<String> {
-        let mut v: Vec<String> = inventory::iter::<Case>().map(Case::full_name).collect();
-        v.sort();
-        v
+        sorted_cases().into_iter().map(|(n, _)| n).collect()
     }
 
     /// Runs the cases the command line selects (libtest's arguments) and
@@ -122,13 +129,10 @@ impl Suite {
             .set((self.provider, self.in_process))
             .is_ok();
         assert!(installed, "one suite per process");
-        let mut cases: Vec<&Case> = inventory::iter::<Case>().collect();
-        cases.sort_by_key(|c| c.full_name());
-        let trials = cases
+        let trials = sorted_cases()
             .into_iter()
-            .map(|c| {
-                let run = c.run;
-                libtest_mimic::Trial::test(c.full_name(), move || {
+            .map(|(name, run)| {
+                libtest_mimic::Trial::test(name, move || {
                     run();
                     Ok(())
                 })

@@ -72,21 +72,6 @@ impl Gather {
     /// Locks every region of the list for reading, in region order;
     /// `None` if one is retired (nothing of the list may be read then).
     pub fn lock(&self) -> Option<GatherLock<'_>> {
-        // One region (the usual list): no distinct regions to sort out.
-        if let Some(first) = self.spans.first()
-            && self
-                .spans
-                .iter()
-                .all(|s| s.region.id() == first.region.id())
-        {
-            let mut guards = SmallVec::new();
-            guards.push((first.region.id(), first.region.try_read()?));
-            return Some(GatherLock {
-                spans: &self.spans,
-                len: self.len,
-                guards,
-            });
-        }
         let mut regions: SmallVec<[&Span; 4]> = SmallVec::new();
         for s in &self.spans {
             if !regions.iter().any(|r| r.region.id() == s.region.id()) {

@@ -393,23 +393,12 @@ impl EpInner {
         let spans = local_access(iov, MemPriv::LOCAL_WRITE, self)?;
         // The usual case, one segment holding all of it: that region alone
         // is locked, with nothing gathered on the way.
-        let mut skip = usize::try_from(offset).map_err(|_| DtoStatus::LocalLength)?;
-        for s in spans.iter().map(Span::as_ref) {
-            if skip >= s.len {
-                skip -= s.len;
-                continue;
-            }
-            if s.len - skip >= data.len() {
-                let span = SpanRef {
-                    region: s.region,
-                    offset: s.offset + skip,
-                    len: data.len(),
-                };
-                return mem::lend_span(span, |dst| dst.copy_from_slice(data))
-                    .map(|()| data.len() as u64)
-                    .map_err(|_| DtoStatus::LocalProtection);
-            }
-            break;
+        if let Some(span) = segment_at(&spans, offset, data.len())
+            && span.len == data.len()
+        {
+            return mem::lend_span(span, |dst| dst.copy_from_slice(data))
+                .map(|()| data.len() as u64)
+                .map_err(|_| DtoStatus::LocalProtection);
         }
         let refs: Vec<SpanRef<'_>> = spans.iter().map(Span::as_ref).collect();
         let refs = skip_spans(&refs, offset, data.len()).ok_or(DtoStatus::LocalLength)?;
@@ -466,20 +455,8 @@ impl EpInner {
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> std::result::Result<R, DtoStatus> {
         let spans = local_access(iov, MemPriv::LOCAL_WRITE, self)?;
-        let mut skip = usize::try_from(offset).map_err(|_| DtoStatus::LocalLength)?;
-        for s in spans.iter().map(Span::as_ref) {
-            if skip >= s.len {
-                skip -= s.len;
-                continue;
-            }
-            let span = SpanRef {
-                region: s.region,
-                offset: s.offset + skip,
-                len: (s.len - skip).min(len),
-            };
-            return mem::lend_span(span, f).map_err(|_| DtoStatus::LocalProtection);
-        }
-        Err(DtoStatus::LocalLength)
+        let span = segment_at(&spans, offset, len).ok_or(DtoStatus::LocalLength)?;
+        mem::lend_span(span, f).map_err(|_| DtoStatus::LocalProtection)
     }
 
     /// Lends the memory of a peer's RDMA write to `f` (for a provider that
@@ -592,6 +569,25 @@ fn fill_buf(b: &mut Buf, offset: u64, data: &[u8]) -> std::result::Result<u64, D
 
 /// The part of `spans` from byte `offset` on, `len` bytes long; `None` if
 /// the spans hold fewer than `offset + len` bytes.
+/// The bytes from `offset` on of the spans, at most `len` of them and only
+/// as far as the segment holding `offset` goes; `None` if `offset` is at
+/// or past their end.
+fn segment_at(spans: &mem::Spans, offset: u64, len: usize) -> Option<SpanRef<'_>> {
+    let mut skip = usize::try_from(offset).ok()?;
+    for s in spans.iter().map(Span::as_ref) {
+        if skip >= s.len {
+            skip -= s.len;
+            continue;
+        }
+        return Some(SpanRef {
+            region: s.region,
+            offset: s.offset + skip,
+            len: (s.len - skip).min(len),
+        });
+    }
+    None
+}
+
 fn skip_spans<'a>(spans: &[SpanRef<'a>], offset: u64, len: usize) -> Option<Vec<SpanRef<'a>>> {
     let mut skip = usize::try_from(offset).ok()?;
     let mut want = len;
