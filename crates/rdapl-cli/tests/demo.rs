@@ -97,8 +97,25 @@ fn one_message_and_one_byte() {
     assert_clean(&s, &opts);
 }
 
+/// Concurrent demos in one process each find a qualifier nobody holds.
+/// Two are held here for the whole test, so every run must skip them.
+/// (That the runs pick distinct qualifiers among themselves holds only
+/// while they overlap; one that ends first frees its qualifier for the
+/// next, so that is not asserted.)
 #[test]
-fn concurrent_demos_use_distinct_qualifiers() {
+fn concurrent_demos_skip_qualifiers_in_use() {
+    let ia = rdapl::Ia::open_with(
+        "loopback",
+        rdapl::IaOptions {
+            params: format!("addr={}", demo::SERVER_ADDR),
+            ..Default::default()
+        },
+    )
+    .expect("open");
+    let cr = ia.evd_create(4, rdapl::EvdFlags::CR).expect("evd");
+    let held: Vec<_> = (0..2)
+        .map(|k| ia.psp_create(demo::BASE_CONN_QUAL + k, &cr).expect("psp"))
+        .collect();
     let opts = quiet(Some(32), Some(64), Some(64 << 10));
     let runs: Vec<_> = (0..3)
         .map(|_| {
@@ -106,15 +123,17 @@ fn concurrent_demos_use_distinct_qualifiers() {
             std::thread::spawn(move || demo::run(&o))
         })
         .collect();
-    let mut quals = Vec::new();
     for r in runs {
         let s = r.join().expect("demo thread").expect("demo run");
         assert_clean(&s, &opts);
-        quals.push(s.conn_qual);
+        assert!(
+            (demo::BASE_CONN_QUAL + 2..demo::BASE_CONN_QUAL + demo::CONN_QUAL_TRIES)
+                .contains(&s.conn_qual),
+            "qualifier {} is held or out of range",
+            s.conn_qual
+        );
     }
-    quals.sort_unstable();
-    quals.dedup();
-    assert_eq!(quals.len(), 3, "each run listened on its own qualifier");
+    drop(held);
 }
 
 #[test]
