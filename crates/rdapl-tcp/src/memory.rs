@@ -31,7 +31,8 @@
 use rdapl::provider::{EpInner, Gather, RecvWr, Wr};
 use rdapl::{DtoStatus, MemPriv, RmrTriplet};
 use rdapl_iwarp::{Access, Memory, Place, Region, Source, StagError};
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// What the FPDU being fed to the engine is (tagged placements are told
@@ -111,11 +112,11 @@ impl ConnMemory {
     pub fn new() -> ConnMemory {
         ConnMemory {
             ep: None,
-            staged: HashMap::new(),
+            staged: HashMap::default(),
             staged_bytes: 0,
             pool: Vec::new(),
-            recvs: HashMap::new(),
-            sinks: HashMap::new(),
+            recvs: HashMap::default(),
+            sinks: HashMap::default(),
             rx_op: RxOp::Other,
             pending_read: None,
             responses: VecDeque::new(),

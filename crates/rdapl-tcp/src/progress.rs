@@ -49,9 +49,9 @@ use rdapl::event::EpHandle;
 use rdapl::provider::{CrInner, EpInner, SpInner};
 use rdapl::{ConnectionEventKind, Result};
 use rdapl_iwarp::{Connection, Role};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use rustix::event::epoll;
 use rustix::event::{EventfdFlags, Timespec, eventfd};
-use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
@@ -312,7 +312,7 @@ impl Shared {
             epoll,
             wake,
             cmds: Mutex::new(Vec::new()),
-            listeners: Mutex::new(HashMap::new()),
+            listeners: Mutex::new(HashMap::default()),
             next_token: AtomicU64::new(1),
             next_due: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
@@ -414,9 +414,9 @@ pub(crate) fn spawn(sh: Arc<Shared>) -> std::io::Result<()> {
         .spawn(move || {
             let mut d = Driver {
                 sh,
-                conns: HashMap::new(),
-                by_ep: HashMap::new(),
-                polled: HashSet::new(),
+                conns: HashMap::default(),
+                by_ep: HashMap::default(),
+                polled: HashSet::default(),
             };
             d.run();
         })
