@@ -190,6 +190,16 @@ impl Tcp {
         })
     }
 
+    /// How many times the progress thread locked one of its connections
+    /// so far (a diagnostic: per wake-up it looks at the connections that
+    /// changed, not at every connection it has).
+    pub fn thread_looks(&self) -> u64 {
+        self.core
+            .lock()
+            .as_ref()
+            .map_or(0, |c| c.sh.looks.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// Payload bytes its connections read from their sockets straight
     /// into the receive or region they were for, with no intermediate copy
     /// (a diagnostic: bulk transfers go that way).

@@ -38,6 +38,14 @@
 //! connect timeouts, the receive wait, lingering closes, a polled
 //! connection's check) is due.
 //!
+//! The thread's work per wake-up is in the connections it was woken for,
+//! not in how many there are: it keeps the timers in a heap and looks
+//! again (timers, interest, phase) only at the connections it pumped and
+//! at those another thread's pump moved to an earlier timer or a new
+//! phase (`Shared::settle` names them). A connection's timer may move
+//! later than its entry in the heap (the entry then wakes the thread
+//! early, which re-arms it), never earlier unseen.
+//!
 //! The thread ends when the provider and every IA opened from it are gone;
 //! its connections are closed then (the peers see the end).
 
@@ -52,6 +60,8 @@ use rdapl_iwarp::{Connection, Role};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use rustix::event::epoll;
 use rustix::event::{EventfdFlags, Timespec, eventfd};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
@@ -278,10 +288,16 @@ pub(crate) struct Shared {
     /// When the thread wakes up next at the latest (ms; `u64::MAX`: only
     /// for a socket or a command), published before it sleeps.
     next_due: AtomicU64,
+    /// Connections that a pump off the thread moved to an earlier timer
+    /// or another phase: the thread looks at them again.
+    retimed: Mutex<Vec<u64>>,
     stop: AtomicBool,
     start: Instant,
     /// Returns from `epoll_wait` (a diagnostic: idle means few).
     pub wakeups: AtomicU64,
+    /// Connections the thread locked (a diagnostic: its work follows the
+    /// connections that changed, not how many there are).
+    pub looks: AtomicU64,
     /// Counters the connections keep (diagnostics).
     pub stats: Arc<Stats>,
 }
@@ -315,9 +331,11 @@ impl Shared {
             listeners: Mutex::new(HashMap::default()),
             next_token: AtomicU64::new(1),
             next_due: AtomicU64::new(u64::MAX),
+            retimed: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             start: Instant::now(),
             wakeups: AtomicU64::new(0),
+            looks: AtomicU64::new(0),
             stats: Arc::default(),
         }))
     }
@@ -359,9 +377,16 @@ impl Shared {
     fn settle(&self, c: &mut Conn, before: (Option<u64>, Phase)) {
         self.sync_interest(c);
         let due = c.deadline();
-        let sooner = due.is_some_and(|d| d < self.next_due.load(Ordering::SeqCst));
-        if c.phase != before.1 || (due != before.0 && sooner) {
-            self.wakeup();
+        let earlier = due.is_some_and(|d| before.0.is_none_or(|b| d < b));
+        let moved = c.phase != before.1;
+        if earlier || moved {
+            // Named before `next_due` is read: a thread that already took
+            // the list published `u64::MAX` first, and is woken below.
+            self.retimed.lock().push(c.token);
+            let sooner = due.is_some_and(|d| d < self.next_due.load(Ordering::SeqCst));
+            if moved || sooner {
+                self.wakeup();
+            }
         }
     }
 
@@ -405,6 +430,17 @@ struct Driver {
     by_ep: HashMap<EpHandle, u64>,
     /// Connections whose input the thread left to a polling consumer.
     polled: HashSet<u64>,
+    /// Connection timers, earliest first: (deadline, token). Lazy: an
+    /// entry is live while `armed` holds its deadline for its token.
+    timers: BinaryHeap<Reverse<(u64, u64)>>,
+    /// The deadline each connection is armed with: never later than its
+    /// own (`Conn::deadline`), unless it is in `touched` or
+    /// `Shared::retimed`.
+    armed: HashMap<u64, u64>,
+    /// Connections the thread changed since it last looked at them.
+    touched: HashSet<u64>,
+    /// Every connection changed (a command that touched them all).
+    all_touched: bool,
 }
 
 /// Starts the progress thread of `sh`.
@@ -417,10 +453,20 @@ pub(crate) fn spawn(sh: Arc<Shared>) -> std::io::Result<()> {
                 conns: HashMap::default(),
                 by_ep: HashMap::default(),
                 polled: HashSet::default(),
+                timers: BinaryHeap::new(),
+                armed: HashMap::default(),
+                touched: HashSet::default(),
+                all_touched: false,
             };
             d.run();
         })
         .map(|_| ())
+}
+
+/// The thread's lock of a connection, counted in [`Shared::looks`].
+fn look<'a>(sh: &Shared, cell: &'a ConnCell) -> ConnGuard<'a> {
+    sh.looks.fetch_add(1, Ordering::Relaxed);
+    cell.lock()
 }
 
 fn flags((r, w): (bool, bool)) -> epoll::EventFlags {
@@ -442,7 +488,40 @@ impl Driver {
     /// The live connection of `ep`, out of the commands' map.
     fn take_by_ep(&mut self, ep: &EpInner) -> Option<Arc<ConnCell>> {
         let t = self.by_ep.remove(&ep.handle())?;
+        self.touched.insert(t);
         self.cell(t)
+    }
+
+    /// The earliest live timer (stale entries dropped on the way).
+    fn next_timer(&mut self) -> Option<u64> {
+        while let Some(&Reverse((d, t))) = self.timers.peek() {
+            if self.armed.get(&t) == Some(&d) {
+                return Some(d);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// Runs the timers of the connections armed for `now` or earlier.
+    fn fire_timers(&mut self, now: u64) {
+        while let Some(&Reverse((d, t))) = self.timers.peek() {
+            if d > now {
+                break;
+            }
+            self.timers.pop();
+            if self.armed.get(&t) != Some(&d) {
+                continue; // re-armed since, or gone
+            }
+            self.armed.remove(&t);
+            self.touched.insert(t);
+            if let Some(cell) = self.cell(t) {
+                let mut c = look(&self.sh, &cell);
+                if c.deadline().is_some_and(|x| x <= now) {
+                    c.on_timer(now);
+                }
+            }
+        }
     }
 
     fn run(&mut self) {
@@ -455,13 +534,9 @@ impl Driver {
             // Published first: a connection whose timer changes after its
             // look here wakes the thread (`Shared::settle`).
             self.sh.next_due.store(u64::MAX, Ordering::SeqCst);
+            self.tidy();
             let now = self.sh.now();
-            let due = self
-                .conns
-                .values()
-                .filter_map(|c| c.lock().deadline())
-                .chain(poll_due)
-                .min();
+            let due = self.next_timer().into_iter().chain(poll_due).min();
             self.sh
                 .next_due
                 .store(due.unwrap_or(u64::MAX), Ordering::SeqCst);
@@ -502,22 +577,13 @@ impl Driver {
             for (t, fl) in ready {
                 self.ready(t, fl, now);
             }
-            let due: Vec<Arc<ConnCell>> = self
-                .conns
-                .values()
-                .filter(|c| c.lock().deadline().is_some_and(|d| d <= now))
-                .cloned()
-                .collect();
-            for cell in due {
-                cell.lock().on_timer(now);
-            }
+            self.fire_timers(now);
             poll_due = self.check_polled(now);
-            self.tidy();
         }
         // Stopping: close every connection; the peers see the end.
         self.by_ep.clear();
         for c in self.conns.values() {
-            c.lock().close_local(self.sh.now());
+            look(&self.sh, c).close_local(self.sh.now());
         }
     }
 
@@ -531,7 +597,8 @@ impl Driver {
                 self.polled.remove(&t);
                 continue;
             };
-            let mut c = cell.lock();
+            self.touched.insert(t);
+            let mut c = look(&self.sh, &cell);
             match cell.polling(now) {
                 Some(until) if c.polled => {
                     // Still polled: output its consumer held back goes now
@@ -555,27 +622,45 @@ impl Driver {
         next
     }
 
-    /// Updates epoll interest, the maps, and drops dead connections.
+    /// For the connections changed since the last look: updates epoll
+    /// interest, the maps and the timers, and drops dead connections.
     fn tidy(&mut self) {
+        let mut names: Vec<u64> = std::mem::take(&mut *self.sh.retimed.lock());
+        if std::mem::take(&mut self.all_touched) {
+            names.extend(self.conns.keys());
+        }
+        names.extend(self.touched.drain());
+        names.sort_unstable();
+        names.dedup();
         let mut dead = Vec::new();
         let mut gone = Vec::new();
-        for (t, cell) in self.conns.iter() {
-            let mut c = cell.lock();
+        for t in names {
+            let Some(cell) = self.conns.get(&t) else {
+                self.armed.remove(&t);
+                continue;
+            };
+            let mut c = look(&self.sh, cell);
             if c.phase != Phase::Open && c.phase != Phase::Connecting {
-                gone.push(*t);
+                gone.push(t);
             }
             if c.is_dead() {
-                dead.push(*t);
+                dead.push(t);
                 continue;
             }
             self.sh.sync_interest(&mut c);
+            if let Some(d) = c.deadline()
+                && self.armed.get(&t).is_none_or(|a| d < *a)
+            {
+                self.armed.insert(t, d);
+                self.timers.push(Reverse((d, t)));
+            }
         }
         if !gone.is_empty() {
             self.by_ep.retain(|_, v| !gone.contains(v));
         }
         for t in dead {
             if let Some(cell) = self.conns.remove(&t) {
-                let mut c = cell.lock();
+                let mut c = look(&self.sh, &cell);
                 if c.registered.take().is_some() {
                     let _ = epoll::delete(&self.sh.epoll, c.sock.as_fd());
                 }
@@ -593,6 +678,7 @@ impl Driver {
                 }
             }
             self.polled.remove(&t);
+            self.armed.remove(&t);
         }
     }
 
@@ -628,7 +714,7 @@ impl Driver {
                 Err(_) => continue,
             }
             let cell = self.insert(c);
-            cell.lock().pump(now);
+            look(&self.sh, &cell).pump(now);
             self.after(t);
         }
     }
@@ -649,6 +735,7 @@ impl Driver {
             }
         });
         self.conns.insert(t, cell.clone());
+        self.touched.insert(t);
         self.after(t);
         cell
     }
@@ -658,7 +745,7 @@ impl Driver {
         let Some(cell) = self.cell(t) else {
             return;
         };
-        let c = cell.lock();
+        let c = look(&self.sh, &cell);
         if (c.phase == Phase::Open || c.phase == Phase::Connecting)
             && let Some(ep) = &c.ep
             && self.by_ep.insert(ep.handle(), t) != Some(t)
@@ -672,8 +759,9 @@ impl Driver {
         let Some(cell) = self.cell(t) else {
             return;
         };
+        self.touched.insert(t);
         {
-            let mut c = cell.lock();
+            let mut c = look(&self.sh, &cell);
             if c.phase == Phase::Connecting {
                 match cm::connect_result(&c.sock) {
                     Ok(true) => c.start_mpa(now),
@@ -730,13 +818,14 @@ impl Driver {
             Cmd::Accept { token, cr, ep, pd } => {
                 // The connection the request came on, if it still waits
                 // for the answer.
+                self.touched.insert(token);
                 let cell = self.cell(token).filter(|cell| {
-                    let c = cell.lock();
+                    let c = look(&self.sh, cell);
                     c.phase == Phase::Open && c.cr.as_ref().is_some_and(|x| Arc::ptr_eq(x, &cr))
                 });
                 match cell {
                     Some(cell) => {
-                        cell.lock().accept(&ep, &pd, now);
+                        look(&self.sh, &cell).accept(&ep, &pd, now);
                         self.after(token);
                     }
                     None => {
@@ -745,8 +834,9 @@ impl Driver {
                 }
             }
             Cmd::Reject { token, cr, pd } => {
+                self.touched.insert(token);
                 if let Some(cell) = self.cell(token) {
-                    let mut c = cell.lock();
+                    let mut c = look(&self.sh, &cell);
                     if c.phase == Phase::Open && c.cr.as_ref().is_some_and(|x| Arc::ptr_eq(x, &cr))
                     {
                         c.reject(&pd, now);
@@ -756,19 +846,23 @@ impl Driver {
             Cmd::Disconnect { ep } => {
                 let cell = self.take_by_ep(&ep);
                 if let Some(cell) = cell {
-                    cell.lock().close_local(now);
+                    look(&self.sh, &cell).close_local(now);
                 }
             }
             Cmd::Break { ep } => {
                 let cell = self.take_by_ep(&ep);
                 if let Some(cell) = cell {
-                    cell.lock().break_link(now);
+                    look(&self.sh, &cell).break_link(now);
                 }
             }
             Cmd::Kick { ep, recv } => {
-                let cell = self.by_ep.get(&ep.handle()).and_then(|t| self.cell(*t));
+                let t = self.by_ep.get(&ep.handle()).copied();
+                if let Some(t) = t {
+                    self.touched.insert(t);
+                }
+                let cell = t.and_then(|t| self.cell(t));
                 if let Some(cell) = cell {
-                    let mut c = cell.lock();
+                    let mut c = look(&self.sh, &cell);
                     if recv {
                         c.recv_posted(now);
                     } else {
@@ -777,8 +871,9 @@ impl Driver {
                 }
             }
             Cmd::KickAll => {
+                self.all_touched = true;
                 for cell in self.conns.values() {
-                    cell.lock().recv_posted(now);
+                    look(&self.sh, cell).recv_posted(now);
                 }
             }
         }

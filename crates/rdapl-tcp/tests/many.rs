@@ -1,5 +1,7 @@
 //! Load and liveness: 100 connections at once, each moving data both
-//! ways with every byte checked; an idle provider does not spin.
+//! ways with every byte checked; an idle provider does not spin; the
+//! progress thread's work follows the connections that move, not how many
+//! are idle beside them.
 
 mod common;
 
@@ -122,4 +124,58 @@ fn an_idle_provider_does_not_spin() {
     p.c.send(&src, 0, 16, 2);
     assert_eq!(next_dto(&p.s.rcv).status, DtoStatus::Success);
     assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+}
+
+#[test]
+fn the_thread_leaves_idle_connections_alone() {
+    const IDLE: usize = 100;
+    const ROUNDS: u64 = 200;
+    let tcp = Tcp::new();
+    let s = Node::with(common::ia(&tcp, "127.0.32.2", ""), 1024);
+    let c = Node::with(common::ia(&tcp, "127.0.32.1", ""), 1024);
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    let ceps: Vec<Ep> = (0..IDLE).map(|_| c.ep2()).collect();
+    for ep in &ceps {
+        ep.connect(s.ia.address(), q, Some(T), b"").unwrap();
+    }
+    let mut seps = Vec::new();
+    for _ in 0..IDLE {
+        let ep = s.ep2();
+        next_cr(&s.ia, &s.cr).accept(&ep, b"").unwrap();
+        seps.push(ep);
+    }
+    for _ in 0..IDLE {
+        assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
+        assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+    }
+    // One busy pair beside them, its consumers waiting (not polling), so
+    // that the thread carries much of its input.
+    let p = Pair::connected(&tcp, "127.0.32.3", "127.0.32.4", "");
+    let (sbuf, cbuf) = (p.s.buf(64), p.c.buf(64));
+    let (ssrc, csrc) = (p.s.lmr(vec![7; 64]), p.c.lmr(vec![9; 64]));
+    // Past the start-up timers of every connection (the active sides'
+    // nudges end 1050 ms after the MPA Reply).
+    std::thread::sleep(std::time::Duration::from_millis(1_300));
+    let (w0, l0) = (tcp.wakeups(), tcp.thread_looks());
+    for i in 0..ROUNDS {
+        p.s.recv(&sbuf, 0, 64, i);
+        p.c.recv(&cbuf, 0, 64, i);
+        p.c.send(&csrc, 0, 64, i);
+        assert_eq!(next_dto(&p.s.rcv).status, DtoStatus::Success);
+        p.s.send(&ssrc, 0, 64, i);
+        assert_eq!(next_dto(&p.c.rcv).status, DtoStatus::Success);
+        assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+        assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
+    }
+    let (w, l) = (tcp.wakeups() - w0, tcp.thread_looks() - l0);
+    // Each wake-up looks at the few connections it was for (the busy
+    // pair's two ends, each about three times: its readiness, its maps,
+    // its timers and interest): a walk over every connection would lock
+    // the 200 idle ends each time.
+    assert!(
+        l <= 10 * w + 32,
+        "{l} connection locks in {w} wake-ups beside {} idle connections",
+        2 * IDLE
+    );
+    drop((ceps, seps));
 }
