@@ -315,6 +315,19 @@ impl Conn {
         .min()
     }
 
+    /// Nothing to do until the socket has input: open, no input buffered
+    /// unfed, no Send waiting for a receive, no output queued or held.
+    /// (A consumer's pass may then skip the connection, see
+    /// `progress::ConnCell`.)
+    pub fn quiet(&self) -> bool {
+        self.phase == Phase::Open
+            && self.in_pos == self.in_end
+            && self.stall_since.is_none()
+            && !self.eof
+            && self.out.is_empty()
+            && !self.out_held
+    }
+
     /// What the socket should be polled for: (readable, writable).
     pub fn interest(&self) -> (bool, bool) {
         match self.phase {

@@ -200,6 +200,20 @@ impl Tcp {
             .map_or(0, |c| c.sh.looks.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// Consumers' passes over its connections so far: (pumped, skipped).
+    /// A pass skips a connection with nothing to do and no input (a
+    /// diagnostic: a pass over an EVD that many connections share makes
+    /// one readiness check, not a `recv` each).
+    pub fn pass_counts(&self) -> (u64, u64) {
+        self.core.lock().as_ref().map_or((0, 0), |c| {
+            let s = &c.sh.stats;
+            (
+                s.pass_pumps.load(std::sync::atomic::Ordering::Relaxed),
+                s.pass_skips.load(std::sync::atomic::Ordering::Relaxed),
+            )
+        })
+    }
+
     /// Payload bytes its connections read from their sockets straight
     /// into the receive or region they were for, with no intermediate copy
     /// (a diagnostic: bulk transfers go that way).

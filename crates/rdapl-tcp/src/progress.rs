@@ -16,7 +16,13 @@
 //! * **Consumers.** The connection is a progress hook
 //!   ([`rdapl::provider::Progress`]) of its endpoint's EVDs: a consumer
 //!   that finds one empty, or is about to wait on it, pumps the
-//!   connection (read, place, complete) in its own thread.
+//!   connection (read, place, complete) in its own thread. On an EVD that
+//!   several connections feed, a pass asks once which sockets have input
+//!   (a zero-timeout wait on the provider's second epoll set, the
+//!   pollset, which holds every connection's socket) and skips the
+//!   connections that have none and nothing else to do (`quiet`), so
+//!   that its cost follows the connections that move, not how many share
+//!   the EVD.
 //! * **The thread.** While a consumer polls a connection (its last pass
 //!   less than [`POLL_FRESH_MS`] ago) the thread does not compete for its
 //!   input: the first readiness it sees then takes `EPOLLIN` away from
@@ -71,6 +77,28 @@ use std::time::{Duration, Instant};
 /// The eventfd's epoll key.
 const WAKE: u64 = 0;
 
+/// The sockets with input, as a thread's current pass saw them (see
+/// `Shared::pass_view`).
+struct PassView {
+    /// (pass, provider) the view is of.
+    key: Option<(u64, usize)>,
+    now: u64,
+    /// Every socket counts as ready (the wait failed or filled `events`).
+    all: bool,
+    ready: HashSet<u64>,
+    events: Vec<epoll::Event>,
+}
+
+thread_local! {
+    static PASS_VIEW: std::cell::RefCell<PassView> = std::cell::RefCell::new(PassView {
+        key: None,
+        now: 0,
+        all: true,
+        ready: HashSet::default(),
+        events: Vec::with_capacity(64),
+    });
+}
+
 /// A consumer whose last progress pass is younger than this (ms) is
 /// polling: the thread leaves that connection's input to it (the default
 /// of [`crate::TcpConfig::poll_fresh_ms`]).
@@ -90,8 +118,15 @@ pub(crate) struct ConnCell {
     pub last_poll: AtomicU64,
     /// A poster found the lock taken: whoever releases it pumps again.
     kicked: AtomicBool,
+    /// The last consumer pass left nothing to do but wait for input
+    /// (`Conn::quiet`); cleared by every other change under the lock. A
+    /// pass skips a quiet connection whose socket its readiness view
+    /// does not name.
+    quiet: AtomicBool,
     /// The IA's `poll_fresh_ms`.
     poll_fresh: u64,
+    /// The connection's key (`Conn::token`).
+    token: u64,
     sh: Arc<Shared>,
 }
 
@@ -117,6 +152,8 @@ impl std::ops::Deref for ConnGuard<'_> {
 
 impl std::ops::DerefMut for ConnGuard<'_> {
     fn deref_mut(&mut self) -> &mut Conn {
+        // Whatever changes now may leave work for the next pass.
+        self.cell.quiet.store(false, Ordering::Relaxed);
         self.g.as_mut().expect("held until dropped")
     }
 }
@@ -137,6 +174,7 @@ impl Drop for ConnGuard<'_> {
             // Taken by someone else: its release looks again.
             if let Some(mut c) = cell.conn.try_lock() {
                 if cell.kicked.swap(false, Ordering::SeqCst) {
+                    cell.quiet.store(false, Ordering::Relaxed);
                     let before = (c.deadline(), c.phase);
                     c.pump(cell.sh.now());
                     cell.sh.settle(&mut c, before);
@@ -184,19 +222,43 @@ impl ConnCell {
     }
 }
 
-impl rdapl::provider::Progress for ConnCell {
-    fn progress(&self) {
-        let now = self.sh.now();
+impl ConnCell {
+    /// A consumer's pass over this connection; `pass` names the pass over
+    /// all of an EVD's hooks, if it is one.
+    fn pass(&self, pass: Option<u64>) {
+        let (now, ready) = match pass {
+            Some(p) => self.sh.pass_view(p, self.token),
+            None => (self.sh.now(), true),
+        };
         self.last_poll.store(now + 1, Ordering::Relaxed);
+        if !ready && self.quiet.load(Ordering::Acquire) {
+            // Nothing buffered, held or owed, and no input this pass.
+            self.sh.stats.pass_skips.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let Some(mut c) = self.try_lock() else {
             return;
         };
         if c.phase != Phase::Open {
             return;
         }
+        self.sh.stats.pass_pumps.fetch_add(1, Ordering::Relaxed);
         let before = (c.deadline(), c.phase);
         c.pump_polled(now);
         self.sh.settle(&mut c, before);
+        // Last, after every change of this pass (the guard's release may
+        // pump again, and clears it then).
+        self.quiet.store(c.quiet(), Ordering::Release);
+    }
+}
+
+impl rdapl::provider::Progress for ConnCell {
+    fn progress(&self) {
+        self.pass(None);
+    }
+
+    fn progress_pass(&self, pass: u64) {
+        self.pass(Some(pass));
     }
 
     fn park(&self) {
@@ -279,6 +341,10 @@ pub(crate) struct Listener {
 /// What the callers and the thread share.
 pub(crate) struct Shared {
     epoll: OwnedFd,
+    /// Every connection's socket, for consumers' passes: one zero-timeout
+    /// wait a pass names the sockets with input (level-triggered), so that
+    /// a pass over many connections makes one system call, not one each.
+    pollset: OwnedFd,
     wake: OwnedFd,
     cmds: Mutex<Vec<Cmd>>,
     /// Listening sockets by epoll key; a caller removes (and so closes)
@@ -310,12 +376,17 @@ pub(crate) struct Stats {
     /// Payload bytes queued for a socket by reference to registered
     /// memory (written from it, no staging copy).
     pub sent_direct: AtomicU64,
+    /// Consumer passes that pumped a connection.
+    pub pass_pumps: AtomicU64,
+    /// Consumer passes that skipped a quiet connection with no input.
+    pub pass_skips: AtomicU64,
 }
 
 impl Shared {
     pub fn new() -> Result<Arc<Shared>> {
         let err = |e: rustix::io::Errno| rdapl::Error::Internal(format!("tcp: {e}"));
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(err)?;
+        let pollset = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(err)?;
         let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(err)?;
         epoll::add(
             &epoll,
@@ -326,6 +397,7 @@ impl Shared {
         .map_err(err)?;
         Ok(Arc::new(Shared {
             epoll,
+            pollset,
             wake,
             cmds: Mutex::new(Vec::new()),
             listeners: Mutex::new(HashMap::default()),
@@ -346,6 +418,49 @@ impl Shared {
 
     pub fn now(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// For pass `pass` of this thread: the time, and whether connection
+    /// `token`'s socket had input (or an error) when the pass first asked.
+    /// The first hook of a pass asks the pollset; the others reuse the
+    /// answer. Too many ready to list: every socket counts as ready.
+    fn pass_view(&self, pass: u64, token: u64) -> (u64, bool) {
+        PASS_VIEW.with(|v| {
+            let mut v = v.borrow_mut();
+            let key = (pass, self as *const Shared as usize);
+            if v.key != Some(key) {
+                v.key = Some(key);
+                v.now = self.now();
+                v.ready.clear();
+                let mut events = std::mem::take(&mut v.events);
+                events.clear();
+                let zero = Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                let r = epoll::wait(
+                    &self.pollset,
+                    rustix::buffer::spare_capacity(&mut events),
+                    Some(&zero),
+                );
+                v.all = !matches!(r, Ok(n) if n < events.capacity());
+                for e in &events {
+                    v.ready.insert(e.data.u64());
+                }
+                v.events = events;
+            }
+            (v.now, v.all || v.ready.contains(&token))
+        })
+    }
+
+    /// Adds a connection's socket to the pollset.
+    fn pollset_add(&self, c: &Conn) {
+        let _ = epoll::add(
+            &self.pollset,
+            &c.sock,
+            epoll::EventData::new_u64(c.token),
+            epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+        );
     }
 
     /// Brings the epoll registration of `c` up to date.
@@ -664,6 +779,7 @@ impl Driver {
                 if c.registered.take().is_some() {
                     let _ = epoll::delete(&self.sh.epoll, c.sock.as_fd());
                 }
+                let _ = epoll::delete(&self.sh.pollset, c.sock.as_fd());
                 // Dead: nobody registers it again, and its endpoint, if
                 // it still links it, lets go (the link would keep it, and
                 // so the endpoint, alive).
@@ -731,9 +847,12 @@ impl Driver {
                 conn: Mutex::new(c),
                 last_poll: AtomicU64::new(0),
                 kicked: AtomicBool::new(false),
+                quiet: AtomicBool::new(false),
+                token: t,
                 sh: self.sh.clone(),
             }
         });
+        self.sh.pollset_add(&cell.conn.lock());
         self.conns.insert(t, cell.clone());
         self.touched.insert(t);
         self.after(t);

@@ -1,7 +1,8 @@
 //! Load and liveness: 100 connections at once, each moving data both
 //! ways with every byte checked; an idle provider does not spin; the
 //! progress thread's work follows the connections that move, not how many
-//! are idle beside them.
+//! are idle beside them, and so does a consumer's pass over EVDs that
+//! many connections share.
 
 mod common;
 
@@ -176,6 +177,73 @@ fn the_thread_leaves_idle_connections_alone() {
         l <= 10 * w + 32,
         "{l} connection locks in {w} wake-ups beside {} idle connections",
         2 * IDLE
+    );
+    drop((ceps, seps));
+}
+
+#[test]
+fn a_pass_over_shared_evds_skips_idle_connections() {
+    const IDLE: usize = 50;
+    const ROUNDS: u64 = 200;
+    let tcp = Tcp::new();
+    let s = Node::with(common::ia(&tcp, "127.0.34.2", ""), 1024);
+    let c = Node::with(common::ia(&tcp, "127.0.34.1", ""), 1024);
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    // IDLE + 1 connections, every end on its node's EVDs: the first one
+    // moves data, the others are idle.
+    let ceps: Vec<Ep> = (0..=IDLE).map(|_| c.ep2()).collect();
+    for ep in &ceps {
+        ep.connect(s.ia.address(), q, Some(T), b"").unwrap();
+    }
+    let mut seps = Vec::new();
+    for _ in 0..=IDLE {
+        let ep = s.ep2();
+        next_cr(&s.ia, &s.cr).accept(&ep, b"").unwrap();
+        seps.push(ep);
+    }
+    for _ in 0..=IDLE {
+        assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
+        assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+    }
+    // Which server end is the first client's: the one its first message
+    // reaches.
+    let (sbuf, cbuf) = (s.buf(64), c.buf(64));
+    let (ssrc, csrc) = (s.lmr(vec![7; 64]), c.lmr(vec![9; 64]));
+    let t = |l: &Lmr| [l.triplet(0, 64).unwrap()];
+    for (i, ep) in seps.iter().enumerate() {
+        ep.post_recv(&t(&sbuf), i as u64, D).unwrap();
+    }
+    let poll = |evd: &Evd| -> DtoCompletion {
+        let end = std::time::Instant::now() + T;
+        loop {
+            match evd.dequeue().unwrap() {
+                Some(Event::Dto(d)) => return d,
+                Some(e) => panic!("expected a DTO completion, got {e:?}"),
+                None => assert!(std::time::Instant::now() < end, "no completion"),
+            }
+        }
+    };
+    let (p0, k0) = tcp.pass_counts();
+    for i in 0..ROUNDS {
+        ceps[0].post_recv(&t(&cbuf), i, D).unwrap();
+        ceps[0].post_send(&t(&csrc), i, D).unwrap();
+        let r = poll(&s.rcv);
+        assert_eq!(r.status, DtoStatus::Success);
+        let sep = &seps[r.cookie as usize];
+        sep.post_recv(&t(&sbuf), r.cookie, D).unwrap();
+        sep.post_send(&t(&ssrc), i, D).unwrap();
+        assert_eq!(poll(&c.rcv).status, DtoStatus::Success);
+        assert_eq!(poll(&c.req).status, DtoStatus::Success);
+        assert_eq!(poll(&s.req).status, DtoStatus::Success);
+    }
+    let (pumps, skips) = (tcp.pass_counts().0 - p0, tcp.pass_counts().1 - k0);
+    // A pass over IDLE + 1 hooks pumps the busy connection (and an idle
+    // one now and then) and skips the rest: a `recv` each would pump
+    // them all.
+    assert!(
+        skips >= 10 * pumps,
+        "{pumps} pumps and {skips} skips in passes over {} connections",
+        IDLE + 1
     );
     drop((ceps, seps));
 }

@@ -13,7 +13,7 @@
 
 use std::sync::Mutex;
 use std::sync::Weak;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A provider's progress engine, driven from consumers' threads.
 pub trait Progress: Send + Sync + 'static {
@@ -21,6 +21,17 @@ pub trait Progress: Send + Sync + 'static {
     /// write sockets, place, complete). It must not block for long (a
     /// contended connection is skipped: its owner makes the progress).
     fn progress(&self);
+    /// [`Progress::progress`] as one hook of a pass over an EVD with
+    /// several hooks (an EVD with one hook calls `progress`): `pass` is
+    /// the same for every hook of that pass and differs from every other
+    /// pass's in the process. Hooks that share a source of readiness (a
+    /// provider's sockets, many connections on one EVD) can ask it once
+    /// per pass and skip the members with nothing to do, instead of one
+    /// system call each. By default, `progress`.
+    fn progress_pass(&self, pass: u64) {
+        let _ = pass;
+        self.progress();
+    }
     /// The consumer is about to block on an EVD this hook feeds, or to
     /// rely on its notification (upcalls enabled, a CNO enabled, a stream
     /// gone to sleep, or the EVD found empty while one of these is armed):
@@ -57,7 +68,8 @@ impl ProgressHooks {
         self.any.store(!l.is_empty(), Ordering::Relaxed);
     }
 
-    fn each(&self, f: impl Fn(&dyn Progress)) {
+    /// Calls `f` on every live hook, with whether there are several.
+    fn each(&self, f: impl Fn(&dyn Progress, bool)) {
         // One hook (an endpoint's EVD, the usual case): no list to copy.
         let one = {
             let l = self.list.lock().unwrap_or_else(|e| e.into_inner());
@@ -67,7 +79,7 @@ impl ProgressHooks {
             }
         };
         if let Some(Some(h)) = one {
-            return f(&*h);
+            return f(&*h, false);
         }
         let hooks: Vec<_> = {
             let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
@@ -79,21 +91,32 @@ impl ProgressHooks {
             live
         };
         // No lock held: the hooks publish into this EVD.
+        let many = hooks.len() > 1;
         for h in hooks {
-            f(&*h);
+            f(&*h, many);
         }
     }
 
     /// Runs one progress pass of every hook.
     #[cold]
     pub(crate) fn run(&self) {
-        self.each(|h| h.progress());
+        static PASSES: AtomicU64 = AtomicU64::new(0);
+        // Numbered only when several hooks share the pass (an EVD with one
+        // hook does no shared write).
+        let pass = std::cell::OnceCell::new();
+        self.each(|h, many| {
+            if many {
+                h.progress_pass(*pass.get_or_init(|| PASSES.fetch_add(1, Ordering::Relaxed)))
+            } else {
+                h.progress()
+            }
+        });
     }
 
     /// Tells every hook that a consumer is about to block.
     #[cold]
     #[cfg_attr(rdapl_loom, allow(dead_code))]
     pub(crate) fn park(&self) {
-        self.each(|h| h.park());
+        self.each(|h, _| h.park());
     }
 }
