@@ -127,28 +127,42 @@ fn an_idle_provider_does_not_spin() {
     assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
 }
 
+/// `n` connections between a client node at `client` and a server node at
+/// `server`, every end on its node's EVDs: (server, client, the server
+/// ends, the client ends), the ends in the order of their connects.
+fn connected_on_shared_evds(
+    tcp: &std::sync::Arc<Tcp>,
+    client: &str,
+    server: &str,
+    n: usize,
+) -> (Node, Node, Psp, Vec<Ep>, Vec<Ep>) {
+    let s = Node::with(common::ia(tcp, server, ""), 1024);
+    let c = Node::with(common::ia(tcp, client, ""), 1024);
+    let (psp, q) = listen(&s.ia, &s.cr);
+    let ceps: Vec<Ep> = (0..n).map(|_| c.ep2()).collect();
+    for ep in &ceps {
+        ep.connect(s.ia.address(), q, Some(T), b"").unwrap();
+    }
+    let mut seps = Vec::new();
+    for _ in 0..n {
+        let ep = s.ep2();
+        next_cr(&s.ia, &s.cr).accept(&ep, b"").unwrap();
+        seps.push(ep);
+    }
+    for _ in 0..n {
+        assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
+        assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+    }
+    (s, c, psp, seps, ceps)
+}
+
 #[test]
 fn the_thread_leaves_idle_connections_alone() {
     const IDLE: usize = 100;
     const ROUNDS: u64 = 200;
     let tcp = Tcp::new();
-    let s = Node::with(common::ia(&tcp, "127.0.32.2", ""), 1024);
-    let c = Node::with(common::ia(&tcp, "127.0.32.1", ""), 1024);
-    let (_psp, q) = listen(&s.ia, &s.cr);
-    let ceps: Vec<Ep> = (0..IDLE).map(|_| c.ep2()).collect();
-    for ep in &ceps {
-        ep.connect(s.ia.address(), q, Some(T), b"").unwrap();
-    }
-    let mut seps = Vec::new();
-    for _ in 0..IDLE {
-        let ep = s.ep2();
-        next_cr(&s.ia, &s.cr).accept(&ep, b"").unwrap();
-        seps.push(ep);
-    }
-    for _ in 0..IDLE {
-        assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
-        assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
-    }
+    let (_s, _c, _psp, seps, ceps) =
+        connected_on_shared_evds(&tcp, "127.0.32.1", "127.0.32.2", IDLE);
     // One busy pair beside them, its consumers waiting (not polling), so
     // that the thread carries much of its input.
     let p = Pair::connected(&tcp, "127.0.32.3", "127.0.32.4", "");
@@ -186,25 +200,9 @@ fn a_pass_over_shared_evds_skips_idle_connections() {
     const IDLE: usize = 50;
     const ROUNDS: u64 = 200;
     let tcp = Tcp::new();
-    let s = Node::with(common::ia(&tcp, "127.0.34.2", ""), 1024);
-    let c = Node::with(common::ia(&tcp, "127.0.34.1", ""), 1024);
-    let (_psp, q) = listen(&s.ia, &s.cr);
-    // IDLE + 1 connections, every end on its node's EVDs: the first one
-    // moves data, the others are idle.
-    let ceps: Vec<Ep> = (0..=IDLE).map(|_| c.ep2()).collect();
-    for ep in &ceps {
-        ep.connect(s.ia.address(), q, Some(T), b"").unwrap();
-    }
-    let mut seps = Vec::new();
-    for _ in 0..=IDLE {
-        let ep = s.ep2();
-        next_cr(&s.ia, &s.cr).accept(&ep, b"").unwrap();
-        seps.push(ep);
-    }
-    for _ in 0..=IDLE {
-        assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
-        assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
-    }
+    // The first client end moves data, the others are idle.
+    let (s, c, _psp, seps, ceps) =
+        connected_on_shared_evds(&tcp, "127.0.34.1", "127.0.34.2", IDLE + 1);
     // Which server end is the first client's: the one its first message
     // reaches.
     let (sbuf, cbuf) = (s.buf(64), c.buf(64));
