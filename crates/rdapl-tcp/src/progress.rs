@@ -95,7 +95,7 @@ thread_local! {
         now: 0,
         all: true,
         ready: HashSet::default(),
-        events: Vec::with_capacity(64),
+        events: Vec::with_capacity(256),
     });
 }
 
