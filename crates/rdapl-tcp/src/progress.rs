@@ -152,8 +152,12 @@ impl std::ops::Deref for ConnGuard<'_> {
 
 impl std::ops::DerefMut for ConnGuard<'_> {
     fn deref_mut(&mut self) -> &mut Conn {
-        // Whatever changes now may leave work for the next pass.
-        self.cell.quiet.store(false, Ordering::Relaxed);
+        // Whatever changes now may leave work for the next pass. (Every
+        // writer holds the lock: only a set flag needs the write, and the
+        // line that passes read stays clean otherwise.)
+        if self.cell.quiet.load(Ordering::Relaxed) {
+            self.cell.quiet.store(false, Ordering::Relaxed);
+        }
         self.g.as_mut().expect("held until dropped")
     }
 }
@@ -426,28 +430,24 @@ impl Shared {
     /// answer. Too many ready to list: every socket counts as ready.
     fn pass_view(&self, pass: u64, token: u64) -> (u64, bool) {
         PASS_VIEW.with(|v| {
-            let mut v = v.borrow_mut();
+            let v = &mut *v.borrow_mut();
             let key = (pass, self as *const Shared as usize);
             if v.key != Some(key) {
                 v.key = Some(key);
                 v.now = self.now();
                 v.ready.clear();
-                let mut events = std::mem::take(&mut v.events);
-                events.clear();
+                v.events.clear();
                 let zero = Timespec {
                     tv_sec: 0,
                     tv_nsec: 0,
                 };
                 let r = epoll::wait(
                     &self.pollset,
-                    rustix::buffer::spare_capacity(&mut events),
+                    rustix::buffer::spare_capacity(&mut v.events),
                     Some(&zero),
                 );
-                v.all = !matches!(r, Ok(n) if n < events.capacity());
-                for e in &events {
-                    v.ready.insert(e.data.u64());
-                }
-                v.events = events;
+                v.all = !matches!(r, Ok(n) if n < v.events.capacity());
+                v.ready.extend(v.events.iter().map(|e| e.data.u64()));
             }
             (v.now, v.all || v.ready.contains(&token))
         })
