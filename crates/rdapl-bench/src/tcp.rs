@@ -16,7 +16,9 @@
 //!
 //! Each rdapl row is measured with MPA CRC32c on (the provider's default,
 //! the row judged) and off (`crc=0` on both sides, context; neither peer
-//! has a CRC).
+//! has a CRC), and with `complete=sent` (CRC on; context): Sends complete
+//! once TCP has them, siw's meaning and the peers' (fi_pingpong's
+//! transmit-complete, qperf's `send`), instead of once the peer placed them.
 //!
 //! **Method.** A fresh server and client process per run, both with the
 //! same placement for every program (`Placement`); the client starts once
@@ -140,10 +142,14 @@ pub enum Program {
     RdaplPoll,
     /// The same with `crc=0`.
     RdaplPollNocrc,
+    /// The same with `complete=sent` (CRC on).
+    RdaplPollSent,
     /// `rdapl pingpong|bw -w`, waiting on the EVD, CRC on.
     RdaplWait,
     /// The same with `crc=0`.
     RdaplWaitNocrc,
+    /// The same with `complete=sent` (CRC on).
+    RdaplWaitSent,
     /// `fi_pingpong -p tcp -e msg`.
     FiPingpong,
     /// `qperf tcp_lat` / `tcp_bw`.
@@ -156,8 +162,10 @@ impl Program {
         match self {
             Program::RdaplPoll => "rdapl-poll",
             Program::RdaplPollNocrc => "rdapl-poll-nocrc",
+            Program::RdaplPollSent => "rdapl-poll-sent",
             Program::RdaplWait => "rdapl-wait",
             Program::RdaplWaitNocrc => "rdapl-wait-nocrc",
+            Program::RdaplWaitSent => "rdapl-wait-sent",
             Program::FiPingpong => "fi_pingpong",
             Program::Qperf => "qperf",
         }
@@ -166,18 +174,30 @@ impl Program {
     /// The peer of its ratio (rdapl rows only).
     pub fn peer(self) -> Option<Program> {
         match self {
-            Program::RdaplPoll | Program::RdaplPollNocrc => Some(Program::FiPingpong),
-            Program::RdaplWait | Program::RdaplWaitNocrc => Some(Program::Qperf),
+            Program::RdaplPoll | Program::RdaplPollNocrc | Program::RdaplPollSent => {
+                Some(Program::FiPingpong)
+            }
+            Program::RdaplWait | Program::RdaplWaitNocrc | Program::RdaplWaitSent => {
+                Some(Program::Qperf)
+            }
             _ => None,
         }
     }
 
     fn waits(self) -> bool {
-        matches!(self, Program::RdaplWait | Program::RdaplWaitNocrc)
+        matches!(
+            self,
+            Program::RdaplWait | Program::RdaplWaitNocrc | Program::RdaplWaitSent
+        )
     }
 
     fn crc(self) -> bool {
-        matches!(self, Program::RdaplPoll | Program::RdaplWait)
+        !matches!(self, Program::RdaplPollNocrc | Program::RdaplWaitNocrc)
+    }
+
+    /// Sends complete once handed to TCP (`complete=sent`).
+    fn sent(self) -> bool {
+        matches!(self, Program::RdaplPollSent | Program::RdaplWaitSent)
     }
 
     /// How the program runs `test`, in words (the report's legend).
@@ -192,6 +212,12 @@ impl Program {
             Program::RdaplPollNocrc => format!("`rdapl {sub} --params crc=0`, polling"),
             Program::RdaplWait => format!("`rdapl {sub} -w`, waiting, CRC32c on"),
             Program::RdaplWaitNocrc => format!("`rdapl {sub} -w --params crc=0`, waiting"),
+            Program::RdaplPollSent => {
+                format!("`rdapl {sub} --params complete=sent`, polling, CRC32c on")
+            }
+            Program::RdaplWaitSent => {
+                format!("`rdapl {sub} -w --params complete=sent`, waiting, CRC32c on")
+            }
             Program::FiPingpong => "`fi_pingpong -p tcp -e msg`".into(),
             Program::Qperf if test == Test::StreamBw => "`qperf tcp_bw`".into(),
             Program::Qperf => "`qperf tcp_lat`".into(),
@@ -308,9 +334,11 @@ fn groups(p: &Params) -> Vec<(Test, usize, Vec<Program>)> {
         vec![
             RdaplPoll,
             RdaplPollNocrc,
+            RdaplPollSent,
             FiPingpong,
             RdaplWait,
             RdaplWaitNocrc,
+            RdaplWaitSent,
             Qperf,
         ],
     )];
@@ -318,9 +346,13 @@ fn groups(p: &Params) -> Vec<(Test, usize, Vec<Program>)> {
         g.push((
             Test::PingpongBw,
             s,
-            vec![RdaplPoll, RdaplPollNocrc, FiPingpong],
+            vec![RdaplPoll, RdaplPollNocrc, RdaplPollSent, FiPingpong],
         ));
-        g.push((Test::StreamBw, s, vec![RdaplWait, RdaplWaitNocrc, Qperf]));
+        g.push((
+            Test::StreamBw,
+            s,
+            vec![RdaplWait, RdaplWaitNocrc, RdaplWaitSent, Qperf],
+        ));
     }
     g
 }
@@ -936,6 +968,9 @@ fn measure_once(
             }
             if !program.crc() {
                 common.extend([s(&"--params"), s(&"crc=0")]);
+            }
+            if program.sent() {
+                common.extend([s(&"--params"), s(&"complete=sent")]);
             }
             let mut server = vec![s(&sub), s(&"-s"), s(&"--once")];
             server.extend(common.iter().cloned());

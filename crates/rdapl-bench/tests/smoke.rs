@@ -294,18 +294,25 @@ fn smoke_run_writes_every_output() {
     for p in [
         "rdapl-poll",
         "rdapl-poll-nocrc",
+        "rdapl-poll-sent",
         "fi_pingpong",
         "rdapl-wait",
         "rdapl-wait-nocrc",
+        "rdapl-wait-sent",
         "qperf",
     ] {
         tcp.push(format!("tcp/latency/64B/{p}"));
     }
     for size in ["4KiB", "64KiB", "1MiB"] {
-        for p in ["rdapl-poll", "rdapl-poll-nocrc", "fi_pingpong"] {
+        for p in [
+            "rdapl-poll",
+            "rdapl-poll-nocrc",
+            "rdapl-poll-sent",
+            "fi_pingpong",
+        ] {
             tcp.push(format!("tcp/pingpong-bw/{size}/{p}"));
         }
-        for p in ["rdapl-wait", "rdapl-wait-nocrc", "qperf"] {
+        for p in ["rdapl-wait", "rdapl-wait-nocrc", "rdapl-wait-sent", "qperf"] {
             tcp.push(format!("tcp/stream-bw/{size}/{p}"));
         }
     }

@@ -141,6 +141,16 @@ fn provider(out: &mut String, a: &ProviderAttr) {
         "max_private_data_size",
         bytes(a.max_private_data_size as u64),
     );
+    field(
+        out,
+        8,
+        "send_completes",
+        if a.completes_when_placed {
+            "once placed at the peer"
+        } else {
+            "once handed to the transport"
+        },
+    );
     let _ = writeln!(out, "        evd_stream_merging_supported:");
     let width = EventStream::ALL
         .iter()

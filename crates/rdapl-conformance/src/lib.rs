@@ -46,6 +46,15 @@
 //! network the sender's successes are at most the receiver's (iWARP has no
 //! acknowledgement of a placed message).
 //!
+//! A provider whose Sends and RDMA Writes complete before the peer placed
+//! them ([`ProviderAttr::completes_when_placed`](rdapl::ProviderAttr)
+//! false: the TCP provider with `complete=sent`) runs the suite too: the
+//! cases that read a target right after a Write completed wait for the
+//! bytes there, and those that expect a remote error on the request that
+//! caused it (a forged key, no receive, a full queue of sends the peer
+//! holds back) print `skipped on NAME: assumes a completed Send or Write
+//! was placed at the peer`.
+//!
 //! The cases are `#[case]` functions of this crate's `cases` modules; the
 //! helpers they share are public in [`support`].
 

@@ -336,6 +336,33 @@ pub fn skip_unless_loopback(why: &str) -> bool {
     true
 }
 
+/// True (after printing why) when a test assumes that a completed Send or
+/// RDMA Write was placed at the peer (its bytes readable there, a remote
+/// error on the request itself) and the provider completes them earlier
+/// ([`rdapl::ProviderAttr::completes_when_placed`]).
+pub fn skip_unless_placed() -> bool {
+    let a = provider().attr();
+    if a.completes_when_placed {
+        return false;
+    }
+    eprintln!(
+        "skipped on {}: assumes a completed Send or Write was placed at the peer",
+        a.name
+    );
+    true
+}
+
+/// Asserts that `read()` gives `want` after an RDMA Write completed at its
+/// initiator: at once when the provider completes on placement, within
+/// [`T`] otherwise (its completion only freed the local buffer).
+#[track_caller]
+pub fn assert_placed(read: impl Fn() -> Vec<u8>, want: &[u8]) {
+    if !provider().attr().completes_when_placed {
+        eventually(T, || read() == want);
+    }
+    assert_eq!(read(), want);
+}
+
 /// The event of a connect to an address where no IA was ever opened (or
 /// one was closed): the loopback knows its addresses (`Unreachable`); over
 /// a real network nobody listening there looks the same as nobody

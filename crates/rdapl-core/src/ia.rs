@@ -85,13 +85,22 @@ pub struct ProviderAttr {
     pub srq_supported: bool,
     /// Connection requests carry and accept/reject private data.
     pub max_private_data_size: usize,
+    /// A Send or RDMA Write completes once the peer has placed it (its
+    /// bytes are in the target's memory, a remote error completes it with
+    /// its status). False: once the local buffer may be reused (handed to
+    /// TCP, say); the peer may not have it yet, and a remote error breaks
+    /// the connection instead. An rdapl extension (DAT leaves it to the
+    /// provider); the instance's default, which an IA's parameters may
+    /// change.
+    pub completes_when_placed: bool,
 }
 
 impl Default for ProviderAttr {
     /// What the object model itself supports, for a provider to start
     /// from (`..ProviderAttr::default()`): every upcall policy, every
     /// stream merge, completion flags `0x0F`, thread safe, fast
-    /// registration, shared receive queues; version 0.1 of DAT 2.0. The
+    /// registration, shared receive queues, completions once placed;
+    /// version 0.1 of DAT 2.0. The
     /// name and description are empty and `max_private_data_size` is 0:
     /// those are the provider's to say.
     fn default() -> Self {
@@ -114,6 +123,7 @@ impl Default for ProviderAttr {
             fmr_supported: true,
             srq_supported: true,
             max_private_data_size: 0,
+            completes_when_placed: true,
         }
     }
 }

@@ -21,7 +21,11 @@
 //!   peer's Terminate names the offending segment (STag or MSN), that
 //!   request completes with `RemoteAccess` (key, right, bounds),
 //!   `ReceiverNotReady` (no receive) or `RemoteResponder` (anything else),
-//!   those before it with `Success`, those after it `Flushed`.
+//!   those before it with `Success`, those after it `Flushed`. With
+//!   [`Completion::Sent`] there are no fences: a Send or Write succeeds
+//!   once the socket took its last byte (the output queue's position
+//!   passed it, so its memory is no longer read), and a Terminate breaks
+//!   the connection (what did not complete yet is `Flushed`).
 //! * **A Send that finds no receive.** The receiver stops feeding (and
 //!   then reading) that socket at the first segment of a Send while no
 //!   receive is posted, so TCP flow control holds the sender back. A
@@ -40,7 +44,7 @@
 
 use crate::memory::{ConnMemory, RecvState, RxOp, Sink, Staged, StagedRead};
 use crate::outq::OutQueue;
-use crate::params::IaParams;
+use crate::params::{Completion, IaParams};
 use rdapl::provider::{CrInner, CrState, EpInner, SpInner, Wr, WrKind};
 use rdapl::{CompletionFlags, ConnectionEventKind, DtoStatus, RmrTriplet};
 use rdapl_iwarp::terminate::{ddp as tddp, layer, rdmap as trdmap};
@@ -99,6 +103,8 @@ struct Slot {
     len: u64,
     /// Handed to TCP in full (Sends and Writes).
     sent: bool,
+    /// Once `sent`: the output position past its last byte.
+    sent_at: u64,
     status: Option<DtoStatus>,
 }
 
@@ -590,9 +596,38 @@ impl Conn {
             return;
         }
         match self.out.write_to(&mut self.sock) {
-            Ok(true) => self.work += 1,
+            Ok(true) => {
+                self.work += 1;
+                if self.ia.complete == Completion::Sent {
+                    self.complete_written();
+                }
+            }
             Ok(false) => {}
             Err(_) => self.socket_failed(),
+        }
+    }
+
+    /// [`Completion::Sent`]: Sends and Writes whose last byte the socket
+    /// took succeed (the kernel holds its copy; the region may be reused).
+    fn complete_written(&mut self) {
+        let written = self.out.written();
+        let mut any = false;
+        // The engine sends its queue in post order: the first one not
+        // written ends the walk.
+        for s in self.slots.iter_mut() {
+            if !matches!(s.kind, SlotKind::Send { .. } | SlotKind::Write { .. })
+                || s.status.is_some()
+            {
+                continue;
+            }
+            if !s.sent || s.sent_at > written {
+                break;
+            }
+            s.status = Some(DtoStatus::Success);
+            any = true;
+        }
+        if any {
+            self.complete_ready();
         }
     }
 
@@ -874,6 +909,7 @@ impl Conn {
             wr: None,
             len: 0,
             sent: false,
+            sent_at: 0,
             status: None,
         };
         let posted = match kind {
@@ -1015,6 +1051,9 @@ impl Conn {
     /// in flight keeps a stream of sends moving: each burst gets its own
     /// fence instead of waiting a round trip for the one before.
     fn maybe_fence(&mut self) {
+        if self.ia.complete == Completion::Sent {
+            return;
+        }
         let mut uncovered = false;
         let mut outstanding = 0;
         let mut seen_read = false;
@@ -1055,6 +1094,7 @@ impl Conn {
                 wr: None,
                 len: 0,
                 sent: false,
+                sent_at: 0,
                 status: None,
             });
             self.read_msn = self.read_msn.wrapping_add(1);
@@ -1170,7 +1210,14 @@ impl Conn {
         // placed one, sent as "local catastrophic" without a DDP header):
         // the peer handles requests in order, so the oldest one it has not
         // confirmed is the one that failed.
+        // Sends and Writes complete once written when they complete on
+        // `sent`: one the Terminate names may have succeeded already, and
+        // then no other request is to blame.
+        let named = h.is_some() && self.ia.complete == Completion::Sent;
         let culprit = culprit.or_else(|| {
+            if named {
+                return None;
+            }
             self.slots
                 .iter()
                 .position(|s| s.status.is_none() && !matches!(s.kind, SlotKind::Fence { .. }))
@@ -1392,8 +1439,11 @@ impl Conn {
             }
             Event::SendComplete { wr_id } => {
                 self.mem.unstage(wr_id);
+                // Its last byte is queued: the queue's position now.
+                let at = self.out.pushed();
                 if let Some((_, s)) = self.slot_mut(wr_id) {
                     s.sent = true;
+                    s.sent_at = at;
                 }
             }
             Event::ReadComplete { wr_id, .. } => self.read_done(wr_id),

@@ -28,7 +28,10 @@
 //!   (`crc=0` turns it off unless the peer asks). Completions are in post
 //!   order per queue; a Send or Write completes once the peer has placed
 //!   it (a zero-length read fences each burst), so a remote protection
-//!   error completes the guilty request with `RemoteAccess`.
+//!   error completes the guilty request with `RemoteAccess`. With
+//!   `complete=sent` ([`Completion::Sent`], siw's meaning) it completes
+//!   once TCP has its last byte: no fences, and a remote error breaks the
+//!   connection instead.
 //! * **Protection** ([`memory`]). An arriving RDMA Write or Read Request is
 //!   checked on the target: the STag must be of the endpoint's protection
 //!   zone, with the right and the bounds, or no byte moves, a Terminate
@@ -43,7 +46,8 @@
 //!   if it did not finish), then `Disconnected` (a clean end) or `Broken`.
 //!   A peer that falls silent (the link cut, its host gone) breaks the
 //!   connection within `timeout_ms` (10 s by default; [`cm`]).
-//!   A Send or Write that succeeded was placed at the peer. One flushed at
+//!   A Send or Write that succeeded was placed at the peer (on `sent`:
+//!   was handed to TCP, and may be lost with the connection). One flushed at
 //!   the end may have been placed too: the proof of placement (the
 //!   answer to a fence behind it) can be lost with the connection, as on
 //!   any network transport; a closing side still answers the fences it
@@ -120,7 +124,7 @@ mod outq;
 pub mod params;
 pub mod progress;
 
-pub use params::TcpConfig;
+pub use params::{Completion, TcpConfig};
 
 use params::IaParams;
 use parking_lot::Mutex;
@@ -257,6 +261,7 @@ impl Provider for Tcp {
             name: "tcp".into(),
             description: "iWARP (MPA/DDP/RDMAP) over TCP sockets".into(),
             max_private_data_size: MAX_PRIVATE_DATA,
+            completes_when_placed: self.cfg.complete == Completion::Placed,
             ..ProviderAttr::default()
         }
     }

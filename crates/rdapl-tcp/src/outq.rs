@@ -68,6 +68,8 @@ pub(crate) struct OutQueue {
     off: usize,
     /// Bytes queued and not written.
     len: usize,
+    /// Bytes written since the queue was made.
+    written: u64,
     /// A written byte segment kept for reuse.
     spare: Vec<u8>,
     /// Shared payload buffers written and no longer referenced elsewhere.
@@ -82,6 +84,17 @@ impl OutQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Bytes written to the socket since the queue was made.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Bytes queued since the queue was made: once [`OutQueue::written`]
+    /// reaches this figure, everything queued so far has left.
+    pub fn pushed(&self) -> u64 {
+        self.written + self.len as u64
     }
 
     /// Drops everything queued.
@@ -209,6 +222,7 @@ impl OutQueue {
 
     fn advance(&mut self, mut n: usize) {
         self.len -= n;
+        self.written += n as u64;
         while n > 0 {
             let Some(front) = self.segs.front() else {
                 break;

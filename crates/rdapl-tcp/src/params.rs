@@ -11,6 +11,7 @@
 //! | `mss` | largest FPDU in bytes (64..=65535) | the socket's MSS |
 //! | `recv_wait_ms` | how long an arriving Send may wait for a receive | the instance's (5000) |
 //! | `timeout_ms` | how long a silent peer (link cut, host gone) goes unnoticed before the connection breaks (100..=3600000) | the instance's (10000) |
+//! | `complete` | when a Send or RDMA Write completes: `placed` (the peer placed it) or `sent` (handed to TCP, siw's meaning); see [`Completion`] | the instance's (`placed`) |
 //! | `poll_fresh_ms` | how long after a consumer's last polling pass the provider's thread leaves the input to it (1..=3600000) | the instance's (3) |
 //!
 //! A qualifier whose port falls outside 1..=65535 is refused with
@@ -19,6 +20,29 @@
 
 use rdapl::{Error, Result};
 use std::net::{IpAddr, Ipv4Addr};
+
+/// When a Send or an RDMA Write completes.
+///
+/// iWARP has no acknowledgement of its own, so the two meanings differ in
+/// what the provider must send to know and in what a success tells.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Completion {
+    /// The peer has placed it (the default). After a burst of Sends and
+    /// Writes the provider posts a zero-length RDMA Read (a fence) whose
+    /// response proves the peer processed everything before it. A remote
+    /// error (a forged key, no receive) completes the request that caused
+    /// it with its status.
+    #[default]
+    Placed,
+    /// Its last byte was handed to TCP: the local buffer may be reused.
+    /// This is siw's meaning (and libfabric tcp's transmit-complete): no
+    /// fences, fewer bytes and segments on the wire. A success tells
+    /// nothing of the peer: a remote error that follows breaks the
+    /// connection (both sides see `Broken`, every request not yet
+    /// completed is `Flushed`), and a request that succeeded may be lost
+    /// with the connection.
+    Sent,
+}
 
 /// Settings of one [`crate::Tcp`] instance: the defaults of its IAs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +66,9 @@ pub struct TcpConfig {
     /// consumer that arms a notification or blocks hands it back at
     /// once; this bounds the wait of one that just stops polling).
     pub poll_fresh_ms: u64,
+    /// When Sends and RDMA Writes complete ([`Completion::Placed`] by
+    /// default).
+    pub complete: Completion,
 }
 
 impl Default for TcpConfig {
@@ -52,6 +79,7 @@ impl Default for TcpConfig {
             linger_ms: 1_000,
             timeout_ms: 10_000,
             poll_fresh_ms: crate::progress::POLL_FRESH_MS,
+            complete: Completion::Placed,
         }
     }
 }
@@ -67,6 +95,7 @@ pub(crate) struct IaParams {
     pub linger_ms: u64,
     pub timeout_ms: u64,
     pub poll_fresh_ms: u64,
+    pub complete: Completion,
 }
 
 fn bad(what: &'static str) -> Error {
@@ -93,6 +122,7 @@ impl IaParams {
             linger_ms: cfg.linger_ms,
             timeout_ms: cfg.timeout_ms,
             poll_fresh_ms: cfg.poll_fresh_ms,
+            complete: cfg.complete,
         };
         for kv in params.split([' ', ',']).filter(|s| !s.is_empty()) {
             let (k, v) = kv
@@ -136,6 +166,13 @@ impl IaParams {
                         return Err(bad("tcp: poll_fresh_ms= must be in 1..=3600000"));
                     }
                     p.poll_fresh_ms = t;
+                }
+                "complete" => {
+                    p.complete = match v {
+                        "placed" => Completion::Placed,
+                        "sent" => Completion::Sent,
+                        _ => return Err(bad("tcp: complete= is placed or sent")),
+                    }
                 }
                 _ => return Err(bad("tcp: unknown parameter")),
             }
@@ -191,5 +228,11 @@ mod tests {
             50
         );
         assert!(IaParams::parse("poll_fresh_ms=0", &c).is_err());
+        assert_eq!(d.complete, Completion::Placed);
+        assert_eq!(
+            IaParams::parse("complete=sent", &c).unwrap().complete,
+            Completion::Sent
+        );
+        assert!(IaParams::parse("complete=later", &c).is_err());
     }
 }

@@ -626,14 +626,14 @@ fn window_access_within_range_and_rights() {
     assert_eq!((d.status, d.transferred_length), (DtoStatus::Success, 64));
     let mut want = pattern(256, 3);
     want[64..128].fill(0xAB);
-    assert_eq!(tgt.to_vec().unwrap(), want);
+    common::assert_placed(|| tgt.to_vec().unwrap(), &want);
     src.write_at(0, &[0xCD; 8]).unwrap();
     assert_eq!(
         p.write(&src, 8, rt(k, base + 120, 8), 2).status,
         DtoStatus::Success
     );
     want[120..128].fill(0xCD);
-    assert_eq!(tgt.to_vec().unwrap(), want);
+    common::assert_placed(|| tgt.to_vec().unwrap(), &want);
     // Read it back through the window.
     let sink = p.c.buf(64);
     let d = p.read(&sink, 64, rt(k, base + 64, 64), 3);
@@ -645,6 +645,9 @@ fn window_access_within_range_and_rights() {
 
 #[case]
 fn window_access_outside_range_or_right_fails() {
+    if crate::support::skip_unless_placed() {
+        return;
+    }
     let p = pair("127.0.21.19", "127.0.21.20", 1900);
     let (tgt, base, _rmr, k) =
         target_window(&p, 64, 64, MemPriv::REMOTE_READ | MemPriv::REMOTE_WRITE, 1);
@@ -695,6 +698,9 @@ fn window_access_outside_range_or_right_fails() {
 
 #[case]
 fn window_after_rmr_free_is_refused() {
+    if crate::support::skip_unless_placed() {
+        return;
+    }
     let p = pair("127.0.21.21", "127.0.21.22", 2100);
     let (tgt, base, rmr, k) = target_window(&p, 0, 32, MemPriv::REMOTE_WRITE, 1);
     let src = p.c.lmr(vec![1; 32]);
@@ -715,6 +721,9 @@ fn window_after_rmr_free_is_refused() {
 
 #[case]
 fn window_old_key_dead_after_rebind_and_unbind() {
+    if crate::support::skip_unless_placed() {
+        return;
+    }
     within(Duration::from_secs(10), "the scenario (deadlock?)", || {
         let p = pair("127.0.21.23", "127.0.21.24", 2300);
         let (tgt, base, rmr, k1) = target_window(&p, 0, 64, MemPriv::REMOTE_WRITE, 1);
@@ -763,6 +772,9 @@ fn window_old_key_dead_after_rebind_and_unbind() {
 
 #[case]
 fn fmr_map_access_invalidate() {
+    if crate::support::skip_unless_placed() {
+        return;
+    }
     let p = pair("127.0.21.25", "127.0.21.26", 2500);
     let fmr = p.s.pz.lmr_create_fmr(64).unwrap();
     let k0 = fmr.context().unwrap();
@@ -920,6 +932,9 @@ fn fmr_of_another_pz_refused() {
 
 #[case]
 fn freed_lmr_key_refused() {
+    if crate::support::skip_unless_placed() {
+        return;
+    }
     let p = pair("127.0.21.33", "127.0.21.34", 3300);
     // Remote: the server frees its LMR.
     let tgt = target(&p);
@@ -953,6 +968,9 @@ fn freed_lmr_key_refused() {
 
 #[case]
 fn lmr_of_another_pz_refused() {
+    if crate::support::skip_unless_placed() {
+        return;
+    }
     let p = pair("127.0.21.35", "127.0.21.36", 3500);
     // Remote: the target LMR lives in another PZ of the server's IA.
     let spz2 = p.s.ia.pz_create().unwrap();

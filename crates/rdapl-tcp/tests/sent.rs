@@ -1,0 +1,138 @@
+//! `complete=sent`: Sends and RDMA Writes complete once TCP has their last
+//! byte (siw's meaning), with no fence; against the default `placed`.
+
+mod common;
+
+use common::*;
+use rdapl::*;
+use rdapl_tcp::{Completion, Tcp, TcpConfig};
+use std::time::Duration;
+
+/// With no receive posted at the peer, a small Send completes on `sent`
+/// (its bytes are in the socket) and does not on `placed` (the peer
+/// holds it back until a receive comes, so the fence behind it is not
+/// answered). Either way the message lands once a receive is posted.
+#[test]
+fn a_send_completes_once_written_not_once_placed() {
+    let tcp = Tcp::new();
+    for (params, completes_early) in [("complete=sent", true), ("complete=placed", false)] {
+        let p = Pair::connected(&tcp, "127.0.31.1", "127.0.31.2", params);
+        let src = p.c.lmr(pattern(64, 4));
+        let rbuf = p.s.buf(64);
+        p.c.send(&src, 0, 64, 1);
+        if completes_early {
+            let d = next_dto(&p.c.req);
+            assert_eq!((d.cookie, d.status), (1, DtoStatus::Success), "{params}");
+        } else {
+            std::thread::sleep(Duration::from_millis(300));
+            empty(&p.c.req);
+        }
+        p.s.recv(&rbuf, 0, 64, 2);
+        let r = next_dto(&p.s.rcv);
+        assert_eq!(
+            (r.cookie, r.status, r.transferred_length),
+            (2, DtoStatus::Success, 64)
+        );
+        assert_eq!(rbuf.to_vec().unwrap(), pattern(64, 4), "{params}");
+        if !completes_early {
+            assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+        }
+        empty(&p.c.req);
+        p.c.ep.disconnect(true).unwrap();
+        p.expect_end(ConnectionEventKind::Disconnected);
+    }
+}
+
+/// A completed Send's buffer may be rewritten at once: every message
+/// arrives as it was when posted, although the sender refills one region
+/// as soon as each completes. The receiver posts its receives late (one
+/// each time the sender has waited 50 ms), so the socket fills and much
+/// of a message is still queued when its last byte is: a completion that
+/// came before the socket took every byte would let the next message's
+/// bytes into this one.
+#[test]
+fn a_region_rewritten_after_its_send_completes_sends_what_was_posted() {
+    // The instance's setting reaches its IAs.
+    let tcp = Tcp::with_config(TcpConfig {
+        complete: Completion::Sent,
+        ..TcpConfig::default()
+    });
+    // With CRC an early completion shows as a bad CRC (the peer's
+    // Terminate), without as changed bytes.
+    rewrite_after_completion(&tcp, "127.0.31.3", "");
+    rewrite_after_completion(&tcp, "127.0.31.7", "crc=0");
+}
+
+fn rewrite_after_completion(tcp: &std::sync::Arc<Tcp>, client: &str, params: &str) {
+    const N: usize = 48;
+    const LEN: usize = 1 << 20;
+    let p = Pair::connected(tcp, client, "127.0.31.4", params);
+    let bufs: Vec<Lmr> = (0..N).map(|_| p.s.buf(LEN)).collect();
+    let mut posted = 0;
+    let src = p.c.buf(LEN);
+    let start = std::time::Instant::now();
+    for i in 0..N {
+        src.write_at(0, &pattern(LEN, i as u8)).unwrap();
+        p.c.send(&src, 0, LEN as u64, i as u64);
+        let d = loop {
+            assert!(start.elapsed() < T, "message {i} did not complete");
+            if let Ok((Event::Dto(d), _)) = p.c.req.wait(Some(Duration::from_millis(50)), 1) {
+                break d;
+            }
+            if posted < N {
+                p.s.recv(&bufs[posted], 0, LEN as u64, posted as u64);
+                posted += 1;
+            }
+        };
+        assert_eq!((d.cookie, d.status), (i as u64, DtoStatus::Success));
+    }
+    for (k, b) in bufs.iter().enumerate().skip(posted) {
+        p.s.recv(b, 0, LEN as u64, k as u64);
+    }
+    for (i, b) in bufs.iter().enumerate() {
+        let r = next_dto(&p.s.rcv);
+        assert_eq!((r.cookie, r.status), (i as u64, DtoStatus::Success));
+        assert!(
+            b.to_vec().unwrap() == pattern(LEN, i as u8),
+            "message {i} changed after it was posted"
+        );
+    }
+}
+
+/// On `sent`, a Write with a forged key succeeds locally (TCP took it);
+/// the target moves nothing and answers with a Terminate, so both sides
+/// break and every request not completed is flushed, once.
+#[test]
+fn a_forged_key_on_sent_breaks_both_sides_and_flushes_the_rest() {
+    let tcp = Tcp::new();
+    let p = Pair::connected(&tcp, "127.0.31.5", "127.0.31.6", "complete=sent");
+    let target = p.s.lmr(vec![5; 64]);
+    let rbuf = p.s.buf(16);
+    p.s.recv(&rbuf, 0, 16, 9);
+    let src = p.c.lmr(vec![1; 64]);
+    let sink = p.c.buf(64);
+    let mut forged = target.rmr_triplet(0, 64).unwrap();
+    forged.rmr_context ^= 0xFF;
+    p.c.ep
+        .post_rdma_write(&[src.triplet(0, 64).unwrap()], forged, 1, D)
+        .unwrap();
+    // A read behind it waits for a response that never comes.
+    p.c.ep
+        .post_rdma_read(
+            &[sink.triplet(0, 64).unwrap()],
+            target.rmr_triplet(0, 64).unwrap(),
+            2,
+            D,
+        )
+        .unwrap();
+    let d = next_dto(&p.c.req);
+    assert_eq!((d.cookie, d.status), (1, DtoStatus::Success));
+    let d = next_dto(&p.c.req);
+    assert_eq!(d.cookie, 2);
+    assert_ne!(d.status, DtoStatus::Success, "{d:?}");
+    p.expect_end(ConnectionEventKind::Broken);
+    empty(&p.c.req);
+    flushed(&p.s.rcv, &[9]);
+    assert_eq!(target.to_vec().unwrap(), vec![5; 64]);
+    assert!(sink.to_vec().unwrap().iter().all(|&b| b == 0));
+}
