@@ -10,6 +10,8 @@
 //! * rdma-core's `rdma_server` / `rdma_client` (librdmacm's examples: one
 //!   16-byte Send each way, the server disconnects) against `rdapl
 //!   rdma-cm`, each way;
+//! * rping each way again with the rdapl side's Sends and Writes completing
+//!   once TCP has them (`RDAPL_TCP_PARAMS=complete=sent`, siw's meaning);
 //! * the whole session captured in the VM and decoded by the host's
 //!   tshark: the CRC flag of every MPA exchange as expected, every CRC good
 //!   where CRC is on, no malformed frame.
@@ -90,6 +92,9 @@ struct Scenario {
     crc: bool,
     /// Ping size (the client's).
     size: usize,
+    /// The tcp provider's default parameters on the rdapl side
+    /// (`RDAPL_TCP_PARAMS`), e.g. `complete=sent`.
+    params: &'static str,
 }
 
 impl Scenario {
@@ -155,6 +160,7 @@ const SCENARIOS: &[Scenario] = &[
         port: 27174,
         crc: false,
         size: 64,
+        params: "",
     },
     Scenario {
         name: "rdapl-client-crc1",
@@ -164,6 +170,7 @@ const SCENARIOS: &[Scenario] = &[
         crc: true,
         // Several FPDUs each way (siw's are at most one MSS).
         size: 5000,
+        params: "",
     },
     Scenario {
         name: "rdapl-server-crc0",
@@ -172,6 +179,7 @@ const SCENARIOS: &[Scenario] = &[
         port: 27176,
         crc: false,
         size: 64,
+        params: "",
     },
     Scenario {
         name: "rdapl-server-crc1",
@@ -180,6 +188,7 @@ const SCENARIOS: &[Scenario] = &[
         port: 27177,
         crc: true,
         size: 3000,
+        params: "",
     },
     Scenario {
         name: "rdma-cm-client-crc1",
@@ -188,6 +197,7 @@ const SCENARIOS: &[Scenario] = &[
         port: 27178,
         crc: true,
         size: 64,
+        params: "",
     },
     Scenario {
         name: "rdma-cm-server-crc0",
@@ -196,6 +206,26 @@ const SCENARIOS: &[Scenario] = &[
         port: 27179,
         crc: false,
         size: 64,
+        params: "",
+    },
+    // Sends and Writes complete once TCP has them (siw's own meaning).
+    Scenario {
+        name: "rdapl-client-sent-crc1",
+        tool: Tool::Rping,
+        dir: Dir::HostToVm,
+        port: 27180,
+        crc: true,
+        size: 5000,
+        params: "complete=sent",
+    },
+    Scenario {
+        name: "rdapl-server-sent-crc0",
+        tool: Tool::Rping,
+        dir: Dir::VmToHost,
+        port: 27181,
+        crc: false,
+        size: 3000,
+        params: "complete=sent",
     },
 ];
 
@@ -297,6 +327,9 @@ fn host_side(s: &Scenario, run: &Path, out: &Path, first: bool) -> HostSide {
     let rdapl = env!("CARGO_BIN_EXE_rdapl");
     let mut cmd = Command::new(rdapl);
     cmd.args(s.rdapl_args());
+    if !s.params.is_empty() {
+        cmd.env("RDAPL_TCP_PARAMS", s.params);
+    }
     let r = match s.dir {
         Dir::HostToVm => {
             let ready = out.join(format!("{}.ready", s.name));
