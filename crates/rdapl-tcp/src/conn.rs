@@ -181,8 +181,9 @@ pub(crate) struct Conn {
     /// A consumer drives the input: the progress thread does not poll for
     /// it ([`crate::progress`]).
     pub polled: bool,
-    /// The progress hook attached to the endpoint's EVDs once established.
-    pub hook: Option<Weak<dyn rdapl::provider::Progress>>,
+    /// Its own cell: it joins the groups of the endpoint's EVDs once
+    /// established ([`crate::group`]).
+    pub hook: Option<Weak<crate::progress::ConnCell>>,
     /// Completions delivered to the core so far.
     delivered: u64,
     /// The socket had nothing more to read in this pump.
@@ -1385,8 +1386,8 @@ impl Conn {
                     Some(c) => {
                         self.dat_conn = c;
                         self.told = true;
-                        if let Some(h) = &self.hook {
-                            ep.attach_progress(h.clone());
+                        if let Some(cell) = self.hook.as_ref().and_then(Weak::upgrade) {
+                            cell.join_groups(&ep);
                         }
                         if let Some(n) = self.engine.as_ref().and_then(|e| e.negotiated()) {
                             if n.rtr == Some(Rtr::Send) {

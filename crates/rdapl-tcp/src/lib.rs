@@ -119,6 +119,7 @@
 
 pub mod cm;
 pub mod conn;
+mod group;
 pub mod memory;
 mod outq;
 pub mod params;
@@ -204,10 +205,11 @@ impl Tcp {
             .map_or(0, |c| c.sh.looks.load(std::sync::atomic::Ordering::Relaxed))
     }
 
-    /// Consumers' passes over its connections so far: (pumped, skipped).
-    /// A pass skips a connection with nothing to do and no input (a
+    /// Consumers' passes over its connections so far: (connections
+    /// pumped, connections left alone). A pass leaves alone, without
+    /// looking at it, a connection with nothing to do and no input (a
     /// diagnostic: a pass over an EVD that many connections share makes
-    /// one readiness check, not a `recv` each).
+    /// one readiness check and pumps what moves, not a `recv` each).
     pub fn pass_counts(&self) -> (u64, u64) {
         self.core.lock().as_ref().map_or((0, 0), |c| {
             let s = &c.sh.stats;
@@ -215,6 +217,14 @@ impl Tcp {
                 s.pass_pumps.load(std::sync::atomic::Ordering::Relaxed),
                 s.pass_skips.load(std::sync::atomic::Ordering::Relaxed),
             )
+        })
+    }
+
+    /// Consumers' passes over the EVDs its connections feed so far (one
+    /// per EVD a pass runs on, whatever number of connections feed it).
+    pub fn passes(&self) -> u64 {
+        self.core.lock().as_ref().map_or(0, |c| {
+            c.sh.stats.passes.load(std::sync::atomic::Ordering::Relaxed)
         })
     }
 

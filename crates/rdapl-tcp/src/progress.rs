@@ -13,18 +13,18 @@
 //!   writes the eventfd instead (the lock's holder may have looked at the
 //!   queue before the post). A posted receive kicks only if a Send of the
 //!   peer waits for one (`Conn::stalled`, a Dekker pair with the stall).
-//! * **Consumers.** The connection is a progress hook
-//!   ([`rdapl::provider::Progress`]) of its endpoint's EVDs: a consumer
-//!   that finds one empty, or is about to wait on it, pumps the
-//!   connection (read, place, complete) in its own thread. On an EVD that
-//!   several connections feed, a pass asks once which sockets have input
-//!   (a zero-timeout wait on the provider's second epoll set, the
-//!   pollset, which holds every connection's socket) and skips the
-//!   connections that have none and nothing else to do (`quiet`), so
-//!   that its cost follows the connections that move, not how many share
-//!   the EVD.
-//! * **The thread.** While a consumer polls a connection (its last pass
-//!   less than [`POLL_FRESH_MS`] ago) the thread does not compete for its
+//! * **Consumers.** The connections that feed an EVD are one progress
+//!   hook ([`rdapl::provider::Progress`]) of it, their group (`group`): a
+//!   consumer that finds the EVD empty, or is about to wait on it, pumps
+//!   them (read, place, complete) in its own thread. A pass over several
+//!   asks once which sockets have input (a zero-timeout wait on the
+//!   provider's second epoll set, the pollset, which holds every
+//!   connection's socket) and pumps only those and the ones with
+//!   something else to do (not `quiet`), so that its cost follows the
+//!   connections that move, not how many share the EVD.
+//! * **The thread.** While a consumer polls a connection (the last pass
+//!   of one of its groups less than [`POLL_FRESH_MS`] ago, and no park of
+//!   its groups since) the thread does not compete for its
 //!   input: the first readiness it sees then takes `EPOLLIN` away from
 //!   that socket, and the thread only checks every few milliseconds
 //!   whether the polling stopped. A consumer about to block or to rely on
@@ -57,9 +57,10 @@
 
 use crate::cm;
 use crate::conn::{Conn, Phase};
+use crate::group::Group;
 use crate::params::IaParams;
 use parking_lot::Mutex;
-use rdapl::event::EpHandle;
+use rdapl::event::{EpHandle, EvdHandle};
 use rdapl::provider::{CrInner, EpInner, SpInner};
 use rdapl::{ConnectionEventKind, Result};
 use rdapl_iwarp::{Connection, Role};
@@ -71,32 +72,19 @@ use std::collections::BinaryHeap;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// The eventfd's epoll key.
 const WAKE: u64 = 0;
 
-/// The sockets with input, as a thread's current pass saw them (see
-/// `Shared::pass_view`).
-struct PassView {
-    /// (pass, provider) the view is of.
-    key: Option<(u64, usize)>,
-    now: u64,
-    /// Every socket counts as ready (the wait failed or filled `events`).
-    all: bool,
-    ready: HashSet<u64>,
-    events: Vec<epoll::Event>,
-}
+/// Most sockets one pass's readiness check names; more count as all.
+const PASS_EVENTS: usize = 256;
 
 thread_local! {
-    static PASS_VIEW: std::cell::RefCell<PassView> = std::cell::RefCell::new(PassView {
-        key: None,
-        now: 0,
-        all: true,
-        ready: HashSet::default(),
-        events: Vec::with_capacity(256),
-    });
+    /// A consumer thread's buffers for its passes' readiness checks.
+    static PASS_READY: std::cell::RefCell<(Vec<epoll::Event>, Vec<u64>)> =
+        std::cell::RefCell::new((Vec::with_capacity(PASS_EVENTS), Vec::with_capacity(PASS_EVENTS)));
 }
 
 /// A consumer whose last progress pass is younger than this (ms) is
@@ -113,21 +101,29 @@ pub(crate) struct ConnCell {
     pub conn: Mutex<Conn>,
     /// `Conn::stalled`, readable without the lock.
     pub stalled: Arc<AtomicBool>,
-    /// 1 + the time (ms, [`Shared::now`]) of a consumer's last progress
-    /// pass; 0: none since it last parked.
-    pub last_poll: AtomicU64,
+    /// The groups of the EVDs it feeds (set once it is established).
+    groups: OnceLock<Vec<Membership>>,
     /// A poster found the lock taken: whoever releases it pumps again.
     kicked: AtomicBool,
     /// The last consumer pass left nothing to do but wait for input
-    /// (`Conn::quiet`); cleared by every other change under the lock. A
-    /// pass skips a quiet connection whose socket its readiness view
-    /// does not name.
+    /// (`Conn::quiet`); cleared by every other change under the lock
+    /// (`unquiet`, which puts it on its groups' busy lists). A pass skips
+    /// a quiet connection whose socket has no input.
     quiet: AtomicBool,
     /// The IA's `poll_fresh_ms`.
     poll_fresh: u64,
     /// The connection's key (`Conn::token`).
-    token: u64,
+    pub token: u64,
     sh: Arc<Shared>,
+}
+
+/// A connection's place in one group: whether it is on the group's busy
+/// and claimed lists (so that each holds it once, however often it is
+/// marked before the group drains its lists).
+pub(crate) struct Membership {
+    group: Arc<Group>,
+    busy: AtomicBool,
+    claimed: AtomicBool,
 }
 
 /// The connection `ep` is in or is making, as the progress thread linked
@@ -155,9 +151,7 @@ impl std::ops::DerefMut for ConnGuard<'_> {
         // Whatever changes now may leave work for the next pass. (Every
         // writer holds the lock: only a set flag needs the write, and the
         // line that passes read stays clean otherwise.)
-        if self.cell.quiet.load(Ordering::Relaxed) {
-            self.cell.quiet.store(false, Ordering::Relaxed);
-        }
+        self.cell.unquiet();
         self.g.as_mut().expect("held until dropped")
     }
 }
@@ -178,7 +172,7 @@ impl Drop for ConnGuard<'_> {
             // Taken by someone else: its release looks again.
             if let Some(mut c) = cell.conn.try_lock() {
                 if cell.kicked.swap(false, Ordering::SeqCst) {
-                    cell.quiet.store(false, Ordering::Relaxed);
+                    cell.unquiet();
                     let before = (c.deadline(), c.phase);
                     c.pump(cell.sh.now());
                     cell.sh.settle(&mut c, before);
@@ -219,61 +213,130 @@ impl ConnCell {
         }
     }
 
-    fn polling(&self, now: u64) -> Option<u64> {
-        let lp = self.last_poll.load(Ordering::SeqCst);
-        let until = lp.checked_sub(1)?.saturating_add(self.poll_fresh);
+    /// Whether a consumer polls this connection at `now` (the newest pass
+    /// of one of its groups younger than `poll_fresh_ms` and newer than
+    /// every park of its groups), and until when.
+    pub(crate) fn polling(&self, now: u64) -> Option<u64> {
+        let groups = self.groups.get()?;
+        let mut park = 0;
+        let mut newest = (0, 0);
+        for m in groups {
+            let (pass, ms, pk) = m.group.freshness();
+            park = park.max(pk);
+            newest = newest.max((pass, ms));
+        }
+        let (pass, ms) = newest;
+        if pass <= park {
+            return None;
+        }
+        let until = ms.checked_sub(1)?.saturating_add(self.poll_fresh);
         (now < until).then_some(until)
     }
-}
 
-impl ConnCell {
-    /// A consumer's pass over this connection; `pass` names the pass over
-    /// all of an EVD's hooks, if it is one.
-    fn pass(&self, pass: Option<u64>) {
-        let (now, ready) = match pass {
-            Some(p) => self.sh.pass_view(p, self.token),
-            None => (self.sh.now(), true),
-        };
-        self.last_poll.store(now + 1, Ordering::Relaxed);
-        if !ready && self.quiet.load(Ordering::Acquire) {
-            // Nothing buffered, held or owed, and no input this pass.
-            self.sh.stats.pass_skips.fetch_add(1, Ordering::Relaxed);
-            return;
+    fn memberships(&self) -> &[Membership] {
+        self.groups.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// The connection stops being quiet: its groups' passes pump it
+    /// whatever its socket says. (Every writer holds the lock: only a set
+    /// flag needs the write, and the line that passes read stays clean
+    /// otherwise.)
+    fn unquiet(&self) {
+        if self.quiet.load(Ordering::Relaxed) {
+            self.quiet.store(false, Ordering::Relaxed);
+            self.mark_busy();
         }
+    }
+
+    /// On every group's busy list (once).
+    fn mark_busy(&self) {
+        for m in self.memberships() {
+            if !m.busy.swap(true, Ordering::AcqRel) {
+                m.group.mark_busy(self.token);
+            }
+        }
+    }
+
+    /// Its groups' parks must look at it (its input left to the consumer,
+    /// or output held back).
+    fn claim(&self) {
+        for m in self.memberships() {
+            if !m.claimed.swap(true, Ordering::AcqRel) {
+                m.group.claim(self.token);
+            }
+        }
+    }
+
+    /// `g` took it off its busy list (`busy`) or its claimed list.
+    pub(crate) fn taken(&self, g: &Group, busy: bool) {
+        for m in self.memberships() {
+            if std::ptr::eq(&*m.group, g) {
+                let flag = if busy { &m.busy } else { &m.claimed };
+                flag.store(false, Ordering::Release);
+            }
+        }
+    }
+
+    /// Joins the groups of the EVDs `ep`'s completions go to (the
+    /// connection was just established).
+    pub(crate) fn join_groups(self: &Arc<Self>, ep: &EpInner) {
+        let mut mine = Vec::new();
+        ep.attach_progress_per_evd(|evd| {
+            let g = self.sh.group(evd);
+            g.join(self);
+            let hook: Weak<dyn rdapl::provider::Progress> = Arc::downgrade(&g) as _;
+            mine.push(Membership {
+                group: g,
+                busy: AtomicBool::new(true),
+                claimed: AtomicBool::new(false),
+            });
+            hook
+        });
+        let _ = self.groups.set(mine);
+    }
+
+    /// Leaves its groups (the connection is gone).
+    fn leave_groups(&self) {
+        for m in self.memberships() {
+            m.group.leave(self.token);
+        }
+    }
+
+    /// One group's pass over this connection, at `now`.
+    pub(crate) fn pass(&self, now: u64) {
         let Some(mut c) = self.try_lock() else {
+            // Its holder pumps; a later pass looks again.
+            self.mark_busy();
             return;
         };
+        // Not quiet while pumped (without the busy lists: this pass
+        // decides below).
+        self.quiet.store(false, Ordering::Relaxed);
         if c.phase != Phase::Open {
             return;
         }
-        self.sh.stats.pass_pumps.fetch_add(1, Ordering::Relaxed);
         let before = (c.deadline(), c.phase);
         c.pump_polled(now);
         self.sh.settle(&mut c, before);
+        if c.out_held {
+            self.claim();
+        }
+        let quiet = c.quiet();
+        if !quiet {
+            self.mark_busy();
+        }
         // Last, after every change of this pass (the guard's release may
         // pump again, and clears it then).
-        self.quiet.store(c.quiet(), Ordering::Release);
-    }
-}
-
-impl rdapl::provider::Progress for ConnCell {
-    fn progress(&self) {
-        self.pass(None);
+        self.quiet.store(quiet, Ordering::Release);
     }
 
-    fn progress_pass(&self, pass: u64) {
-        self.pass(Some(pass));
-    }
-
-    fn park(&self) {
-        // Cleared before the lock: the thread reads it under the lock
-        // before it takes the input away.
-        self.last_poll.store(0, Ordering::SeqCst);
-        // Never waits for the lock (a consumer may park from a context
-        // that a holder waits for). Contended, it leaves the work to
-        // others, as `kick` does: the holder's release pumps (output held
-        // back goes out), and the thread, woken, hands the input back in
-        // its check of polled connections.
+    /// A park of one of its groups: what the consumer held goes back to
+    /// the thread. Never waits for the lock (a consumer may park from a
+    /// context that a holder waits for). Contended, it leaves the work to
+    /// others, as `kick` does: the holder's release pumps (output held
+    /// back goes out), and the thread, woken, hands the input back in its
+    /// check of polled connections.
+    pub(crate) fn park(&self) {
         let mut c = match self.try_lock() {
             Some(c) => c,
             None => {
@@ -370,6 +433,10 @@ pub(crate) struct Shared {
     pub looks: AtomicU64,
     /// Counters the connections keep (diagnostics).
     pub stats: Arc<Stats>,
+    /// Numbers consumers' passes and parks, in order (see [`Group`]).
+    pub pass_seq: AtomicU64,
+    /// The group of each EVD that connections of this instance feed.
+    groups: Mutex<HashMap<EvdHandle, Weak<Group>>>,
 }
 
 /// What the connections of one provider instance count (diagnostics).
@@ -380,9 +447,11 @@ pub(crate) struct Stats {
     /// Payload bytes queued for a socket by reference to registered
     /// memory (written from it, no staging copy).
     pub sent_direct: AtomicU64,
-    /// Consumer passes that pumped a connection.
+    /// Consumers' passes over a group (an EVD's connections).
+    pub passes: AtomicU64,
+    /// Connections a pass pumped.
     pub pass_pumps: AtomicU64,
-    /// Consumer passes that skipped a quiet connection with no input.
+    /// Connections a pass left alone (quiet, no input), without looking.
     pub pass_skips: AtomicU64,
 }
 
@@ -413,6 +482,8 @@ impl Shared {
             wakeups: AtomicU64::new(0),
             looks: AtomicU64::new(0),
             stats: Arc::default(),
+            pass_seq: AtomicU64::new(0),
+            groups: Mutex::new(HashMap::default()),
         }))
     }
 
@@ -424,33 +495,40 @@ impl Shared {
         self.start.elapsed().as_millis() as u64
     }
 
-    /// For pass `pass` of this thread: the time, and whether connection
-    /// `token`'s socket had input (or an error) when the pass first asked.
-    /// The first hook of a pass asks the pollset; the others reuse the
-    /// answer. Too many ready to list: every socket counts as ready.
-    fn pass_view(&self, pass: u64, token: u64) -> (u64, bool) {
-        PASS_VIEW.with(|v| {
-            let v = &mut *v.borrow_mut();
-            let key = (pass, self as *const Shared as usize);
-            if v.key != Some(key) {
-                v.key = Some(key);
-                v.now = self.now();
-                v.ready.clear();
-                v.events.clear();
-                let zero = Timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                };
-                let r = epoll::wait(
-                    &self.pollset,
-                    rustix::buffer::spare_capacity(&mut v.events),
-                    Some(&zero),
-                );
-                v.all = !matches!(r, Ok(n) if n < v.events.capacity());
-                v.ready.extend(v.events.iter().map(|e| e.data.u64()));
-            }
-            (v.now, v.all || v.ready.contains(&token))
+    /// Runs `f` with the tokens of the connections whose sockets have
+    /// input (or an error) now, and whether every socket is to count as
+    /// ready (the wait failed, or more were ready than it names): one
+    /// zero-timeout wait on the pollset.
+    pub(crate) fn with_ready<R>(&self, f: impl FnOnce(&[u64], bool) -> R) -> R {
+        PASS_READY.with(|b| {
+            let (events, tokens) = &mut *b.borrow_mut();
+            events.clear();
+            tokens.clear();
+            let zero = Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            let r = epoll::wait(
+                &self.pollset,
+                rustix::buffer::spare_capacity(events),
+                Some(&zero),
+            );
+            let all = !matches!(r, Ok(n) if n < events.capacity());
+            tokens.extend(events.iter().map(|e| e.data.u64()));
+            f(tokens, all)
         })
+    }
+
+    /// The group of `evd`'s connections (made if none is alive).
+    pub(crate) fn group(self: &Arc<Self>, evd: EvdHandle) -> Arc<Group> {
+        let mut gs = self.groups.lock();
+        if let Some(g) = gs.get(&evd).and_then(Weak::upgrade) {
+            return g;
+        }
+        gs.retain(|_, w| w.strong_count() > 0);
+        let g = Arc::new(Group::new(self.clone()));
+        gs.insert(evd, Arc::downgrade(&g));
+        g
     }
 
     /// Adds a connection's socket to the pollset.
@@ -775,6 +853,7 @@ impl Driver {
         }
         for t in dead {
             if let Some(cell) = self.conns.remove(&t) {
+                cell.leave_groups();
                 let mut c = look(&self.sh, &cell);
                 if c.registered.take().is_some() {
                     let _ = epoll::delete(&self.sh.epoll, c.sock.as_fd());
@@ -839,13 +918,12 @@ impl Driver {
     fn insert(&mut self, mut c: Conn) -> Arc<ConnCell> {
         let t = c.token;
         let cell = Arc::new_cyclic(|w: &Weak<ConnCell>| {
-            let hook: Weak<dyn rdapl::provider::Progress> = w.clone();
-            c.hook = Some(hook);
+            c.hook = Some(w.clone());
             ConnCell {
                 poll_fresh: c.ia.poll_fresh_ms,
                 stalled: c.stalled.clone(),
                 conn: Mutex::new(c),
-                last_poll: AtomicU64::new(0),
+                groups: OnceLock::new(),
                 kicked: AtomicBool::new(false),
                 quiet: AtomicBool::new(false),
                 token: t,
@@ -897,10 +975,16 @@ impl Driver {
                 // A consumer polls this connection: leave its input to it
                 // (read under the lock: `park` clears it before locking).
                 if only_input && c.phase == Phase::Open && cell.polling(now).is_some() {
-                    c.polled = true;
-                    self.sh.sync_interest(&mut c);
-                    self.polled.insert(t);
-                    return;
+                    // On the groups' lists first, then freshness again: a
+                    // park that came in between either takes it from a
+                    // list or is seen here.
+                    cell.claim();
+                    if cell.polling(now).is_some() {
+                        c.polled = true;
+                        self.sh.sync_interest(&mut c);
+                        self.polled.insert(t);
+                        return;
+                    }
                 }
                 c.pump(now);
             }

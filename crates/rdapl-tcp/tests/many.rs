@@ -222,6 +222,7 @@ fn a_pass_over_shared_evds_skips_idle_connections() {
         }
     };
     let (p0, k0) = tcp.pass_counts();
+    let n0 = tcp.passes();
     for i in 0..ROUNDS {
         ceps[0].post_recv(&t(&cbuf), i, D).unwrap();
         ceps[0].post_send(&t(&csrc), i, D).unwrap();
@@ -235,12 +236,20 @@ fn a_pass_over_shared_evds_skips_idle_connections() {
         assert_eq!(poll(&s.req).status, DtoStatus::Success);
     }
     let (pumps, skips) = (tcp.pass_counts().0 - p0, tcp.pass_counts().1 - k0);
-    // A pass over IDLE + 1 hooks pumps the busy connection (and an idle
-    // one now and then) and skips the rest: a `recv` each would pump
-    // them all.
+    let passes = tcp.passes() - n0;
+    // A pass over the IDLE + 1 connections of an EVD pumps the busy one
+    // (and an idle one now and then) and leaves the rest alone: a `recv`
+    // each would pump them all.
     assert!(
         skips >= 10 * pumps,
         "{pumps} pumps and {skips} skips in passes over {} connections",
+        IDLE + 1
+    );
+    // One hook per EVD, not per connection: each pass covers all of them
+    // (pumped or left alone) and pumps only a few.
+    assert!(
+        pumps + skips >= IDLE as u64 * passes && pumps <= 3 * passes,
+        "{passes} passes: {pumps} pumps, {skips} left alone, over {} connections",
         IDLE + 1
     );
     drop((ceps, seps));

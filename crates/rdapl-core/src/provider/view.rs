@@ -208,6 +208,30 @@ impl EpInner {
         }
     }
 
+    /// [`EpInner::attach_progress`] with a hook per EVD: `hook_for` is
+    /// called once for each EVD this endpoint's completions go to (once if
+    /// the receive and request EVDs are one), with its handle, and what it
+    /// returns is attached to that EVD. A provider whose connections share
+    /// EVDs keeps one hook per EVD for all of them, so that a pass over an
+    /// EVD costs what is ready, not what is attached.
+    pub fn attach_progress_per_evd(
+        &self,
+        mut hook_for: impl FnMut(crate::event::EvdHandle) -> Weak<dyn crate::evd::Progress>,
+    ) {
+        let mut seen = None;
+        for evd in [self.recv_evd.as_ref(), self.request_evd.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            let h = evd.handle();
+            if seen == Some(h) {
+                continue;
+            }
+            seen = Some(h);
+            evd.inner.progress.attach(hook_for(h));
+        }
+    }
+
     /// The connection is up on this side: `Connected`, `remote` recorded,
     /// `Established` raised (with `peer_private`, the accept's private data,
     /// on the active side). Returns the connection's number (never 0), or
