@@ -497,8 +497,10 @@ impl Shared {
 
     /// Runs `f` with the tokens of the connections whose sockets have
     /// input (or an error) now, and whether every socket is to count as
-    /// ready (the wait failed, or more were ready than it names): one
-    /// zero-timeout wait on the pollset.
+    /// ready (the wait failed): one zero-timeout wait on the pollset. More
+    /// ready than it names ([`PASS_EVENTS`]): the others come in later
+    /// passes (a level-triggered epoll set hands out its ready sockets in
+    /// turn: each one named goes to the back of the line).
     pub(crate) fn with_ready<R>(&self, f: impl FnOnce(&[u64], bool) -> R) -> R {
         PASS_READY.with(|b| {
             let (events, tokens) = &mut *b.borrow_mut();
@@ -513,7 +515,7 @@ impl Shared {
                 rustix::buffer::spare_capacity(events),
                 Some(&zero),
             );
-            let all = !matches!(r, Ok(n) if n < events.capacity());
+            let all = r.is_err();
             tokens.extend(events.iter().map(|e| e.data.u64()));
             f(tokens, all)
         })

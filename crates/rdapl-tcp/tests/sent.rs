@@ -16,7 +16,7 @@ use std::time::Duration;
 fn a_send_completes_once_written_not_once_placed() {
     let tcp = Tcp::new();
     for (params, completes_early) in [("complete=sent", true), ("complete=placed", false)] {
-        let p = Pair::connected(&tcp, "127.0.31.1", "127.0.31.2", params);
+        let p = Pair::connected(&tcp, "127.0.37.1", "127.0.37.2", params);
         let src = p.c.lmr(pattern(64, 4));
         let rbuf = p.s.buf(64);
         p.c.send(&src, 0, 64, 1);
@@ -59,14 +59,14 @@ fn a_region_rewritten_after_its_send_completes_sends_what_was_posted() {
     });
     // With CRC an early completion shows as a bad CRC (the peer's
     // Terminate), without as changed bytes.
-    rewrite_after_completion(&tcp, "127.0.31.3", "");
-    rewrite_after_completion(&tcp, "127.0.31.7", "crc=0");
+    rewrite_after_completion(&tcp, "127.0.37.3", "");
+    rewrite_after_completion(&tcp, "127.0.37.7", "crc=0");
 }
 
 fn rewrite_after_completion(tcp: &std::sync::Arc<Tcp>, client: &str, params: &str) {
     const N: usize = 48;
     const LEN: usize = 1 << 20;
-    let p = Pair::connected(tcp, client, "127.0.31.4", params);
+    let p = Pair::connected(tcp, client, "127.0.37.4", params);
     let bufs: Vec<Lmr> = (0..N).map(|_| p.s.buf(LEN)).collect();
     let mut posted = 0;
     let src = p.c.buf(LEN);
@@ -105,7 +105,7 @@ fn rewrite_after_completion(tcp: &std::sync::Arc<Tcp>, client: &str, params: &st
 #[test]
 fn a_forged_key_on_sent_breaks_both_sides_and_flushes_the_rest() {
     let tcp = Tcp::new();
-    let p = Pair::connected(&tcp, "127.0.31.5", "127.0.31.6", "complete=sent");
+    let p = Pair::connected(&tcp, "127.0.37.5", "127.0.37.6", "complete=sent");
     let target = p.s.lmr(vec![5; 64]);
     let rbuf = p.s.buf(16);
     p.s.recv(&rbuf, 0, 16, 9);
