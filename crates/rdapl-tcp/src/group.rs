@@ -88,8 +88,8 @@ impl Group {
     /// The newest pass (sequence number, 1 + its time in ms) and park.
     pub fn freshness(&self) -> (u64, u64, u64) {
         let park = self.last_park.load(Ordering::SeqCst);
-        let pass = self.last_pass.load(Ordering::SeqCst);
-        let ms = self.last_pass_ms.load(Ordering::SeqCst);
+        let pass = self.last_pass.load(Ordering::Acquire);
+        let ms = self.last_pass_ms.load(Ordering::Relaxed);
         (pass, ms, park)
     }
 
@@ -114,29 +114,41 @@ impl Group {
 impl rdapl::provider::Progress for Group {
     fn progress(&self) {
         let sh = &self.sh;
-        let seq = sh.pass_seq.fetch_add(1, Ordering::SeqCst) + 1;
+        // Numbered in the sequence's order whatever the memory order; a
+        // stale view of it only makes the thread take the input back.
+        let seq = sh.pass_seq.fetch_add(1, Ordering::Relaxed) + 1;
         let now = sh.now();
-        self.last_pass_ms.store(now + 1, Ordering::SeqCst);
-        self.last_pass.store(seq, Ordering::SeqCst);
-        let single = self.members.lock().len() <= 1;
-        let mut tokens = std::mem::take(&mut *self.busy.lock());
-        let all = if single {
-            true
-        } else {
-            // Which sockets have input: one system call for the pass.
-            sh.with_ready(|ready, all| {
-                if !all {
-                    tokens.extend_from_slice(ready);
-                }
-                all
-            })
+        self.last_pass_ms.store(now + 1, Ordering::Release);
+        self.last_pass.store(seq, Ordering::Release);
+        let st = &sh.stats;
+        st.passes.fetch_add(1, Ordering::Relaxed);
+        // One member (an endpoint with EVDs of its own): pumped without a
+        // readiness check. Its busy flag stays set, so its list holds it
+        // once and is not needed.
+        let one = {
+            let m = self.members.lock();
+            match m.len() {
+                0 => return,
+                1 => m.values().next().and_then(Weak::upgrade),
+                _ => None,
+            }
         };
+        if let Some(c) = one {
+            st.pass_pumps.fetch_add(1, Ordering::Relaxed);
+            return c.pass(now);
+        }
+        let mut tokens = std::mem::take(&mut *self.busy.lock());
+        // Which sockets have input: one system call for the pass.
+        let all = sh.with_ready(|ready, all| {
+            if !all {
+                tokens.extend_from_slice(ready);
+            }
+            all
+        });
         let (cells, members) = self.cells(&mut tokens, all);
         for c in &cells {
             c.taken(self, true);
         }
-        let st = &sh.stats;
-        st.passes.fetch_add(1, Ordering::Relaxed);
         st.pass_pumps
             .fetch_add(cells.len() as u64, Ordering::Relaxed);
         st.pass_skips.fetch_add(
