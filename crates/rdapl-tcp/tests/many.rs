@@ -237,16 +237,7 @@ fn a_pass_over_shared_evds_skips_idle_connections() {
     for (i, ep) in seps.iter().enumerate() {
         ep.post_recv(&t(&sbuf), i as u64, D).unwrap();
     }
-    let poll = |evd: &Evd| -> DtoCompletion {
-        let end = std::time::Instant::now() + T;
-        loop {
-            match evd.dequeue().unwrap() {
-                Some(Event::Dto(d)) => return d,
-                Some(e) => panic!("expected a DTO completion, got {e:?}"),
-                None => assert!(std::time::Instant::now() < end, "no completion"),
-            }
-        }
-    };
+    let poll = poll_dto;
     let (p0, k0) = tcp.pass_counts();
     let n0 = tcp.passes();
     for i in 0..ROUNDS {
