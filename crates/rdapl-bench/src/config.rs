@@ -4,7 +4,7 @@
 //! `--smoke` (every benchmark at a tiny size, a few seconds in total, to
 //! prove the harness works end to end).
 
-use crate::{flow, latency, loopback, tcp, throughput};
+use crate::{flow, latency, loopback, shared, tcp, throughput};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -25,6 +25,17 @@ pub struct Scale {
     pub loopback: loopback::Params,
     /// Benchmark 5.
     pub tcp: tcp::Params,
+    /// Benchmark 6.
+    #[serde(default = "shared_full")]
+    pub shared: shared::Params,
+}
+
+fn shared_full() -> shared::Params {
+    shared::Params {
+        idle: vec![100, 1000],
+        rounds: 3000,
+        timeout: Duration::from_secs(10),
+    }
 }
 
 /// The bandwidth sizes of benchmark 5: 4 KiB, 64 KiB, 1 MiB (the smoke
@@ -106,6 +117,7 @@ impl Scale {
                 latency_size: 64,
                 sizes: tcp_sizes(),
             },
+            shared: shared_full(),
         }
     }
 
@@ -168,6 +180,11 @@ impl Scale {
                 placement: tcp::Placement::Unpinned,
                 latency_size: 64,
                 sizes: tcp_sizes(),
+            },
+            shared: shared::Params {
+                idle: vec![10],
+                rounds: 50,
+                timeout: Duration::from_secs(10),
             },
         }
     }

@@ -13,6 +13,7 @@
 //! | [`flow`] | part 3: the seed's flow: `Poller` vs pure upcalls vs pure polling at low, medium and saturating load |
 //! | [`loopback`] | part 4: the loopback provider: 64-byte send/receive half round trip vs crossbeam ping-pongs, RDMA write/read bandwidth vs memcpy at 4 KiB–16 MiB |
 //! | [`tcp`] | part 5: the TCP provider between two processes (the `rdapl` CLI) vs `fi_pingpong -p tcp -e msg` and qperf `tcp_lat`/`tcp_bw`: 64 B one-way latency, ping-pong and streaming bandwidth at 4 KiB–1 MiB |
+//! | [`shared`] | part 6: many connections on one EVD: the TCP provider's waiting 64 B round trip on EVDs that idle connections share vs on EVDs of its own, in this process |
 //! | [`report`] | targets of the issue, `results.json`, `results.md` |
 //! | [`plot`] | SVG plots |
 //! | [`config`] | the full and `--smoke` sizes |
@@ -29,6 +30,7 @@ pub mod latency;
 pub mod loopback;
 pub mod plot;
 pub mod report;
+pub mod shared;
 pub mod stats;
 pub mod tcp;
 pub mod throughput;

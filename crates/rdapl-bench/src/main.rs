@@ -8,7 +8,8 @@
 //!
 //! Exits with status 1 if a correctness check fails (an event lost in the
 //! flow benchmark, a ping-pong run stuck, a loopback transfer failed or
-//! delivered wrong data, a TCP run failed or could not start) or an output
+//! delivered wrong data, a TCP run failed or could not start, a part-6
+//! round trip failed) or an output
 //! cannot be written.
 //! A missed performance target is reported, not an error.
 #![forbid(unsafe_code)]
@@ -17,7 +18,7 @@ use clap::{Parser, ValueEnum};
 use rdapl_bench::config::Scale;
 use rdapl_bench::report::{Meta, Results};
 use rdapl_bench::util::Machine;
-use rdapl_bench::{flow, latency, loopback, plot, tcp, throughput};
+use rdapl_bench::{flow, latency, loopback, plot, shared, tcp, throughput};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -57,6 +58,8 @@ enum Bench {
     Flow,
     Loopback,
     Tcp,
+    /// Part 6: many connections on one EVD.
+    Shared,
 }
 
 fn main() -> ExitCode {
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
         loopback_bandwidth: Vec::new(),
         tcp: Vec::new(),
         tcp_setup: None,
+        shared: Vec::new(),
         targets: Vec::new(),
         pending: Vec::new(),
         plots: Vec::new(),
@@ -121,7 +125,7 @@ fn main() -> ExitCode {
     };
 
     if wants(Bench::Throughput) {
-        println!("[1/5] EVD throughput");
+        println!("[1/6] EVD throughput");
         let t = Instant::now();
         results.throughput = throughput::run(&scale.throughput, scale.reps, progress);
         println!("      ({:.1} s)", t.elapsed().as_secs_f64());
@@ -131,7 +135,7 @@ fn main() -> ExitCode {
         }
     }
     if wants(Bench::Latency) {
-        println!("[2/5] Wakeup latency");
+        println!("[2/6] Wakeup latency");
         let t = Instant::now();
         let out = latency::run(&scale.latency, scale.reps, progress);
         println!("      ({:.1} s)", t.elapsed().as_secs_f64());
@@ -142,7 +146,7 @@ fn main() -> ExitCode {
         results.latency = out.rows;
     }
     if wants(Bench::Flow) {
-        println!("[3/5] The seed's flow");
+        println!("[3/6] The seed's flow");
         let t = Instant::now();
         let out = flow::run(&scale.flow, scale.reps, progress);
         println!("      ({:.1} s)", t.elapsed().as_secs_f64());
@@ -153,7 +157,7 @@ fn main() -> ExitCode {
         results.flow = out.rows;
     }
     if wants(Bench::Loopback) {
-        println!("[4/5] Loopback provider");
+        println!("[4/6] Loopback provider");
         let t = Instant::now();
         let out = loopback::run(&scale.loopback, scale.reps, progress);
         println!("      ({:.1} s)", t.elapsed().as_secs_f64());
@@ -166,7 +170,7 @@ fn main() -> ExitCode {
         results.loopback_bandwidth = out.bandwidth;
     }
     if wants(Bench::Tcp) {
-        println!("[5/5] TCP provider against fi_pingpong and qperf");
+        println!("[5/6] TCP provider against fi_pingpong and qperf");
         let t = Instant::now();
         let out = tcp::run(&scale.tcp, scale.reps, progress);
         println!("      ({:.1} s)", t.elapsed().as_secs_f64());
@@ -180,6 +184,13 @@ fn main() -> ExitCode {
         results.tcp = out.rows;
         results.tcp_setup = Some(out.setup);
         results.pending.extend(out.pending);
+    }
+
+    if wants(Bench::Shared) {
+        println!("[6/6] Many connections on one EVD (TCP provider, in process)");
+        let t = Instant::now();
+        results.shared = shared::run(&scale.shared, scale.reps, progress);
+        println!("      ({:.1} s)", t.elapsed().as_secs_f64());
     }
 
     results.meta.suite_seconds = start.elapsed().as_secs_f64();

@@ -9,7 +9,7 @@
 
 use crate::stats::Summary;
 use crate::util::Machine;
-use crate::{flow, latency, loopback, tcp, throughput};
+use crate::{flow, latency, loopback, shared, tcp, throughput};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -183,6 +183,9 @@ pub struct Results {
     /// counts, a failure that stopped it (`None`: not run).
     #[serde(default)]
     pub tcp_setup: Option<tcp::Setup>,
+    /// Benchmark 6: many connections on one EVD.
+    #[serde(default)]
+    pub shared: Vec<shared::Row>,
     /// Targets and checks.
     pub targets: Vec<Target>,
     /// Parts deliberately not measured.
@@ -356,6 +359,17 @@ impl Results {
                 "check/tcp/no-failed-runs",
                 "TCP runs that failed (a process failed or timed out, iterations missing, an output not understood, the part not able to start), summed",
                 "tcp/*",
+                &Summary::of(&[failed as f64]),
+                Compare::AtMost,
+                0.0,
+            ));
+        }
+        if !self.shared.is_empty() {
+            let failed = self.shared.iter().filter(|r| r.error.is_some()).count();
+            t.push(Target::new(
+                "check/shared/no-failed-rows",
+                "Many-connection rows that failed (a connection not set up, a round trip not completing in time), summed",
+                "tcp-shared/*",
                 &Summary::of(&[failed as f64]),
                 Compare::AtMost,
                 0.0,
@@ -627,6 +641,46 @@ impl Results {
 
         if self.tcp_setup.is_some() {
             self.tcp_markdown(&mut s);
+        }
+
+        if !self.shared.is_empty() {
+            let _ = writeln!(
+                s,
+                "## 6. Many connections on one EVD
+"
+            );
+            let _ = writeln!(
+                s,
+                "The TCP provider in this process (127.0.0.x): waiting 64-byte round trips \
+                 (`wait` for each completion) of a connection whose EVDs `n` idle connections \
+                 share, and of one with EVDs of its own beside `n` idle connections, back to \
+                 back in each repetition. Ratio = shared ÷ own (lower is better; 1 means \
+                 sharing an EVD costs nothing). Context, no target.\n"
+            );
+            table(
+                &mut s,
+                &[
+                    "idle connections",
+                    "ratio shared ÷ own",
+                    "shared µs/round trip",
+                    "own µs/round trip",
+                    "error",
+                ],
+                self.shared.iter().map(|r| {
+                    vec![
+                        r.idle.to_string(),
+                        format!(
+                            "{}× [{}–{}]",
+                            num(r.ratio.median),
+                            num(r.ratio.min),
+                            num(r.ratio.max)
+                        ),
+                        num(r.shared_us.median),
+                        num(r.own_us.median),
+                        r.error.clone().unwrap_or_else(|| "–".into()),
+                    ]
+                }),
+            );
         }
 
         if !self.pending.is_empty() {

@@ -176,11 +176,26 @@ fn smoke_run_writes_every_output() {
         "target/tcp/stream-bw-64KiB",
         "target/tcp/stream-bw-1MiB",
         "check/tcp/no-failed-runs",
+        "check/shared/no-failed-rows",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
     expect_all(&v, "targets", &targets);
+    // Part 6: a row per count of idle connections, measured.
+    expect_all(&v, "shared", &["tcp-shared/10".to_string()]);
+    for r in v["shared"].as_array().into_iter().flatten() {
+        assert!(r["error"].is_null(), "{}: {}", r["id"], r["error"]);
+        assert!(
+            r["ratio"]["median"].as_f64().is_some_and(|x| x > 0.0),
+            "{}: no ratio",
+            r["id"]
+        );
+    }
+    assert!(
+        md.contains("## 6. Many connections on one EVD"),
+        "results.md has no part 6"
+    );
     // Only a missing TCP peer may leave rows pending, with its reason, and
     // not when external programs are required.
     let pending = v["pending"].as_array().expect("`pending` is an array");
