@@ -49,6 +49,11 @@ struct Args {
     /// clients on the second).
     #[arg(long, value_enum, default_value = "unpinned")]
     tcp_placement: tcp::Placement,
+
+    /// Part 6: the counts of idle connections, comma-separated (default:
+    /// 100,1000; 10 with --smoke).
+    #[arg(long, value_delimiter = ',')]
+    shared_idle: Vec<usize>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -74,6 +79,9 @@ fn main() -> ExitCode {
         scale.reps = r as usize;
     }
     scale.tcp.placement = args.tcp_placement;
+    if !args.shared_idle.is_empty() {
+        scale.shared.idle = args.shared_idle.clone();
+    }
     let wants = |b: Bench| args.only.is_empty() || args.only.contains(&b);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
 

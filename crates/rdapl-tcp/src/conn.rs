@@ -1207,14 +1207,14 @@ impl Conn {
                     }
             })
         });
+        // On `sent`, Sends and Writes complete once written: one the
+        // Terminate names may have succeeded already, and then no other
+        // request is to blame.
+        let named = h.is_some() && self.ia.complete == Completion::Sent;
         // A Terminate that names no message (a peer's local error while it
         // placed one, sent as "local catastrophic" without a DDP header):
         // the peer handles requests in order, so the oldest one it has not
         // confirmed is the one that failed.
-        // Sends and Writes complete once written when they complete on
-        // `sent`: one the Terminate names may have succeeded already, and
-        // then no other request is to blame.
-        let named = h.is_some() && self.ia.complete == Completion::Sent;
         let culprit = culprit.or_else(|| {
             if named {
                 return None;

@@ -200,12 +200,7 @@ impl EpInner {
     /// one empty, or is about to wait on it, runs the hook first (see
     /// [`crate::evd::Progress`]). Held weakly: dropping the hook detaches it.
     pub fn attach_progress(&self, hook: Weak<dyn crate::evd::Progress>) {
-        for evd in [self.recv_evd.as_ref(), self.request_evd.as_ref()]
-            .into_iter()
-            .flatten()
-        {
-            evd.inner.progress.attach(hook.clone());
-        }
+        self.attach_progress_per_evd(|_| hook.clone());
     }
 
     /// [`EpInner::attach_progress`] with a hook per EVD: `hook_for` is
