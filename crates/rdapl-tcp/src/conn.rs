@@ -82,6 +82,12 @@ const DIRECT_MIN: usize = 4096;
 /// trailer and the next FPDU's header, with a little payload.
 const DIRECT_TAIL: usize = 256;
 
+/// FPDU starts after a large one during which a read at a boundary takes
+/// a header's worth first ([`Conn::read_socket`]): a message's small last
+/// FPDU, the fence and its answer do not make the next large message's
+/// first FPDU land in the input buffer.
+const LARGE_AFTER: u8 = 4;
+
 /// The STag a fence's zero-length read names (never looked up).
 const FENCE_STAG: u32 = 1;
 
@@ -155,6 +161,10 @@ pub(crate) struct Conn {
     /// stop at the next header and its payload goes straight to its place
     /// ([`Conn::read_direct`]).
     direct: bool,
+    /// FPDU starts left before large input is no longer expected (set to
+    /// [`LARGE_AFTER`] at the start and by a large FPDU, less one by each
+    /// small one).
+    large_recent: u8,
     eof: bool,
     eof_fed: bool,
     stall_since: Option<u64>,
@@ -253,6 +263,8 @@ impl Conn {
             in_pos: 0,
             frame_left: 0,
             direct: false,
+            // (a first message may be large too)
+            large_recent: LARGE_AFTER,
             eof: false,
             eof_fed: false,
             stall_since: None,
@@ -496,11 +508,15 @@ impl Conn {
                 }
             }
             let mut room = (self.inbuf.len() - self.in_end).min(READ_CHUNK);
-            if self.direct {
+            let buffered = self.in_end - self.in_pos;
+            // A header's worth at an empty boundary while large FPDUs are
+            // expected: if the next one is large, its payload goes
+            // straight to its place (one more, small read; no copy of it).
+            let head = self.frame_left == 0 && buffered == 0 && self.large_recent > 0;
+            if self.direct || head {
                 // Bulk input: the rest of this FPDU and the next header
                 // only, so that the next payload can go straight to its
                 // place.
-                let buffered = self.in_end - self.in_pos;
                 room = room.min(self.frame_left.saturating_sub(buffered) + DIRECT_TAIL);
             }
             match self
@@ -520,7 +536,7 @@ impl Conn {
                     if self.phase != Phase::Draining {
                         self.in_end += n; // (draining: nothing more is fed)
                     }
-                    if self.rx_drained || self.direct || self.bulk_next() {
+                    if self.rx_drained || (self.direct && !head) || self.bulk_next() {
                         break;
                     }
                 }
@@ -734,6 +750,11 @@ impl Conn {
         let total = 2 + ulpdu + fpdu::pad_len(ulpdu) + 4;
         // Bulk input while FPDUs are large (see `read_direct`).
         self.direct = ulpdu >= DIRECT_MIN;
+        self.large_recent = if self.direct {
+            LARGE_AFTER
+        } else {
+            self.large_recent.saturating_sub(1)
+        };
         let hlen = DdpHeader::len_for_control(b[2]);
         if ulpdu < hlen {
             return Some(total); // the engine refuses it
