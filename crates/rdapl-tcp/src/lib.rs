@@ -205,6 +205,17 @@ impl Tcp {
             .map_or(0, |c| c.sh.looks.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// How many of the thread's checks of a polled connection (every
+    /// [`HOLD_MS`](crate::progress::HOLD_MS) or so) found it locked and
+    /// waited for the lock (a diagnostic: while its consumer polls, a check
+    /// that finds it locked leaves it, so this counts only connections
+    /// whose consumer stopped polling as a post held the lock).
+    pub fn polled_waits(&self) -> u64 {
+        self.core.lock().as_ref().map_or(0, |c| {
+            c.sh.polled_waits.load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
     /// Consumers' passes over its connections so far: (connections
     /// pumped, connections left alone). A pass leaves alone, without
     /// looking at it, a connection with nothing to do and no input (a

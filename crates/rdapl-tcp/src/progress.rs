@@ -431,6 +431,9 @@ pub(crate) struct Shared {
     /// Connections the thread locked (a diagnostic: its work follows the
     /// connections that changed, not how many there are).
     pub looks: AtomicU64,
+    /// The thread's checks of a polled connection that found it locked
+    /// and waited for it (`Driver::check_polled`).
+    pub polled_waits: AtomicU64,
     /// Counters the connections keep (diagnostics).
     pub stats: Arc<Stats>,
     /// Numbers consumers' passes and parks, in order (see [`Group`]).
@@ -481,6 +484,7 @@ impl Shared {
             start: Instant::now(),
             wakeups: AtomicU64::new(0),
             looks: AtomicU64::new(0),
+            polled_waits: AtomicU64::new(0),
             stats: Arc::default(),
             pass_seq: AtomicU64::new(0),
             groups: Mutex::new(HashMap::default()),
@@ -787,25 +791,47 @@ impl Driver {
     fn check_polled(&mut self, now: u64) -> Option<u64> {
         let mut next: Option<u64> = None;
         let polled: Vec<u64> = self.polled.iter().copied().collect();
+        let again = now.saturating_add(HOLD_MS);
         for t in polled {
             let Some(cell) = self.cell(t) else {
                 self.polled.remove(&t);
                 continue;
             };
-            self.touched.insert(t);
-            let mut c = look(&self.sh, &cell);
-            match cell.polling(now) {
+            let fresh = cell.polling(now);
+            // Still polled and locked: its consumer's pass (or a post)
+            // pumps it, and sends what the last pass held back. Waiting for
+            // the lock would only make that holder wake the thread when it
+            // lets go, on the consumer's path; looked at again within
+            // HOLD_MS. No longer polled, the thread waits for the lock: the
+            // input must come back to it.
+            let mut c = match cell.try_lock() {
+                Some(c) => {
+                    self.sh.looks.fetch_add(1, Ordering::Relaxed);
+                    c
+                }
+                None if fresh.is_some() => {
+                    next = Some(next.map_or(again, |n| n.min(again)));
+                    continue;
+                }
+                None => {
+                    self.sh.polled_waits.fetch_add(1, Ordering::Relaxed);
+                    look(&self.sh, &cell)
+                }
+            };
+            match fresh {
                 Some(until) if c.polled => {
                     // Still polled: output its consumer held back goes now
                     // (the peer's send completes on it), and the next
                     // check comes within HOLD_MS.
                     if c.out_held {
                         c.pump_tx(now);
+                        self.touched.insert(t);
                     }
-                    let until = until.min(now.saturating_add(HOLD_MS));
+                    let until = until.min(again);
                     next = Some(next.map_or(until, |n| n.min(until)));
                 }
                 _ => {
+                    self.touched.insert(t);
                     self.polled.remove(&t);
                     if c.polled {
                         c.polled = false;

@@ -24,6 +24,49 @@ fn three_hundred_polled_connections_move_every_byte() {
     at_once(300, "127.0.36.1", "127.0.36.2", poll_dto);
 }
 
+/// A ping-pong whose consumers busy-poll: the thread's checks of the two
+/// polled connections (every `HOLD_MS`) find them locked by the polling
+/// thread much of the time, and leave them then rather than wait (a wait
+/// makes the consumer wake the thread as it lets go, on its own path).
+#[test]
+fn the_thread_does_not_wait_for_a_polled_connection() {
+    let tcp = Tcp::new();
+    let p = Pair::connected(&tcp, "127.0.38.1", "127.0.38.2", "");
+    let (sbuf, cbuf) = (p.s.buf(64), p.c.buf(64));
+    let (ssrc, csrc) = (p.s.lmr(vec![7; 64]), p.c.lmr(vec![9; 64]));
+    let run = |rounds: std::ops::Range<u64>| {
+        for i in rounds {
+            p.s.recv(&sbuf, 0, 64, i);
+            p.c.recv(&cbuf, 0, 64, i);
+            p.c.send(&csrc, 0, 64, i);
+            assert_eq!(poll_dto(&p.s.rcv).status, DtoStatus::Success);
+            p.s.send(&ssrc, 0, 64, i);
+            assert_eq!(poll_dto(&p.c.rcv).status, DtoStatus::Success);
+            assert_eq!(poll_dto(&p.c.req).status, DtoStatus::Success);
+            assert_eq!(poll_dto(&p.s.req).status, DtoStatus::Success);
+        }
+    };
+    // Polling from here on (the first passes hand the input over).
+    run(0..100);
+    let (w0, l0) = (tcp.polled_waits(), tcp.thread_looks());
+    let start = std::time::Instant::now();
+    let mut i = 100;
+    while start.elapsed() < std::time::Duration::from_millis(400) {
+        run(i..i + 100);
+        i += 100;
+    }
+    let (w, l) = (tcp.polled_waits() - w0, tcp.thread_looks() - l0);
+    // The thread looked (found them free, or handed input back where one
+    // end went unpolled for longer than `poll_fresh_ms`); a check of a
+    // polled connection that found it locked waited only where its
+    // freshness had just run out.
+    assert!(l > 0, "the thread never looked at the connections");
+    assert!(
+        w <= 5,
+        "{w} checks of polled connections waited for the lock ({l} looks, {i} round trips)"
+    );
+}
+
 /// The next DTO completion of `evd` by busy `dequeue` (within `T`).
 fn poll_dto(evd: &Evd) -> DtoCompletion {
     let end = std::time::Instant::now() + T;
