@@ -105,7 +105,8 @@ impl Scale {
                 bw_max_ops: 100_000_000,
             },
             tcp: tcp::Params {
-                run_secs: 0.25,
+                run_secs: 0.2,
+                runs: 3,
                 qperf_secs: 1,
                 calib_iters: 200,
                 min_iters: 200,
@@ -170,6 +171,7 @@ impl Scale {
             },
             tcp: tcp::Params {
                 run_secs: 0.01,
+                runs: 1,
                 qperf_secs: 1,
                 calib_iters: 20,
                 min_iters: 5,

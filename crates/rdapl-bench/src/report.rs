@@ -737,8 +737,12 @@ impl Results {
              `qperf tcp_bw` (MB/s received). rdapl with MPA CRC32c on (the default, judged) and \
              off (`crc=0`, context); neither peer has a CRC. A fresh server and client process \
              per run, placement `{}`{}; {} (qperf: `-t {}`); within a repetition each group \
-             runs in an order that rotates and reverses between repetitions. Ratio = rdapl ÷ \
-             peer in the same repetition, median [min–max] over {} repetition(s). Load average \
+             runs {} round(s), each in an order that rotates and reverses between rounds, and a \
+             program's value in the repetition is the best of its runs there (highest MB/s, \
+             lowest µs): a shared VM has slow phases of a second or so that slow both peers \
+             alike, and one run each would compare phases, not programs. Ratio = rdapl's best ÷ \
+             the peer's best in the same repetition, median [min–max] over {} repetition(s); \
+             `every run` shows the spread of all runs. Load average \
              at the start of each repetition: {}. The client's main-thread CPU time ÷ its wall \
              time: a busy-polling client (`rdapl-poll*`, fi_pingpong) spins there, so well \
              below 1.00 it was off a CPU for that share of its run.\n",
@@ -760,6 +764,7 @@ impl Results {
                 format!("no warm-up, {} iterations a run", p.calib_iters)
             },
             p.qperf_secs,
+            p.runs.max(1),
             self.meta.reps,
             setup
                 .load_avg
@@ -812,6 +817,12 @@ impl Results {
                     num(r.value.min),
                     num(r.value.max)
                 ),
+                format!(
+                    "{} [{}–{}]",
+                    num(r.value_all.median),
+                    num(r.value_all.min),
+                    num(r.value_all.max)
+                ),
                 num(peer_value),
                 match (iters.iter().min(), iters.iter().max()) {
                     (Some(a), Some(b)) if a == b => a.to_string(),
@@ -838,7 +849,8 @@ impl Results {
                 "program",
                 "peer",
                 "ratio vs peer",
-                "value (median [min–max])",
+                "best of a repetition (median [min–max])",
+                "every run",
                 "peer median",
                 "iterations / messages",
                 "client main-thread CPU ÷ wall",

@@ -27,8 +27,15 @@
 //! untimed warm-up run of each counted case also calibrates its iteration
 //! count, so that each measured run lasts about `run_secs` whatever the
 //! program's speed (qperf runs for a time, `qperf_secs`, whole seconds).
-//! Within a repetition each group of cases runs in an order that rotates
-//! and reverses from repetition to repetition. Every process is bounded by
+//! Within a repetition each group of cases runs `runs` rounds, each in an
+//! order that rotates and reverses from round to round, and a program's
+//! value in the repetition is the best of its runs there (the highest
+//! MB/s, the lowest µs), so that subject and peer are each taken at their
+//! best in the same stretch of time. On a shared VM the machine has slow
+//! phases of a second or so (kernel copies at half speed, both peers
+//! alike): a single run per repetition lands in one at random, and the
+//! ratio of two runs then says which of them did. Every run is kept
+//! (`Row::runs`, and `Row::value_all` over all of them). Every process is bounded by
 //! `timeout` and killed with its process group when it passes it; a server
 //! never outlives its run. A run counts only if both processes exit
 //! successfully and the client reports every iteration (`#sent` and `#ack`
@@ -71,6 +78,8 @@ pub enum Placement {
 pub struct Params {
     /// Wanted length of a counted run (rdapl, fi_pingpong), seconds.
     pub run_secs: f64,
+    /// Runs of every case in a repetition; its value there is their best.
+    pub runs: usize,
     /// qperf's `-t` (whole seconds, at least 1: it truncates, and 0 runs
     /// forever).
     pub qperf_secs: u32,
@@ -230,6 +239,9 @@ impl Program {
 pub struct Run {
     /// Repetition (`usize::MAX`: the warm-up run, kept only if it failed).
     pub rep: usize,
+    /// Round within the repetition.
+    #[serde(default)]
+    pub round: usize,
     /// Position in the repetition's order of its group (0 = first).
     pub position: usize,
     /// The value (µs or MB/s); NaN (`null`) if the run failed.
@@ -264,11 +276,14 @@ pub struct Row {
     pub peer: Option<Program>,
     /// Unit of `value`.
     pub unit: String,
-    /// Per repetition.
+    /// Per repetition: the best of its runs.
     pub value: Summary,
+    /// Every run that succeeded.
+    #[serde(default)]
+    pub value_all: Summary,
     /// value ÷ the peer's in the same repetition.
     pub ratio_vs_peer: Summary,
-    /// Every repetition's run.
+    /// Every repetition's runs.
     pub runs: Vec<Run>,
     /// The client's main-thread CPU share per repetition (see
     /// [`Run::client_cpu_share`]).
@@ -1211,37 +1226,45 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
         let load = load_avg();
         out.setup.load_avg.push(load);
         for (g, (test, size, progs)) in groups.iter().enumerate() {
-            for (position, k) in order(progs.len(), rep).into_iter().enumerate() {
-                let prog = progs[k];
-                if pending_for(prog).is_some() {
-                    continue;
-                }
-                let id = case_id(*test, *size, prog);
-                let n = iters_of(&id);
-                let run = match measure_once(&tools, p, cpus, *test, *size, prog, n) {
-                    Ok(m) => Run {
-                        rep,
-                        position,
-                        value: m.value,
-                        iters: m.iters,
-                        wall_s: m.wall_s,
-                        client_cpu_share: m.client_cpu_share,
-                        error: None,
-                    },
-                    Err(e) => {
-                        progress(&format!("rep {rep} {id} FAILED: {e}"));
-                        Run {
-                            rep,
-                            position,
-                            value: f64::NAN,
-                            iters: n,
-                            wall_s: 0.0,
-                            client_cpu_share: None,
-                            error: Some(e),
-                        }
+            let rounds = p.runs.max(1);
+            for round in 0..rounds {
+                for (position, k) in order(progs.len(), rep * rounds + round)
+                    .into_iter()
+                    .enumerate()
+                {
+                    let prog = progs[k];
+                    if pending_for(prog).is_some() {
+                        continue;
                     }
-                };
-                by_case[g][k].push(run);
+                    let id = case_id(*test, *size, prog);
+                    let n = iters_of(&id);
+                    let run = match measure_once(&tools, p, cpus, *test, *size, prog, n) {
+                        Ok(m) => Run {
+                            rep,
+                            round,
+                            position,
+                            value: m.value,
+                            iters: m.iters,
+                            wall_s: m.wall_s,
+                            client_cpu_share: m.client_cpu_share,
+                            error: None,
+                        },
+                        Err(e) => {
+                            progress(&format!("rep {rep} {id} FAILED: {e}"));
+                            Run {
+                                rep,
+                                round,
+                                position,
+                                value: f64::NAN,
+                                iters: n,
+                                wall_s: 0.0,
+                                client_cpu_share: None,
+                                error: Some(e),
+                            }
+                        }
+                    };
+                    by_case[g][k].push(run);
+                }
             }
         }
         progress(&format!(
@@ -1253,20 +1276,25 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
 
     // Rows.
     for (g, (test, size, progs)) in groups.iter().enumerate() {
+        let best = |k: usize| best_per_rep(&by_case[g][k], reps, test.higher_is_better());
         let values = |k: usize| -> Vec<f64> {
-            let mut v = vec![f64::NAN; reps];
-            for r in &by_case[g][k] {
-                v[r.rep] = r.value;
-            }
-            v
+            best(k)
+                .iter()
+                .map(|r| r.map_or(f64::NAN, |r| r.value))
+                .collect()
         };
         for (k, &prog) in progs.iter().enumerate() {
             let id = format!("tcp/{}", case_id(*test, *size, prog));
             let v = values(k);
-            let mut share = vec![f64::NAN; reps];
-            for r in &by_case[g][k] {
-                share[r.rep] = r.client_cpu_share.unwrap_or(f64::NAN);
-            }
+            let share: Vec<f64> = best(k)
+                .iter()
+                .map(|r| r.and_then(|r| r.client_cpu_share).unwrap_or(f64::NAN))
+                .collect();
+            let all: Vec<f64> = by_case[g][k]
+                .iter()
+                .map(|r| r.value)
+                .filter(|v| v.is_finite())
+                .collect();
             let peer = prog.peer();
             let peer_k = peer.and_then(|q| progs.iter().position(|x| *x == q));
             let ratio = match peer_k {
@@ -1280,6 +1308,7 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
             {
                 rruns.push(Run {
                     rep: usize::MAX,
+                    round: 0,
                     position: 0,
                     value: f64::NAN,
                     iters: 0,
@@ -1306,6 +1335,7 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
                 peer,
                 unit: test.unit().into(),
                 value: Summary::of(&v),
+                value_all: Summary::of(&all),
                 ratio_vs_peer: ratio,
                 client_cpu_share: Summary::of(&share),
                 runs: rruns,
@@ -1315,6 +1345,23 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
         }
     }
     out
+}
+
+/// Each repetition's best successful run (`None` if none succeeded): the
+/// highest value if `higher` is better, else the lowest.
+pub fn best_per_rep(runs: &[Run], reps: usize, higher: bool) -> Vec<Option<&Run>> {
+    let mut b: Vec<Option<&Run>> = vec![None; reps];
+    for r in runs.iter().filter(|r| r.value.is_finite() && r.rep < reps) {
+        let better = match b[r.rep] {
+            None => true,
+            Some(o) if higher => r.value > o.value,
+            Some(o) => r.value < o.value,
+        };
+        if better {
+            b[r.rep] = Some(r);
+        }
+    }
+    b
 }
 
 /// True if `r` is the row a target judges.
@@ -1335,6 +1382,37 @@ pub fn target_of(r: &Row) -> Option<(f64, crate::report::Compare)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repetition_counts_its_best_run() {
+        let run = |rep, round, value: f64| Run {
+            rep,
+            round,
+            position: 0,
+            value,
+            iters: 1,
+            wall_s: 0.1,
+            client_cpu_share: None,
+            error: value.is_nan().then(|| "failed".to_string()),
+        };
+        let runs = [
+            run(0, 0, 800.0),
+            run(0, 1, 2400.0),
+            run(0, 2, 900.0),
+            run(1, 0, f64::NAN),
+            run(1, 1, 1500.0),
+            run(2, 0, f64::NAN),
+            run(usize::MAX, 0, f64::NAN),
+        ];
+        let v = |higher| -> Vec<Option<f64>> {
+            best_per_rep(&runs, 3, higher)
+                .iter()
+                .map(|r| r.map(|r| r.value))
+                .collect()
+        };
+        assert_eq!(v(true), [Some(2400.0), Some(1500.0), None]);
+        assert_eq!(v(false), [Some(800.0), Some(1500.0), None]);
+    }
 
     #[test]
     fn orders_rotate_and_reverse() {
