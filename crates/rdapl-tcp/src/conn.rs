@@ -536,7 +536,10 @@ impl Conn {
                     if self.phase != Phase::Draining {
                         self.in_end += n; // (draining: nothing more is fed)
                     }
-                    if self.rx_drained || (self.direct && !head) || self.bulk_next() {
+                    // After a header's worth, fed first: a large FPDU may
+                    // begin behind small ones (the answer to the peer's
+                    // fence rides just ahead of its reply).
+                    if self.rx_drained || self.direct || head || self.bulk_next() {
                         break;
                     }
                 }
