@@ -36,14 +36,7 @@ fn the_thread_does_not_wait_for_a_polled_connection() {
     let (ssrc, csrc) = (p.s.lmr(vec![7; 64]), p.c.lmr(vec![9; 64]));
     let run = |rounds: std::ops::Range<u64>| {
         for i in rounds {
-            p.s.recv(&sbuf, 0, 64, i);
-            p.c.recv(&cbuf, 0, 64, i);
-            p.c.send(&csrc, 0, 64, i);
-            assert_eq!(poll_dto(&p.s.rcv).status, DtoStatus::Success);
-            p.s.send(&ssrc, 0, 64, i);
-            assert_eq!(poll_dto(&p.c.rcv).status, DtoStatus::Success);
-            assert_eq!(poll_dto(&p.c.req).status, DtoStatus::Success);
-            assert_eq!(poll_dto(&p.s.req).status, DtoStatus::Success);
+            round_trip(&p, (&sbuf, &cbuf), (&ssrc, &csrc), 64, i, poll_dto);
         }
     };
     // Polling from here on (the first passes hand the input over).
@@ -65,18 +58,6 @@ fn the_thread_does_not_wait_for_a_polled_connection() {
         w <= 5,
         "{w} checks of polled connections waited for the lock ({l} looks, {i} round trips)"
     );
-}
-
-/// The next DTO completion of `evd` by busy `dequeue` (within `T`).
-fn poll_dto(evd: &Evd) -> DtoCompletion {
-    let end = std::time::Instant::now() + T;
-    loop {
-        match evd.dequeue().unwrap() {
-            Some(Event::Dto(d)) => return d,
-            Some(e) => panic!("expected a DTO completion, got {e:?}"),
-            None => assert!(std::time::Instant::now() < end, "no completion"),
-        }
-    }
 }
 
 /// `n` connections between two nodes, on the nodes' EVDs, connected at
@@ -242,14 +223,7 @@ fn the_thread_leaves_idle_connections_alone() {
     std::thread::sleep(std::time::Duration::from_millis(1_300));
     let (w0, l0) = (tcp.wakeups(), tcp.thread_looks());
     for i in 0..ROUNDS {
-        p.s.recv(&sbuf, 0, 64, i);
-        p.c.recv(&cbuf, 0, 64, i);
-        p.c.send(&csrc, 0, 64, i);
-        assert_eq!(next_dto(&p.s.rcv).status, DtoStatus::Success);
-        p.s.send(&ssrc, 0, 64, i);
-        assert_eq!(next_dto(&p.c.rcv).status, DtoStatus::Success);
-        assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
-        assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
+        round_trip(&p, (&sbuf, &cbuf), (&ssrc, &csrc), 64, i, next_dto);
     }
     let (w, l) = (tcp.wakeups() - w0, tcp.thread_looks() - l0);
     // Each wake-up looks at the few connections it was for (the busy

@@ -54,6 +54,19 @@ pub fn next_dto(evd: &Evd) -> DtoCompletion {
     }
 }
 
+/// The next DTO completion of `evd` by busy `dequeue` (within `T`).
+#[allow(dead_code)] // not every test file polls
+pub fn poll_dto(evd: &Evd) -> DtoCompletion {
+    let end = std::time::Instant::now() + T;
+    loop {
+        match evd.dequeue().unwrap() {
+            Some(Event::Dto(d)) => return d,
+            Some(e) => panic!("expected a DTO completion, got {e:?}"),
+            None => assert!(std::time::Instant::now() < end, "no completion"),
+        }
+    }
+}
+
 pub fn conn_ev(evd: &Evd) -> ConnectionEvent {
     match next(evd) {
         Event::Connection(c) => c,
@@ -167,6 +180,33 @@ impl Node {
 }
 
 /// A client and a server listening on a free port.
+/// One round trip of a pair: each side posts a receive of `len` bytes at
+/// the start of its buffer, the client sends `csrc`, the server answers
+/// with `ssrc` once it has it; `next` takes every completion (waiting or
+/// polling). Both sends must succeed; returns the server's and the
+/// client's receive completions.
+#[allow(dead_code)] // not every test file runs round trips
+pub fn round_trip(
+    p: &Pair,
+    (sbuf, cbuf): (&Lmr, &Lmr),
+    (ssrc, csrc): (&Lmr, &Lmr),
+    len: u64,
+    i: u64,
+    next: fn(&Evd) -> DtoCompletion,
+) -> (DtoCompletion, DtoCompletion) {
+    p.s.recv(sbuf, 0, len, i);
+    p.c.recv(cbuf, 0, len, i);
+    p.c.send(csrc, 0, len, i);
+    let s = next(&p.s.rcv);
+    assert_eq!(s.status, DtoStatus::Success);
+    p.s.send(ssrc, 0, len, i);
+    let c = next(&p.c.rcv);
+    assert_eq!(c.status, DtoStatus::Success);
+    assert_eq!(next(&p.c.req).status, DtoStatus::Success);
+    assert_eq!(next(&p.s.req).status, DtoStatus::Success);
+    (s, c)
+}
+
 pub struct Pair {
     pub c: Node,
     pub s: Node,
