@@ -797,6 +797,8 @@ impl Driver {
                 self.polled.remove(&t);
                 continue;
             };
+            // (Read again under the lock below: `park` records itself,
+            // then takes the lock, so the decision is made there.)
             let fresh = cell.polling(now);
             // Still polled and locked: its consumer's pass (or a post)
             // pumps it, and sends what the last pass held back. Waiting for
@@ -818,7 +820,7 @@ impl Driver {
                     look(&self.sh, &cell)
                 }
             };
-            match fresh {
+            match cell.polling(now) {
                 Some(until) if c.polled => {
                     // Still polled: output its consumer held back goes now
                     // (the peer's send completes on it), and the next
