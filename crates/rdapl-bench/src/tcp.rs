@@ -550,16 +550,25 @@ impl Proc {
                 WaitId::Pid(pid),
                 WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
             );
-            if matches!(exited, Ok(Some(_))) {
-                self.main_cpu_s = main_thread_cpu_s(pid.as_raw_nonzero().get());
-            }
-            match self.child.try_wait() {
-                Ok(Some(s)) => {
-                    self.reaped = true;
-                    return Some(s);
+            // Reap only what that look saw exit: a process that ends between
+            // the look and a reap would be reaped unread.
+            let reap = match exited {
+                Ok(Some(_)) => {
+                    self.main_cpu_s = main_thread_cpu_s(pid.as_raw_nonzero().get());
+                    true
                 }
-                Ok(None) => {}
-                Err(_) => return None,
+                Ok(None) => false,
+                Err(_) => true,
+            };
+            if reap {
+                match self.child.try_wait() {
+                    Ok(Some(s)) => {
+                        self.reaped = true;
+                        return Some(s);
+                    }
+                    Ok(None) => {}
+                    Err(_) => return None,
+                }
             }
             if Instant::now() >= deadline {
                 return None;
