@@ -43,6 +43,15 @@ pub trait Dispatch: Send + Sync + 'static {
     fn concurrency(&self) -> usize {
         1
     }
+
+    /// Readies the context before an EVD that uses it may schedule runs:
+    /// called when upcalls are enabled on it (at creation or by
+    /// `modify_upcall`), never on a producer's path. A context that starts
+    /// its threads lazily starts them here; an error refuses the enabling
+    /// call, so no run is scheduled into a context that cannot execute it.
+    fn prepare(&self) -> crate::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(not(rdapl_loom))]
@@ -51,46 +60,49 @@ pub use pool::Dispatcher;
 #[cfg(not(rdapl_loom))]
 mod pool {
     use super::{Dispatch, DispatchRun};
+    use crate::error::{Error, Subtype};
+    use crossbeam_channel::{Receiver, Sender};
     use std::sync::{Arc, OnceLock};
 
     /// The default dispatch context: `threads` threads that execute runs in
-    /// the order they were scheduled.
+    /// the order they were scheduled. The threads start when first needed
+    /// ([`Dispatch::prepare`], or the first run scheduled), so a process
+    /// whose EVDs are only polled runs none.
     pub struct Dispatcher {
-        tx: crossbeam_channel::Sender<DispatchRun>,
+        tx: Sender<DispatchRun>,
+        /// What the threads receive from, kept until they start.
+        rx: Receiver<DispatchRun>,
         threads: usize,
+        /// How many threads started (set once, by the first start).
+        started: OnceLock<usize>,
     }
 
     impl std::fmt::Debug for Dispatcher {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.debug_struct("Dispatcher")
                 .field("threads", &self.threads)
+                .field("started", &self.started.get().copied().unwrap_or(0))
                 .finish()
         }
     }
 
     impl Dispatcher {
-        /// Starts a dispatcher with `threads` threads (at least one). The
-        /// threads end when the last handle to the dispatcher is dropped and
-        /// the runs already queued have executed.
+        /// A dispatcher with `threads` threads (at least one), started when
+        /// first needed. The threads end when the last handle to the
+        /// dispatcher is dropped and the runs already queued have executed.
         pub fn new(threads: usize) -> Arc<Dispatcher> {
-            let threads = threads.max(1);
             let (tx, rx) = crossbeam_channel::unbounded::<DispatchRun>();
-            for i in 0..threads {
-                let rx = rx.clone();
-                std::thread::Builder::new()
-                    .name(format!("rdapl-dispatch-{i}"))
-                    .spawn(move || {
-                        while let Ok(run) = rx.recv() {
-                            run.run();
-                        }
-                    })
-                    .expect("spawning a dispatch thread");
-            }
-            Arc::new(Dispatcher { tx, threads })
+            Arc::new(Dispatcher {
+                tx,
+                rx,
+                threads: threads.max(1),
+                started: OnceLock::new(),
+            })
         }
 
-        /// The process-wide default dispatcher (two threads), started on
-        /// first use.
+        /// The process-wide default dispatcher (two threads), made on first
+        /// use; its threads start with the first upcall enabled on an EVD
+        /// that uses it.
         pub fn global() -> Arc<Dispatcher> {
             static GLOBAL: OnceLock<Arc<Dispatcher>> = OnceLock::new();
             GLOBAL.get_or_init(|| Dispatcher::new(2)).clone()
@@ -100,17 +112,53 @@ mod pool {
         pub fn threads(&self) -> usize {
             self.threads
         }
+
+        /// How many threads have started (0 until first needed).
+        pub fn started_threads(&self) -> usize {
+            self.started.get().copied().unwrap_or(0)
+        }
+
+        /// Starts the threads once; the number that started.
+        fn start(&self) -> usize {
+            *self.started.get_or_init(|| {
+                (0..self.threads)
+                    .filter(|i| {
+                        let rx = self.rx.clone();
+                        std::thread::Builder::new()
+                            .name(format!("rdapl-dispatch-{i}"))
+                            .spawn(move || {
+                                while let Ok(run) = rx.recv() {
+                                    run.run();
+                                }
+                            })
+                            .is_ok()
+                    })
+                    .count()
+            })
+        }
     }
 
     impl Dispatch for Dispatcher {
         fn schedule(&self, run: DispatchRun) {
-            // The receivers live as long as the sender: this cannot fail
-            // while `self` exists.
+            // EVDs prepared the dispatcher before enabling upcalls, so this
+            // only reads the count; a direct caller starts the threads here.
+            self.start();
+            // `self` holds a receiver: this cannot fail while it exists.
             let _ = self.tx.send(run);
         }
 
         fn concurrency(&self) -> usize {
             self.threads
+        }
+
+        fn prepare(&self) -> crate::Result<()> {
+            if self.start() == 0 {
+                return Err(Error::InsufficientResources {
+                    resource: Subtype::NoSubtype,
+                    what: "no dispatch thread could be started",
+                });
+            }
+            Ok(())
         }
     }
 }

@@ -23,6 +23,16 @@ pub(crate) fn connect(
     private_data: Vec<u8>,
     timeout: Option<Duration>,
 ) -> Result<()> {
+    // The fabric's timer serves this connect's timeout and both sides'
+    // receiver-not-ready waits: it runs before the connection can exist,
+    // so that arming it later cannot fail.
+    ia.lb
+        .timer
+        .ensure_running()
+        .map_err(|_| Error::InsufficientResources {
+            resource: Subtype::ResourceDevice,
+            what: "loopback: the timer thread could not be started",
+        })?;
     let sp = ia.lb.listener(remote, conn_qual);
     let Some(sp) = sp else {
         let reachable = ia.lb.reachable(remote);
@@ -54,7 +64,8 @@ pub(crate) fn connect(
     // (A timeout too long for an instant is as good as none.)
     if let Some(at) = soft::deadline(timeout) {
         let (cr, ep) = (cr.clone(), Arc::downgrade(ep));
-        ia.lb.timer.at(
+        // Cannot fail: the thread runs (started above).
+        let _ = ia.lb.timer.at(
             at,
             Box::new(move || {
                 if cr.settle_as(CrState::Cancelled)

@@ -414,7 +414,9 @@ fn send_locked<R: Request>(
             let deadline = soft::deadline(Some(lb.rnr_timeout())).unwrap_or_else(Instant::now);
             l.rnr_deadline = Some(deadline);
             let (lb2, a2) = (lb.clone(), Arc::downgrade(a));
-            lb.timer
+            // Cannot fail: the connect started the thread.
+            let _ = lb
+                .timer
                 .at(deadline, Box::new(move || rnr_expired(&lb2, a2, deadline)));
         }
         return Err(wr);

@@ -112,7 +112,7 @@ impl Loopback {
             fabric: Arc::new(Fabric {
                 listeners: Mutex::new(HashMap::new()),
                 addresses: Mutex::new(HashMap::new()),
-                timer: Timer::start("rdapl-loopback-timer"),
+                timer: Timer::new("rdapl-loopback-timer"),
                 rnr_timeout_us: AtomicU64::new(200_000),
             }),
         })

@@ -421,6 +421,9 @@ impl EvdBuilder {
             None => (Policy::Disabled, None),
             Some((p, u)) => (enabling_policy(p).unwrap_or(Policy::Disabled), Some(u)),
         };
+        if policy != Policy::Disabled {
+            dispatch.prepare()?;
+        }
         let has_cno = self.cno.is_some();
         let mut s = State(0).with_policy(policy);
         if policy == Policy::Notify {
@@ -1244,6 +1247,7 @@ impl Evd {
             }
             p => {
                 let p = enabling_policy(p).unwrap_or(Policy::Disabled);
+                inner.dispatch.prepare()?;
                 {
                     let mut slot = inner.upcall.lock();
                     if let Some(u) = upcall {

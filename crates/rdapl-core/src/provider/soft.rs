@@ -51,38 +51,57 @@ use std::time::Instant;
 pub type Job = Box<dyn FnOnce() + Send>;
 
 /// A one-thread timer: runs jobs at their deadlines, one at a time, on its
-/// own thread, with none of its locks held. Its thread ends when the timer
+/// own thread, with none of its locks held. The thread starts with the
+/// first job ([`Timer::at`], or [`Timer::ensure_running`] ahead of it), so
+/// a provider whose timer is never used runs none. It ends when the timer
 /// is stopped ([`Timer::stop`]); jobs not yet run then never run.
 pub struct Timer {
+    name: String,
     jobs: Mutex<Vec<(Instant, Job)>>,
+    /// The thread was started (under the `jobs` lock).
+    running: AtomicBool,
     stopped: AtomicBool,
     cv: Condvar,
 }
 
 impl Timer {
-    /// Starts a timer whose thread is called `name`.
-    ///
-    /// # Panics
-    ///
-    /// If the thread cannot be spawned.
-    pub fn start(name: &str) -> Arc<Timer> {
-        let t = Arc::new(Timer {
+    /// A timer whose thread, once started, is called `name`.
+    pub fn new(name: &str) -> Arc<Timer> {
+        Arc::new(Timer {
+            name: name.into(),
             jobs: Mutex::new(Vec::new()),
+            running: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             cv: Condvar::new(),
-        });
-        let t2 = t.clone();
-        std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || t2.run())
-            .expect("spawning a timer thread");
-        t
+        })
     }
 
-    /// Runs `job` at `when` (at once if that has passed).
-    pub fn at(&self, when: Instant, job: Job) {
+    /// Starts the thread if it has not started (nothing once the timer is
+    /// stopped). A caller that must not fail later, once it has committed
+    /// to a delayed job, calls this first.
+    pub fn ensure_running(self: &Arc<Self>) -> std::io::Result<()> {
+        if self.running.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _g = self.jobs.lock();
+        if self.running.load(Ordering::Relaxed) || self.stopped.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let t = self.clone();
+        std::thread::Builder::new()
+            .name(self.name.clone())
+            .spawn(move || t.run())?;
+        self.running.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Runs `job` at `when` (at once if that has passed). An error (the
+    /// thread could not be started) drops the job unrun.
+    pub fn at(self: &Arc<Self>, when: Instant, job: Job) -> std::io::Result<()> {
+        self.ensure_running()?;
         self.jobs.lock().push((when, job));
         self.cv.notify_one();
+        Ok(())
     }
 
     /// Stops the timer: its thread ends (after the job it may be running).
