@@ -62,6 +62,8 @@ mod pool {
     use super::{Dispatch, DispatchRun};
     use crate::error::{Error, Subtype};
     use crossbeam_channel::{Receiver, Sender};
+    use parking_lot::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, OnceLock};
 
     /// The default dispatch context: `threads` threads that execute runs in
@@ -73,15 +75,17 @@ mod pool {
         /// What the threads receive from, kept until they start.
         rx: Receiver<DispatchRun>,
         threads: usize,
-        /// How many threads started (set once, by the first start).
-        started: OnceLock<usize>,
+        /// How many threads started (0 until the first start that could
+        /// start any; only ever set under `starting`).
+        started: AtomicUsize,
+        starting: Mutex<()>,
     }
 
     impl std::fmt::Debug for Dispatcher {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.debug_struct("Dispatcher")
                 .field("threads", &self.threads)
-                .field("started", &self.started.get().copied().unwrap_or(0))
+                .field("started", &self.started_threads())
                 .finish()
         }
     }
@@ -96,7 +100,8 @@ mod pool {
                 tx,
                 rx,
                 threads: threads.max(1),
-                started: OnceLock::new(),
+                started: AtomicUsize::new(0),
+                starting: Mutex::new(()),
             })
         }
 
@@ -115,26 +120,36 @@ mod pool {
 
         /// How many threads have started (0 until first needed).
         pub fn started_threads(&self) -> usize {
-            self.started.get().copied().unwrap_or(0)
+            self.started.load(Ordering::Acquire)
         }
 
-        /// Starts the threads once; the number that started.
+        /// Starts the threads unless some run; the number running. A start
+        /// that could start none is tried again by the next call.
         fn start(&self) -> usize {
-            *self.started.get_or_init(|| {
-                (0..self.threads)
-                    .filter(|i| {
-                        let rx = self.rx.clone();
-                        std::thread::Builder::new()
-                            .name(format!("rdapl-dispatch-{i}"))
-                            .spawn(move || {
-                                while let Ok(run) = rx.recv() {
-                                    run.run();
-                                }
-                            })
-                            .is_ok()
-                    })
-                    .count()
-            })
+            let n = self.started.load(Ordering::Acquire);
+            if n > 0 {
+                return n;
+            }
+            let _g = self.starting.lock();
+            let n = self.started.load(Ordering::Acquire);
+            if n > 0 {
+                return n;
+            }
+            let n = (0..self.threads)
+                .filter(|i| {
+                    let rx = self.rx.clone();
+                    std::thread::Builder::new()
+                        .name(format!("rdapl-dispatch-{i}"))
+                        .spawn(move || {
+                            while let Ok(run) = rx.recv() {
+                                run.run();
+                            }
+                        })
+                        .is_ok()
+                })
+                .count();
+            self.started.store(n, Ordering::Release);
+            n
         }
     }
 
