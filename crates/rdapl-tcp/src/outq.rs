@@ -179,6 +179,10 @@ impl OutQueue {
                 let mut iov: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
                 let mut k = 0;
                 'fill: for (i, s) in self.segs.iter().enumerate() {
+                    // (A list's slices may have filled it.)
+                    if k == MAX_IOV {
+                        break;
+                    }
                     let skip = if i == 0 { self.off } else { 0 };
                     match s {
                         Seg::Bytes(b) => iov[k] = IoSlice::new(&b[skip..]),
@@ -312,6 +316,58 @@ mod tests {
             q.write_to(&mut w).unwrap();
         }
         assert_eq!(w.out, want);
+    }
+
+    /// A writer that takes every slice it is given, up to `max` bytes.
+    struct Greedy {
+        out: Vec<u8>,
+        max: usize,
+        calls: usize,
+    }
+
+    impl Sink for Greedy {
+        fn send(&mut self, iov: &[IoSlice<'_>]) -> io::Result<usize> {
+            assert!(iov.len() <= MAX_IOV);
+            self.calls += 1;
+            let mut n = 0;
+            for b in iov {
+                let take = b.len().min(self.max - n);
+                self.out.extend_from_slice(&b[..take]);
+                n += take;
+            }
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_list_that_fills_the_vector_leaves_the_rest_to_the_next_write() {
+        // One header, then a list of exactly MAX_IOV - 1 slices: the write
+        // is full after the list, and the trailer behind it waits.
+        let r = Region::from_vec((0..200_000u32).map(|i| (i * 13) as u8).collect());
+        let n = MAX_IOV - 1;
+        let parts: Vec<(usize, usize)> = (0..n).map(|i| (i * 3_000, SHARE_MIN)).collect();
+        let g = gather(&r, &parts);
+        let mut want = b"hdr".to_vec();
+        for &(o, l) in &parts {
+            want.extend_from_slice(&r.read()[o..o + l]);
+        }
+        want.extend_from_slice(b"trailer");
+        for max in [usize::MAX, 5_000] {
+            let mut q = OutQueue::default();
+            q.push_bytes(b"hdr");
+            assert!(q.push_held(&g, 0, n * SHARE_MIN));
+            q.push_bytes(b"trailer");
+            let mut w = Greedy {
+                out: Vec::new(),
+                max,
+                calls: 0,
+            };
+            while !q.is_empty() {
+                assert!(q.write_to(&mut w).unwrap());
+            }
+            assert!(w.out == want, "max {max}");
+            assert!(w.calls >= 2);
+        }
     }
 
     fn gather(r: &Arc<Region>, parts: &[(usize, usize)]) -> Arc<Gather> {

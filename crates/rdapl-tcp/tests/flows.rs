@@ -642,3 +642,49 @@ fn input_a_poller_leaves_goes_back_to_the_thread() {
         src.to_vec().unwrap()[..21 * 64]
     );
 }
+
+/// Sends gathered from as many segments as an endpoint takes, each 1 KiB
+/// at its own place in the source: one FPDU's payload is then up to 64
+/// slices of registered memory, as many as one vectored write takes.
+#[test]
+fn a_send_of_many_segments_arrives_whole() {
+    let tcp = Tcp::new();
+    let attr = EpAttr {
+        max_request_iov: 64,
+        ..EpAttr::default()
+    };
+    let p = Pair::new(
+        Node::with_attr(ia(&tcp, "127.0.12.21", "crc=on"), 256, Some(attr)),
+        Node::new(&tcp, "127.0.12.22", "crc=on"),
+    );
+    p.connect();
+    const SEG: u64 = 1024;
+    let src = p.c.lmr(pattern(200 * SEG as usize, 9));
+    let whole = src.to_vec().unwrap();
+    for (i, n) in [61u64, 62, 63, 64].into_iter().enumerate() {
+        let total = n * SEG;
+        let rbuf = p.s.buf(total as usize);
+        p.s.recv(&rbuf, 0, total, i as u64);
+        // Every other KiB of the source, so that no two segments touch.
+        let list: Vec<_> = (0..n)
+            .map(|k| src.triplet(2 * k * SEG + i as u64, SEG).unwrap())
+            .collect();
+        p.c.ep.post_send(&list, i as u64, D).unwrap();
+        let r = next_dto(&p.s.rcv);
+        assert_eq!(
+            (r.status, r.transferred_length),
+            (DtoStatus::Success, total),
+            "{n} segments"
+        );
+        assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+        let got = rbuf.to_vec().unwrap();
+        for k in 0..n as usize {
+            let at = 2 * k * SEG as usize + i;
+            let s = SEG as usize;
+            assert!(
+                got[k * s..(k + 1) * s] == whole[at..at + s],
+                "{n} segments: segment {k}"
+            );
+        }
+    }
+}
