@@ -252,7 +252,7 @@ impl Tcp {
 
     /// Payload bytes its connections wrote to their sockets straight from
     /// registered memory (Sends, RDMA Writes and Read Responses of at least
-    /// 2 KiB per segment), with no staging copy (a diagnostic).
+    /// 256 bytes per FPDU), with no staging copy (a diagnostic).
     pub fn sent_direct(&self) -> u64 {
         self.core.lock().as_ref().map_or(0, |c| {
             c.sh.stats

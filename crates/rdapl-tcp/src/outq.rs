@@ -38,8 +38,11 @@ impl Sink for TcpStream {
     }
 }
 
-/// The smallest payload queued by reference rather than copied.
-pub(crate) const SHARE_MIN: usize = 2048;
+/// The smallest payload queued by reference rather than copied: below a
+/// network's MSS (an Ethernet link's FPDU carries about 1,400 bytes), so
+/// that every full FPDU of a bulk transfer goes by reference whatever the
+/// link; only small messages and a message's short tail are copied.
+pub(crate) const SHARE_MIN: usize = 256;
 
 /// Most slices one vectored write takes.
 const MAX_IOV: usize = 64;
