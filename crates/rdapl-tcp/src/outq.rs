@@ -47,8 +47,15 @@ pub(crate) const SHARE_MIN: usize = 256;
 /// Most slices one vectored write takes.
 const MAX_IOV: usize = 64;
 
+/// Most bytes a segment keeps inline: the trailer and next header that
+/// sit between two payloads queued by reference.
+const INLINE: usize = 64;
+
 enum Seg {
     Bytes(Vec<u8>),
+    /// A few bytes between two payloads queued by reference, kept in the
+    /// queue itself (no allocation per FPDU of a bulk transfer).
+    Inline([u8; INLINE], u8),
     Shared(Arc<Vec<u8>>, usize, usize),
     /// Bytes `start..end` of registered memory.
     Held(Arc<Gather>, usize, usize),
@@ -58,6 +65,7 @@ impl Seg {
     fn len(&self) -> usize {
         match self {
             Seg::Bytes(b) => b.len(),
+            Seg::Inline(_, n) => usize::from(*n),
             Seg::Shared(_, s, e) | Seg::Held(_, s, e) => e - s,
         }
     }
@@ -113,11 +121,24 @@ impl OutQueue {
             return;
         }
         self.len += b.len();
-        if let Some(Seg::Bytes(last)) = self.segs.back_mut()
-            && last.len() < 64 << 10
-        {
-            last.extend_from_slice(b);
-            return;
+        match self.segs.back_mut() {
+            Some(Seg::Bytes(last)) if last.len() < 64 << 10 => {
+                last.extend_from_slice(b);
+                return;
+            }
+            Some(Seg::Inline(buf, n)) if usize::from(*n) + b.len() <= INLINE => {
+                let at = usize::from(*n);
+                buf[at..at + b.len()].copy_from_slice(b);
+                *n += b.len() as u8;
+                return;
+            }
+            Some(Seg::Shared(..) | Seg::Held(..)) if b.len() <= INLINE => {
+                let mut buf = [0; INLINE];
+                buf[..b.len()].copy_from_slice(b);
+                self.segs.push_back(Seg::Inline(buf, b.len() as u8));
+                return;
+            }
+            _ => {}
         }
         let mut v = std::mem::take(&mut self.spare);
         v.extend_from_slice(b);
@@ -189,6 +210,7 @@ impl OutQueue {
                     let skip = if i == 0 { self.off } else { 0 };
                     match s {
                         Seg::Bytes(b) => iov[k] = IoSlice::new(&b[skip..]),
+                        Seg::Inline(b, n) => iov[k] = IoSlice::new(&b[skip..usize::from(*n)]),
                         Seg::Shared(a, st, e) => iov[k] = IoSlice::new(&a[st + skip..*e]),
                         Seg::Held(g, st, e) => {
                             let (Some(h), Some(l)) = (&held, &lock) else {
