@@ -395,6 +395,103 @@ mod tests {
         }
     }
 
+    /// What a property case queues.
+    #[derive(Debug, Clone)]
+    enum Push {
+        Bytes(usize),
+        Shared(usize, usize),
+        /// A list of `(offset, len)` spans of the region, and the range of
+        /// it queued (as fractions of its length, in 1/64ths).
+        Held(Vec<(usize, usize)>, u8, u8),
+    }
+
+    fn push_strategy() -> impl proptest::strategy::Strategy<Value = Push> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0usize..300).prop_map(Push::Bytes),
+            (0usize..4_000, 0usize..6_000).prop_map(|(s, n)| Push::Shared(s, n)),
+            (
+                // Few slices, or about a whole vector's worth of them.
+                prop_oneof![
+                    proptest::collection::vec((0usize..60_000, 1usize..1_500), 1..8),
+                    proptest::collection::vec((0usize..60_000, 1usize..1_500), 60..68),
+                ],
+                // Often the whole list.
+                prop_oneof![Just((0u8, 64u8)), (0u8..=64, 0u8..=64)],
+            )
+                .prop_map(|(spans, (a, b))| Push::Held(spans, a.min(b), a.max(b))),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Whatever is queued, in any mix and size, comes out whole and in
+        /// order through writers that take any amount, and no write is
+        /// given more than `MAX_IOV` slices.
+        #[test]
+        fn anything_queued_comes_out_in_order(
+            pushes in proptest::collection::vec(push_strategy(), 1..16),
+            max in proptest::prop_oneof![
+                97usize..5_000,
+                proptest::strategy::Just(usize::MAX),
+            ],
+            greedy in proptest::bool::ANY,
+        ) {
+            let r = Region::from_vec((0..64_000u32).map(|i| (i * 31 + 7) as u8).collect());
+            let shared = Arc::new((0..10_000u32).map(|i| (i * 17) as u8).collect::<Vec<u8>>());
+            let mut q = OutQueue::default();
+            let mut want = Vec::new();
+            for (i, p) in pushes.iter().enumerate() {
+                match p {
+                    Push::Bytes(n) => {
+                        let b: Vec<u8> = (0..*n).map(|k| (k + i) as u8).collect();
+                        q.push_bytes(&b);
+                        want.extend_from_slice(&b);
+                    }
+                    Push::Shared(s, n) => {
+                        let (s, e) = (*s, s + n);
+                        let ok = q.push_shared(&shared, s, e);
+                        proptest::prop_assert_eq!(ok, e <= shared.len());
+                        if ok {
+                            want.extend_from_slice(&shared[s..e]);
+                        }
+                    }
+                    Push::Held(spans, a, b) => {
+                        let spans: Vec<(usize, usize)> = spans
+                            .iter()
+                            .map(|&(o, n)| (o, n.min(64_000 - o)))
+                            .collect();
+                        let g = gather(&r, &spans);
+                        let mut all = Vec::new();
+                        for &(o, n) in &spans {
+                            all.extend_from_slice(&r.read()[o..o + n]);
+                        }
+                        let (s, e) = (all.len() * *a as usize / 64, all.len() * *b as usize / 64);
+                        proptest::prop_assert!(q.push_held(&g, s, e));
+                        want.extend_from_slice(&all[s..e]);
+                    }
+                }
+            }
+            proptest::prop_assert_eq!(q.len(), want.len());
+            let mut out = Vec::new();
+            let mut calls = 0;
+            while !q.is_empty() {
+                calls += 1;
+                proptest::prop_assert!(calls < 1_000_000);
+                if greedy {
+                    let mut w = Greedy { out: std::mem::take(&mut out), max, calls: 0 };
+                    q.write_to(&mut w).unwrap();
+                    out = w.out;
+                } else {
+                    let mut w = Trickle { out: std::mem::take(&mut out), max };
+                    q.write_to(&mut w).unwrap();
+                    out = w.out;
+                }
+            }
+            proptest::prop_assert!(out == want);
+        }
+    }
+
     fn gather(r: &Arc<Region>, parts: &[(usize, usize)]) -> Arc<Gather> {
         let spans = parts.iter().map(|&(offset, len)| Span {
             region: r.clone(),
