@@ -550,9 +550,15 @@ fn a_burst_of_one_large_message_goes_straight_to_its_place() {
     }
     // Of each message a header's worth is read into the buffer (256
     // bytes, with whatever came before it), and its last FPDU is small.
+    // A reader kept off its CPU can find a whole message or two queued
+    // behind other input and take them in one read into the buffer (seen
+    // with the other tests of this file running: 94.9-97.4% in 14 of 130
+    // runs, above 98.4% in the others): 90% of the bytes, where a burst's
+    // first large FPDU always landed in the buffer before (0%, then
+    // 52-60%).
     let direct = tcp.placed_direct() - before;
     let total = 2 * rounds * n as u64;
-    let want = 2 * rounds * (n as u64 - 1024);
+    let want = total * 9 / 10;
     assert!(
         direct >= want,
         "only {direct} of {total} bytes placed directly (want {want})"
