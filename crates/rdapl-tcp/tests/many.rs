@@ -52,10 +52,12 @@ fn the_thread_does_not_wait_for_a_polled_connection() {
     // The thread looked (found them free, or handed input back where one
     // end went unpolled for longer than `poll_fresh_ms`); a check of a
     // polled connection that found it locked waited only where its
-    // freshness had just run out.
+    // freshness had just run out: a poller kept off its CPU that long
+    // holding the lock (0-6 in 20 runs beside a clean clone's CI build;
+    // the thread that always waited did 72 and 120).
     assert!(l > 0, "the thread never looked at the connections");
     assert!(
-        w <= 5,
+        w <= 20,
         "{w} checks of polled connections waited for the lock ({l} looks, {i} round trips)"
     );
 }
