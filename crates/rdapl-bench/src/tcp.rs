@@ -1247,32 +1247,24 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
                     }
                     let id = case_id(*test, *size, prog);
                     let n = iters_of(&id);
-                    let run = match measure_once(&tools, p, cpus, *test, *size, prog, n) {
-                        Ok(m) => Run {
-                            rep,
-                            round,
-                            position,
-                            value: m.value,
-                            iters: m.iters,
-                            wall_s: m.wall_s,
-                            client_cpu_share: m.client_cpu_share,
-                            error: None,
-                        },
-                        Err(e) => {
-                            progress(&format!("rep {rep} {id} FAILED: {e}"));
-                            Run {
-                                rep,
-                                round,
-                                position,
-                                value: f64::NAN,
-                                iters: n,
-                                wall_s: 0.0,
-                                client_cpu_share: None,
-                                error: Some(e),
+                    let (value, iters, wall_s, client_cpu_share, error) =
+                        match measure_once(&tools, p, cpus, *test, *size, prog, n) {
+                            Ok(m) => (m.value, m.iters, m.wall_s, m.client_cpu_share, None),
+                            Err(e) => {
+                                progress(&format!("rep {rep} {id} FAILED: {e}"));
+                                (f64::NAN, n, 0.0, None, Some(e))
                             }
-                        }
-                    };
-                    by_case[g][k].push(run);
+                        };
+                    by_case[g][k].push(Run {
+                        rep,
+                        round,
+                        position,
+                        value,
+                        iters,
+                        wall_s,
+                        client_cpu_share,
+                        error,
+                    });
                 }
             }
         }
@@ -1286,16 +1278,14 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
     // Rows.
     for (g, (test, size, progs)) in groups.iter().enumerate() {
         let best = |k: usize| best_per_rep(&by_case[g][k], reps, test.higher_is_better());
-        let values = |k: usize| -> Vec<f64> {
-            best(k)
-                .iter()
-                .map(|r| r.map_or(f64::NAN, |r| r.value))
-                .collect()
+        let values = |b: &[Option<&Run>]| -> Vec<f64> {
+            b.iter().map(|r| r.map_or(f64::NAN, |r| r.value)).collect()
         };
         for (k, &prog) in progs.iter().enumerate() {
             let id = format!("tcp/{}", case_id(*test, *size, prog));
-            let v = values(k);
-            let share: Vec<f64> = best(k)
+            let b = best(k);
+            let v = values(&b);
+            let share: Vec<f64> = b
                 .iter()
                 .map(|r| r.and_then(|r| r.client_cpu_share).unwrap_or(f64::NAN))
                 .collect();
@@ -1307,7 +1297,7 @@ pub fn run(p: &Params, reps: usize, progress: impl Fn(&str)) -> Output {
             let peer = prog.peer();
             let peer_k = peer.and_then(|q| progs.iter().position(|x| *x == q));
             let ratio = match peer_k {
-                Some(pk) => Summary::of(&rep_ratios(&v, &values(pk), reps)),
+                Some(pk) => Summary::of(&rep_ratios(&v, &values(&best(pk)), reps)),
                 None => Summary::of(&[]),
             };
             let mut rruns = by_case[g][k].clone();

@@ -179,7 +179,6 @@ impl Node {
     }
 }
 
-/// A client and a server listening on a free port.
 /// One round trip of a pair: each side posts a receive of `len` bytes at
 /// the start of its buffer, the client sends `csrc`, the server answers
 /// with `ssrc` once it has it; `next` takes every completion (waiting or
@@ -207,6 +206,7 @@ pub fn round_trip(
     (s, c)
 }
 
+/// A client and a server listening on a free port.
 pub struct Pair {
     pub c: Node,
     pub s: Node,
