@@ -173,7 +173,11 @@ pub(crate) struct Conn {
     shut: bool,
     linger_deadline: Option<u64>,
     // requests
+    /// In post order, so by increasing `id` (see `push_slot`).
     slots: VecDeque<Slot>,
+    /// A Send or Write was queued since `maybe_fence` last found every
+    /// one covered by a read: only then does it look.
+    fence_due: bool,
     recv_order: VecDeque<u64>,
     free_recvs: usize,
     next_id: u64,
@@ -207,6 +211,15 @@ pub(crate) struct Conn {
     /// The provider's shared state (a responder's requests answer through
     /// it).
     pub shared: Option<Arc<crate::progress::Shared>>,
+}
+
+/// The earlier of two optional instants.
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
 }
 
 fn total_len(wr: &Wr) -> u64 {
@@ -272,6 +285,7 @@ impl Conn {
             shut: false,
             linger_deadline: None,
             slots: VecDeque::new(),
+            fence_due: false,
             recv_order: VecDeque::new(),
             free_recvs: 0,
             next_id: 1,
@@ -323,15 +337,10 @@ impl Conn {
         let stall = self
             .stall_since
             .map(|s| s.saturating_add(self.ia.recv_wait_ms));
-        [
-            self.engine.as_ref().and_then(|e| e.poll_timeout()),
-            self.connect_deadline,
-            stall,
-            self.linger_deadline,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        let engine = self.engine.as_ref().and_then(|e| e.poll_timeout());
+        [self.connect_deadline, stall, self.linger_deadline]
+            .into_iter()
+            .fold(engine, earliest)
     }
 
     /// Nothing to do until the socket has input: open, no input buffered
@@ -376,7 +385,8 @@ impl Conn {
     /// consumer's or the thread's, and a system call that finds nothing
     /// would only delay the send (a ping-pong's case).
     pub fn pump_tx(&mut self, now: u64) {
-        self.rx_drained = !self.slots.iter().any(|s| {
+        // (From the back: the newest fence is there.)
+        self.rx_drained = !self.slots.iter().rev().any(|s| {
             matches!(s.kind, SlotKind::Read { .. } | SlotKind::Fence { .. }) && s.status.is_none()
         });
         self.pump_inner(now);
@@ -940,7 +950,7 @@ impl Conn {
         let posted = match kind {
             WrKind::Local => {
                 slot.wr = Some(wr);
-                self.slots.push_back(slot);
+                self.push_slot(slot);
                 self.complete_ready();
                 return true;
             }
@@ -960,7 +970,7 @@ impl Conn {
                     Err(st) => {
                         slot.status = Some(st);
                         slot.wr = Some(wr);
-                        self.slots.push_back(slot);
+                        self.push_slot(slot);
                         self.break_local();
                         return false;
                     }
@@ -972,7 +982,7 @@ impl Conn {
                 let Ok(len) = u32::try_from(n) else {
                     slot.status = Some(DtoStatus::LocalLength);
                     slot.wr = Some(wr);
-                    self.slots.push_back(slot);
+                    self.push_slot(slot);
                     self.break_local();
                     return false;
                 };
@@ -1009,7 +1019,7 @@ impl Conn {
                 let Ok(size) = u32::try_from(total) else {
                     slot.status = Some(DtoStatus::LocalLength);
                     slot.wr = Some(wr);
-                    self.slots.push_back(slot);
+                    self.push_slot(slot);
                     self.break_local();
                     return false;
                 };
@@ -1053,7 +1063,7 @@ impl Conn {
                 DtoStatus::LocalEp
             });
         }
-        self.slots.push_back(slot);
+        self.push_slot(slot);
         if !ok {
             self.break_local();
         }
@@ -1076,7 +1086,7 @@ impl Conn {
     /// in flight keeps a stream of sends moving: each burst gets its own
     /// fence instead of waiting a round trip for the one before.
     fn maybe_fence(&mut self) {
-        if self.ia.complete == Completion::Sent {
+        if self.ia.complete == Completion::Sent || !self.fence_due {
             return;
         }
         let mut uncovered = false;
@@ -1098,8 +1108,12 @@ impl Conn {
                 _ => {}
             }
         }
-        if !uncovered || outstanding >= MAX_FENCES {
+        if !uncovered {
+            self.fence_due = false;
             return;
+        }
+        if outstanding >= MAX_FENCES {
+            return; // (the next response leads here again)
         }
         let id = self.next_id();
         let rr = ReadRequest {
@@ -1113,7 +1127,8 @@ impl Conn {
             return;
         };
         if e.post_read(id, rr).is_ok() {
-            self.slots.push_back(Slot {
+            self.fence_due = false;
+            self.push_slot(Slot {
                 id,
                 kind: SlotKind::Fence { msn: self.read_msn },
                 wr: None,
@@ -1157,13 +1172,28 @@ impl Conn {
         }
     }
 
-    fn slot_mut(&mut self, id: u64) -> Option<(usize, &mut Slot)> {
-        self.slots.iter_mut().enumerate().find(|(_, s)| s.id == id)
+    /// Queues a request's slot. Ids only grow, so the queue stays sorted
+    /// by id and is searched by halving ([`Conn::slot_index`]).
+    fn push_slot(&mut self, slot: Slot) {
+        debug_assert!(self.slots.back().is_none_or(|b| b.id < slot.id));
+        if matches!(slot.kind, SlotKind::Send { .. } | SlotKind::Write { .. }) {
+            self.fence_due = true;
+        }
+        self.slots.push_back(slot);
+    }
+
+    fn slot_index(&self, id: u64) -> Option<usize> {
+        self.slots.binary_search_by_key(&id, |s| s.id).ok()
+    }
+
+    fn slot_mut(&mut self, id: u64) -> Option<&mut Slot> {
+        let i = self.slot_index(id)?;
+        self.slots.get_mut(i)
     }
 
     /// A read (or fence) came back: it and everything before it is done.
     fn read_done(&mut self, id: u64) {
-        let Some(i) = self.slots.iter().position(|s| s.id == id) else {
+        let Some(i) = self.slot_index(id) else {
             return;
         };
         let mut failed = false;
@@ -1466,7 +1496,7 @@ impl Conn {
                 self.mem.unstage(wr_id);
                 // Its last byte is queued: the queue's position now.
                 let at = self.out.pushed();
-                if let Some((_, s)) = self.slot_mut(wr_id) {
+                if let Some(s) = self.slot_mut(wr_id) {
                     s.sent = true;
                     s.sent_at = at;
                 }
@@ -1480,7 +1510,7 @@ impl Conn {
                     if let Some(ep) = &self.ep {
                         ep.complete_recv(r.wr, st, 0);
                     }
-                } else if let Some((_, s)) = self.slot_mut(wr_id)
+                } else if let Some(s) = self.slot_mut(wr_id)
                     && s.status.is_none()
                 {
                     s.status = Some(DtoStatus::Flushed);
