@@ -42,7 +42,10 @@
 //! when its timers or phase changed. Nothing spins when idle: the thread
 //! sleeps until a socket, a command or the earliest timer (MPA timers,
 //! connect timeouts, the receive wait, lingering closes, a polled
-//! connection's check) is due.
+//! connection's check) is due. A listener whose `accept` fails for want
+//! of descriptors or memory (its backlog stays readable) rests
+//! `ACCEPT_REST_MS` before it listens again, so even a process out of
+//! descriptors does not spin; the connections wait in the backlog.
 //!
 //! The thread's work per wake-up is in the connections it was woken for,
 //! not in how many there are: it keeps the timers in a heap and looks
@@ -77,6 +80,11 @@ use std::time::{Duration, Instant};
 
 /// The eventfd's epoll key.
 const WAKE: u64 = 0;
+
+/// How long (ms) a listener rests after `accept` failed for want of
+/// resources (descriptors, memory): its backlog stays readable, so
+/// without a rest the thread would wake for it at once, again and again.
+const ACCEPT_REST_MS: u64 = 50;
 
 /// Most sockets one pass's readiness check names; more count as all.
 const PASS_EVENTS: usize = 256;
@@ -640,6 +648,8 @@ struct Driver {
     touched: HashSet<u64>,
     /// Every connection changed (a command that touched them all).
     all_touched: bool,
+    /// Listeners resting after a failed `accept`: (until, token).
+    resting: Vec<(u64, u64)>,
 }
 
 /// Starts the progress thread of `sh`.
@@ -656,6 +666,7 @@ pub(crate) fn spawn(sh: Arc<Shared>) -> std::io::Result<()> {
                 armed: HashMap::default(),
                 touched: HashSet::default(),
                 all_touched: false,
+                resting: Vec::new(),
             };
             d.run();
         })
@@ -735,7 +746,13 @@ impl Driver {
             self.sh.next_due.store(u64::MAX, Ordering::SeqCst);
             self.tidy();
             let now = self.sh.now();
-            let due = self.next_timer().into_iter().chain(poll_due).min();
+            let rest = self.resting.iter().map(|&(until, _)| until).min();
+            let due = self
+                .next_timer()
+                .into_iter()
+                .chain(poll_due)
+                .chain(rest)
+                .min();
             self.sh
                 .next_due
                 .store(due.unwrap_or(u64::MAX), Ordering::SeqCst);
@@ -777,6 +794,7 @@ impl Driver {
                 self.ready(t, fl, now);
             }
             self.fire_timers(now);
+            self.wake_listeners(now);
             poll_due = self.check_polled(now);
         }
         // Stopping: close every connection; the peers see the end.
@@ -914,6 +932,7 @@ impl Driver {
             let Some(l) = ls.get(&token) else {
                 return;
             };
+            let mut rest = false;
             for _ in 0..256 {
                 match l.sock.accept() {
                     Ok((s, peer)) => {
@@ -923,8 +942,30 @@ impl Driver {
                         let qual = l.sp.upgrade().map_or(0, |sp| sp.conn_qual());
                         fresh.push((s, peer, l.sp.clone(), l.ia.clone(), qual));
                     }
-                    Err(_) => break,
+                    Err(e) => {
+                        use std::io::ErrorKind as K;
+                        match e.kind() {
+                            K::WouldBlock => {}
+                            // That connection is gone; the next may not be.
+                            K::Interrupted | K::ConnectionAborted => continue,
+                            // Out of descriptors or memory: the connection
+                            // waits in the backlog until the listener's rest
+                            // is over.
+                            _ => rest = true,
+                        }
+                        break;
+                    }
                 }
+            }
+            if rest {
+                let _ = epoll::modify(
+                    &self.sh.epoll,
+                    &l.sock,
+                    epoll::EventData::new_u64(token),
+                    epoll::EventFlags::empty(),
+                );
+                self.resting
+                    .push((now.saturating_add(ACCEPT_REST_MS), token));
             }
         }
         for (s, peer, sp, ia, qual) in fresh {
@@ -941,6 +982,36 @@ impl Driver {
             let cell = self.insert(c);
             look(&self.sh, &cell).pump(now);
             self.after(t);
+        }
+    }
+
+    /// Listeners whose rest is over listen again (and take what waits).
+    fn wake_listeners(&mut self, now: u64) {
+        if self.resting.iter().all(|&(until, _)| until > now) {
+            return;
+        }
+        let mut due = Vec::new();
+        self.resting.retain(|&(until, t)| {
+            let over = until <= now;
+            if over {
+                due.push(t);
+            }
+            !over
+        });
+        for t in due {
+            {
+                let ls = self.sh.listeners.lock();
+                let Some(l) = ls.get(&t) else {
+                    continue; // freed meanwhile
+                };
+                let _ = epoll::modify(
+                    &self.sh.epoll,
+                    &l.sock,
+                    epoll::EventData::new_u64(t),
+                    epoll::EventFlags::IN,
+                );
+            }
+            self.accept_all(t, now);
         }
     }
 
