@@ -610,6 +610,23 @@ impl Conn {
             && usize::from(u16::from_be_bytes([b[0], b[1]])) >= DIRECT_MIN
     }
 
+    /// The socket reported an error or a hang-up (epoll's `ERR`/`HUP`,
+    /// which come whatever the interest). A pump may not have read it (a
+    /// full input buffer, or a Send of the peer waiting for a receive,
+    /// stops the reads), so it is looked at here: a pending error or a
+    /// connection closed both ways breaks an open connection now, instead
+    /// of the report coming back on every wait until the reads resume.
+    pub fn hung_up(&mut self) {
+        if self.phase != Phase::Open || self.eof {
+            return;
+        }
+        // (`take_error` clears the error: it is acted on here.)
+        let _ = self.sock.take_error();
+        self.eof = true;
+        self.stall_since = None;
+        self.socket_failed();
+    }
+
     fn socket_failed(&mut self) {
         self.end_kind = ConnectionEventKind::Broken;
         if let Some(e) = self.engine.as_mut()

@@ -1088,6 +1088,10 @@ impl Driver {
                     }
                 }
                 c.pump(now);
+                if fl.intersects(epoll::EventFlags::ERR | epoll::EventFlags::HUP) {
+                    c.hung_up();
+                    c.pump(now);
+                }
             }
         }
         self.after(t);

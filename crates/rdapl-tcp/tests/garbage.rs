@@ -226,3 +226,54 @@ fn bad_clients_get_a_terminate_and_the_server_keeps_serving() {
     assert_eq!(gbuf.to_vec().unwrap(), pattern(64, 3));
     assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
 }
+
+/// A client that resets its connection while the server holds back its
+/// Sends (no receive posted for them, the server's input buffer full,
+/// so it no longer reads that socket) is seen at once: the endpoint
+/// breaks, its receive is flushed, and the thread does not spin on the
+/// socket's error meanwhile (`recv_wait_ms` would otherwise end it 60 s
+/// later).
+#[test]
+fn a_reset_while_sends_wait_for_receives_breaks_at_once() {
+    let tcp = Tcp::new();
+    let s = Node::new(&tcp, "127.0.40.4", "recv_wait_ms=60000");
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    let rbuf = s.buf(16);
+    let mut raw = Raw::connect(&s, q, &s.ep, &rbuf);
+    // The posted receive takes the first Send; the rest wait, more than
+    // the server's input buffer holds.
+    let mut bytes = fpdu(untagged_header(Opcode::Send, true, 0, 1, 0), b"first");
+    for msn in 2..14 {
+        bytes.extend(fpdu(
+            untagged_header(Opcode::Send, true, 0, msn, 0),
+            &[msn as u8; 60_000],
+        ));
+    }
+    raw.sock
+        .set_write_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut sent = 0;
+    while sent < bytes.len() {
+        match raw.sock.write(&bytes[sent..]) {
+            Ok(n) => sent += n,
+            Err(_) => break, // the server stopped reading: full
+        }
+    }
+    assert!(sent > 400_000, "only {sent} bytes went");
+    let r = next_dto(&s.rcv);
+    assert_eq!((r.cookie, r.transferred_length), (1, 5));
+    std::thread::sleep(Duration::from_millis(200));
+    // Reset: the server's socket reports an error from now on.
+    socket2::SockRef::from(&raw.sock)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    let before = tcp.wakeups();
+    let start = std::time::Instant::now();
+    drop(raw);
+    let e = conn_ev(&s.conn);
+    let took = start.elapsed();
+    assert_eq!(e.kind, ConnectionEventKind::Broken);
+    assert!(took < Duration::from_secs(1), "broken after {took:?}");
+    let woke = tcp.wakeups() - before;
+    assert!(woke < 100, "{woke} wake-ups until the break");
+}
