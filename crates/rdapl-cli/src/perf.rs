@@ -578,42 +578,63 @@ fn serve(o: &PerfOptions) -> Result<(), String> {
 
 /// The server: listens, then `listening()`, then serves clients one at a
 /// time, each `pingpong` or `bw` as its control messages say (with
-/// `once`: one client).
+/// `once`: one client). Requests that come while a client is served wait
+/// on their own EVD and are served in turn; without `once` a client's
+/// failure (a request its client gave up, a bad control message) is
+/// reported on stderr and the server goes on with the next.
 fn serve_then(o: &PerfOptions, listening: impl FnOnce()) -> Result<(), String> {
     let side = Side::open(o, o.max_size)?;
+    let crs = side
+        .ia
+        .evd_create(64, EvdFlags::CR)
+        .map_err(|e| format!("creating the request EVD: {e}"))?;
     let psp = side
         .ia
-        .psp_create(o.qual, &side.evd)
+        .psp_create(o.qual, &crs)
         .map_err(|e| format!("listening on {}: {e}", o.qual))?;
     listening();
     let r = loop {
-        let r = serve_one(&side);
-        if o.once || r.is_err() {
+        let r = serve_one(&side, &crs);
+        if o.once {
             break r;
+        }
+        if let Err(e) = r {
+            eprintln!("rdapl: serving a client: {e}");
+            if !side.ended() {
+                let _ = side.ep.disconnect(false);
+                let _ = side.drain_to_end();
+            }
         }
         side.ep.reset().map_err(|e| e.to_string())?;
     };
+    let _ = crs.free();
     let _ = psp.free();
     let _ = side.ep.free();
     let _ = side.ia.close(CloseFlags::Abrupt);
     r
 }
 
-fn serve_one(s: &Side) -> Result<(), String> {
-    for i in 0..=s.window {
-        s.post_recv(i)?;
-    }
+fn serve_one(s: &Side, crs: &Evd) -> Result<(), String> {
     // A request, accepted.
-    let cr = match s.next_forever()? {
+    let cr = match next_forever(crs)? {
         Event::ConnectionRequest(a) => a.cr,
         other => return Err(format!("waiting for a client: {other:?}")),
     };
+    for i in 0..=s.window {
+        s.post_recv(i)?;
+    }
     s.ia.cr(cr)
         .and_then(|c| c.accept(&s.ep, b""))
         .map_err(|e| format!("accepting: {e}"))?;
-    match s.next()? {
-        Event::Connection(c) if c.kind == ConnectionEventKind::Established => {}
-        other => return Err(format!("expected Established, got {other:?}")),
+    loop {
+        match s.next()? {
+            Event::Connection(c) if c.kind == ConnectionEventKind::Established => break,
+            // A request whose client is gone: the receives are flushed,
+            // then the connection's end says so.
+            Event::Dto(d) if d.status == DtoStatus::Flushed => {}
+            Event::Connection(c) => return Err(format!("accepting: {:?}", c.kind)),
+            other => return Err(format!("expected Established, got {other:?}")),
+        }
     }
     // A post refused because the client went away ends the connection.
     let gone = |r: Result<(), String>| match r {
@@ -668,15 +689,14 @@ fn serve_one(s: &Side) -> Result<(), String> {
     }
 }
 
-impl Side {
-    /// `next`, but a server waits for its client as long as it takes.
-    fn next_forever(&self) -> Result<Event, String> {
-        loop {
-            match self.evd.wait(Some(Duration::from_millis(200)), 1) {
-                Ok((ev, _)) => return Ok(ev),
-                Err(rdapl::Error::TimeoutExpired { .. }) => continue,
-                Err(e) => return Err(e.to_string()),
-            }
+/// The next event of `evd`, however long it takes (a server waits for
+/// its clients).
+fn next_forever(evd: &Evd) -> Result<Event, String> {
+    loop {
+        match evd.wait(Some(Duration::from_millis(200)), 1) {
+            Ok((ev, _)) => return Ok(ev),
+            Err(rdapl::Error::TimeoutExpired { .. }) => continue,
+            Err(e) => return Err(e.to_string()),
         }
     }
 }

@@ -126,3 +126,82 @@ fn pingpong_and_bw_over_tcp_between_processes() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+/// Clients that come at once are served in turn: the requests that come
+/// while one is served wait, and each client gets its whole run. (The
+/// server used to take a second request in the middle of a session for
+/// an error: it ended, and the client it was serving failed with it.)
+#[test]
+fn a_server_serves_clients_that_come_at_once_in_turn() {
+    let port = 20_000 + ((std::process::id() + 7_919) % 20_000) as u16;
+    let port_s = port.to_string();
+    let mut server = rdapl()
+        .args(["bw", "-s", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the server");
+    // Listening once a client gets through.
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = rdapl()
+            .args(["pingpong", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
+            .args(["-I", "10", "-w", "--timeout", "10", "127.0.0.1"])
+            .output()
+            .expect("running the client");
+        if out.status.success() {
+            break;
+        }
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            Instant::now() < end && err.contains("NonPeerRejected"),
+            "the client failed: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let clients: Vec<_> = [
+        ("bw", "4k", "3000"),
+        ("pingpong", "64", "500"),
+        ("bw", "64k", "300"),
+    ]
+    .into_iter()
+    .map(|(test, size, iters)| {
+        let child = rdapl()
+            .args([test, "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
+            .args([
+                "-S",
+                size,
+                "-I",
+                iters,
+                "-w",
+                "--timeout",
+                "10",
+                "127.0.0.1",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting a client");
+        (test, size, iters, child)
+    })
+    .collect();
+    for (test, size, iters, child) in clients {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{test} {size}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r = rows(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!((r[0].0.as_str(), r[0].1.to_string()), (size, iters.into()));
+    }
+    assert!(
+        server.try_wait().unwrap().is_none(),
+        "the server ended: {:?}",
+        server
+            .wait_with_output()
+            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+}
