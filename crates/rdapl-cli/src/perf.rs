@@ -550,6 +550,16 @@ impl Side {
                     self.post_recv(i)?;
                     echoed = true;
                 }
+                // The server refused the run (a size above its
+                // `--max-size`, say) and ended the connection.
+                Event::Dto(d) if d.status == DtoStatus::Flushed => {
+                    return Err(format!(
+                        "the server ended the connection instead of answering the control \
+                         message ({} messages of {} bytes: does its --max-size allow them? \
+                         its stderr says why)",
+                        ctl.count, ctl.size
+                    ));
+                }
                 other => {
                     return Err(format!(
                         "expected the control message's echo, got {other:?}"
@@ -657,7 +667,10 @@ fn serve_one(s: &Side, crs: &Evd) -> Result<(), String> {
             return Ok(());
         }
         if size == 0 || size > s.slot {
-            return Err(format!("the client asked for {size}-byte messages"));
+            return Err(format!(
+                "the client asked for {size}-byte messages (the largest this server takes, --max-size, is {})",
+                s.slot
+            ));
         }
         // Read: the phase may begin.
         if gone(s.control(ctl))? {

@@ -205,3 +205,50 @@ fn a_server_serves_clients_that_come_at_once_in_turn() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+/// A client that asks for more than the server takes is told so, and the
+/// server goes on serving the next one.
+#[test]
+fn a_run_the_server_refuses_is_reported_and_the_server_goes_on() {
+    let port = 20_000 + ((std::process::id() + 13_007) % 20_000) as u16;
+    let port_s = port.to_string();
+    let mut server = rdapl()
+        .args(["bw", "-s", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
+        .args(["--max-size", "4k"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the server");
+    let run = |size: &str| {
+        rdapl()
+            .args(["bw", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
+            .args(["-S", size, "--max-size", "64k", "-I", "10", "-w"])
+            .args(["--timeout", "10", "127.0.0.1"])
+            .output()
+            .expect("running the client")
+    };
+    let end = Instant::now() + Duration::from_secs(20);
+    let refused = loop {
+        let out = run("64k");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !err.contains("NonPeerRejected") {
+            break (out.status.success(), err);
+        }
+        assert!(Instant::now() < end, "the server never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!refused.0, "a 64 KiB run against a 4 KiB server succeeded");
+    assert!(refused.1.contains("--max-size"), "{}", refused.1);
+    let out = run("4k");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = rows(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!((r[0].0.as_str(), r[0].1), ("4k", 10));
+    let _ = server.kill();
+    let out = server.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("65536-byte messages"), "{err}");
+}
