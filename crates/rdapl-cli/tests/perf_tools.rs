@@ -47,6 +47,45 @@ fn rows(table: &str) -> Vec<(String, u64, f64, f64)> {
         .collect()
 }
 
+/// Starts a TCP server `rdapl TEST -s` on 127.0.0.1 with `more`
+/// arguments, on a port of this process's own (`salt` tells a test's
+/// from another's, so parallel runs do not collide): the child and its
+/// port.
+fn server(test: &str, more: &[&str], salt: u32) -> (std::process::Child, String) {
+    let port = 20_000 + ((std::process::id() + salt) % 20_000) as u16;
+    let port_s = port.to_string();
+    let child = rdapl()
+        .args([test, "-s", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
+        .args(more)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the server");
+    (child, port_s)
+}
+
+/// Runs a TCP client `rdapl TEST` of the server at 127.0.0.1 on `port`
+/// with `more` arguments until that server listens: attempts that find
+/// nobody (`NonPeerRejected`) are repeated for up to 20 s; the first
+/// other outcome is returned.
+fn once_listening(test: &str, port: &str, more: &[&str]) -> std::process::Output {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = rdapl()
+            .args([test, "-p", "tcp", "-a", "127.0.0.1", "-q", port])
+            .args(more)
+            .args(["--timeout", "10", "127.0.0.1"])
+            .output()
+            .expect("running the client");
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || !err.contains("NonPeerRejected") {
+            return out;
+        }
+        assert!(Instant::now() < end, "the server never listened: {err}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn pingpong_and_bw_on_loopback_in_one_process() {
     let t = client(&["pingpong", "-S", "all", "-I", "50", "-q", "47801"]);
@@ -65,42 +104,15 @@ fn pingpong_and_bw_on_loopback_in_one_process() {
 
 #[test]
 fn pingpong_and_bw_over_tcp_between_processes() {
-    // A port of this process's own, so parallel runs do not collide.
-    let port = 20_000 + (std::process::id() % 20_000) as u16;
-    let port_s = port.to_string();
-    let mut server = rdapl()
-        .args([
-            "pingpong",
-            "-s",
-            "-p",
-            "tcp",
-            "-a",
-            "127.0.0.1",
-            "-q",
-            &port_s,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting the server");
+    let (mut server, port_s) = server("pingpong", &[], 0);
     // The client retries until the server listens (bounded).
-    let end = Instant::now() + Duration::from_secs(20);
-    let table = loop {
-        let out = rdapl()
-            .args(["pingpong", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
-            .args(["-S", "64", "-I", "200", "--timeout", "10", "127.0.0.1"])
-            .output()
-            .expect("running the client");
-        if out.status.success() {
-            break String::from_utf8_lossy(&out.stdout).into_owned();
-        }
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(
-            Instant::now() < end && err.contains("NonPeerRejected"),
-            "the client failed: {err}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let out = once_listening("pingpong", &port_s, &["-S", "64", "-I", "200"]);
+    assert!(
+        out.status.success(),
+        "the client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
     let r = rows(&table);
     assert_eq!(
         (r.len(), r[0].0.as_str(), r[0].1),
@@ -133,32 +145,14 @@ fn pingpong_and_bw_over_tcp_between_processes() {
 /// an error: it ended, and the client it was serving failed with it.)
 #[test]
 fn a_server_serves_clients_that_come_at_once_in_turn() {
-    let port = 20_000 + ((std::process::id() + 7_919) % 20_000) as u16;
-    let port_s = port.to_string();
-    let mut server = rdapl()
-        .args(["bw", "-s", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting the server");
+    let (mut server, port_s) = server("bw", &[], 7_919);
     // Listening once a client gets through.
-    let end = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = rdapl()
-            .args(["pingpong", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
-            .args(["-I", "10", "-w", "--timeout", "10", "127.0.0.1"])
-            .output()
-            .expect("running the client");
-        if out.status.success() {
-            break;
-        }
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(
-            Instant::now() < end && err.contains("NonPeerRejected"),
-            "the client failed: {err}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let out = once_listening("pingpong", &port_s, &["-I", "10", "-w"]);
+    assert!(
+        out.status.success(),
+        "the client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let clients: Vec<_> = [
         ("bw", "4k", "3000"),
         ("pingpong", "64", "500"),
@@ -210,35 +204,21 @@ fn a_server_serves_clients_that_come_at_once_in_turn() {
 /// server goes on serving the next one.
 #[test]
 fn a_run_the_server_refuses_is_reported_and_the_server_goes_on() {
-    let port = 20_000 + ((std::process::id() + 13_007) % 20_000) as u16;
-    let port_s = port.to_string();
-    let mut server = rdapl()
-        .args(["bw", "-s", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
-        .args(["--max-size", "4k"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting the server");
+    let (mut server, port_s) = server("bw", &["--max-size", "4k"], 13_007);
     let run = |size: &str| {
-        rdapl()
-            .args(["bw", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
-            .args(["-S", size, "--max-size", "64k", "-I", "10", "-w"])
-            .args(["--timeout", "10", "127.0.0.1"])
-            .output()
-            .expect("running the client")
+        once_listening(
+            "bw",
+            &port_s,
+            &["-S", size, "--max-size", "64k", "-I", "10", "-w"],
+        )
     };
-    let end = Instant::now() + Duration::from_secs(20);
-    let refused = loop {
-        let out = run("64k");
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        if !err.contains("NonPeerRejected") {
-            break (out.status.success(), err);
-        }
-        assert!(Instant::now() < end, "the server never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(!refused.0, "a 64 KiB run against a 4 KiB server succeeded");
-    assert!(refused.1.contains("--max-size"), "{}", refused.1);
+    let refused = run("64k");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "a 64 KiB run against a 4 KiB server succeeded"
+    );
+    assert!(err.contains("--max-size"), "{err}");
     let out = run("4k");
     assert!(
         out.status.success(),
