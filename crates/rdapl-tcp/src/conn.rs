@@ -519,10 +519,12 @@ impl Conn {
             }
             let mut room = (self.inbuf.len() - self.in_end).min(READ_CHUNK);
             let buffered = self.in_end - self.in_pos;
-            // A header's worth at an empty boundary while large FPDUs are
-            // expected: if the next one is large, its payload goes
-            // straight to its place (one more, small read; no copy of it).
-            let head = self.frame_left == 0 && buffered == 0 && self.large_recent > 0;
+            // While large FPDUs are expected, a read stops a header's
+            // worth past the FPDU being fed (a small one too: the last
+            // piece of a large message, a fence): if the next one is
+            // large, its payload goes straight to its place (one more,
+            // small read; no copy of it).
+            let head = self.large_recent > 0;
             if self.direct || head {
                 // Bulk input: the rest of this FPDU and the next header
                 // only, so that the next payload can go straight to its
