@@ -20,6 +20,7 @@
 //!   being sent. A process killed on a live host is seen at once (its
 //!   kernel resets the connection).
 
+use rdapl::error::Subtype;
 use rdapl::{ConnectionEventKind, Error, Result};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
@@ -56,9 +57,44 @@ pub(crate) fn connect_error_kind(e: &io::Error) -> ConnectionEventKind {
     }
 }
 
-/// Starts a non-blocking connect from `local` to `remote`. `Ok(stream)`
-/// while in progress (or done); `Err(kind)` if it failed at once.
+/// A TCP socket for a connection to `remote`, made in the caller's
+/// thread (`dat_ep_connect`): a want of descriptors or memory is then
+/// that call's error (`InsufficientResources`), not a connection event.
+/// `Ok(None)`: no socket of that family here (the connection is then
+/// `Unreachable`, as any other failure before the connect).
+pub(crate) fn connect_socket(remote: SocketAddr) -> Result<Option<Socket>> {
+    match Socket::new(
+        Domain::for_address(remote),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    ) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) => {
+            use rustix::io::Errno;
+            let code = e.raw_os_error();
+            let is = |x: Errno| code == Some(x.raw_os_error());
+            if is(Errno::MFILE) || is(Errno::NFILE) {
+                Err(Error::InsufficientResources {
+                    resource: Subtype::ResourceTep,
+                    what: "tcp: no file descriptor for a socket",
+                })
+            } else if is(Errno::NOMEM) || is(Errno::NOBUFS) {
+                Err(Error::InsufficientResources {
+                    resource: Subtype::ResourceMemory,
+                    what: "tcp: no memory for a socket",
+                })
+            } else {
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// Starts a non-blocking connect of `s` from `local` to `remote`.
+/// `Ok(stream)` while in progress (or done); `Err(kind)` if it failed at
+/// once.
 pub(crate) fn start_connect(
+    s: Option<Socket>,
     local: IpAddr,
     remote: SocketAddr,
     timeout_ms: u64,
@@ -66,12 +102,7 @@ pub(crate) fn start_connect(
     if local.is_ipv4() != remote.is_ipv4() {
         return Err(ConnectionEventKind::Unreachable);
     }
-    let s = Socket::new(
-        Domain::for_address(remote),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )
-    .map_err(|_| ConnectionEventKind::Unreachable)?;
+    let s = s.ok_or(ConnectionEventKind::Unreachable)?;
     s.set_nonblocking(true)
         .map_err(|_| ConnectionEventKind::Unreachable)?;
     let _ = s.set_tcp_nodelay(true);

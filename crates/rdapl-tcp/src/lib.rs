@@ -422,10 +422,13 @@ impl EpOps for TcpEp {
     ) -> Result<()> {
         let port = self.p.port(conn_qual)?;
         check_private_data(&private_data, 4)?;
+        let remote = SocketAddr::new(remote, port);
+        let sock = cm::connect_socket(remote)?;
         self.sh().send(Cmd::Connect {
             ep: ep.clone(),
             ia: self.p.clone(),
-            remote: SocketAddr::new(remote, port),
+            sock,
+            remote,
             qual: conn_qual,
             pd: private_data,
             timeout,

@@ -375,6 +375,8 @@ pub(crate) enum Cmd {
     Connect {
         ep: Arc<EpInner>,
         ia: Arc<IaParams>,
+        /// Made by the caller (`cm::connect_socket`).
+        sock: Option<socket2::Socket>,
         remote: SocketAddr,
         qual: u64,
         pd: Vec<u8>,
@@ -1102,13 +1104,14 @@ impl Driver {
             Cmd::Connect {
                 ep,
                 ia,
+                sock,
                 remote,
                 qual,
                 pd,
                 timeout,
             } => {
                 let t = self.sh.token();
-                let s = match cm::start_connect(ia.addr, remote, ia.timeout_ms) {
+                let s = match cm::start_connect(sock, ia.addr, remote, ia.timeout_ms) {
                     Ok(s) => s,
                     Err(kind) => {
                         ep.connect_failed(kind, None);

@@ -1,11 +1,15 @@
-//! A listener whose process is out of file descriptors: connections wait
-//! in the backlog, the progress thread rests instead of spinning on the
+//! A process out of file descriptors. A listener's connections wait in
+//! the backlog, the progress thread rests instead of spinning on the
 //! listener it cannot accept from, and once descriptors are free again
-//! the next connection is served.
+//! the next connection is served. A connect fails at once with
+//! `InsufficientResources` (not a connection event that says
+//! `Unreachable`), the endpoint stays unconnected, and connects once
+//! descriptors are free.
 //!
-//! The server is a child process (this test binary re-executed with
-//! `RDAPL_TCP_FDLIMIT` set) whose descriptor limit is a few above what
-//! it holds; the test floods its listener with raw TCP connections.
+//! Each runs in a child process (this test binary re-executed with
+//! `RDAPL_TCP_FDLIMIT` set) whose descriptor limit is set just above
+//! what it holds; the server's listener is flooded with raw TCP
+//! connections from the test.
 
 mod common;
 
@@ -19,26 +23,40 @@ use std::time::Duration;
 const ENV: &str = "RDAPL_TCP_FDLIMIT";
 const SERVER: &str = "127.0.39.2";
 
-/// The child's side. Without the variable set, it does nothing.
-#[test]
-fn child_server() {
-    if std::env::var(ENV).is_err() {
-        return;
-    }
-    let tcp = Tcp::new();
-    let s = Node::new(&tcp, SERVER, "");
-    let (_psp, q) = listen(&s.ia, &s.cr);
-    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+/// Sets this process's descriptor limit to `more` above its lowest free
+/// descriptor; returns the limit's maximum (to set it back).
+fn limit_descriptors(more: u64) -> Option<u64> {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    // The lowest free descriptor: the limit bounds descriptor numbers,
+    // and the next socket takes the lowest free one.
+    let open = {
+        use std::os::fd::AsRawFd;
+        std::fs::File::open("/dev/null").unwrap().as_raw_fd() as u64
+    };
     let max = getrlimit(Resource::Nofile).maximum;
     setrlimit(
         Resource::Nofile,
         Rlimit {
-            current: Some(open + 8),
+            current: Some(open + more),
             maximum: max,
         },
     )
     .unwrap();
+    max
+}
+
+/// The child's side. Without the variable set, it does nothing.
+#[test]
+fn child_server() {
+    match std::env::var(ENV).as_deref() {
+        Ok("server") => {}
+        Ok("client") => return child_client(),
+        _ => return,
+    }
+    let tcp = Tcp::new();
+    let s = Node::new(&tcp, SERVER, "");
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    limit_descriptors(8);
     println!("\nPORT {q}");
     // The parent floods the listener meanwhile; then the thread's
     // wake-ups over half a second.
@@ -57,11 +75,49 @@ fn child_server() {
     println!("DONE");
 }
 
+/// The client child: a connect with no descriptor left, then with one.
+fn child_client() {
+    let tcp = Tcp::new();
+    let s = Node::new(&tcp, "127.0.39.4", "");
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    let c = Node::new(&tcp, "127.0.39.3", "");
+    let max = limit_descriptors(0);
+    let r = c.ep.connect(s.ia.address(), q, Some(T), b"");
+    assert!(
+        matches!(r, Err(Error::InsufficientResources { .. })),
+        "connect with no descriptor: {r:?}"
+    );
+    assert_eq!(c.ep.state(), EpState::Unconnected);
+    empty(&c.conn);
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: max,
+            maximum: max,
+        },
+    )
+    .unwrap();
+    c.ep.connect(s.ia.address(), q, Some(T), b"").unwrap();
+    next_cr(&s.ia, &s.cr).accept(&s.ep, b"").unwrap();
+    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
+    println!("DONE");
+}
+
+#[test]
+fn a_connect_out_of_descriptors_fails_at_once_then_connects() {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["child_server", "--exact", "--nocapture", "--test-threads=1"])
+        .env(ENV, "client");
+    let (_child, rx) = spawn_lines(cmd);
+    expect_line(&rx, "DONE", T);
+}
+
 #[test]
 fn a_listener_out_of_descriptors_rests_then_serves() {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["child_server", "--exact", "--nocapture", "--test-threads=1"])
-        .env(ENV, "1");
+        .env(ENV, "server");
     let (_child, rx) = spawn_lines(cmd);
     let port: u16 = expect_line(&rx, "PORT ", T).parse().expect("a port");
     let to: SocketAddr = format!("{SERVER}:{port}").parse().unwrap();
