@@ -23,26 +23,33 @@ use std::time::Duration;
 const ENV: &str = "RDAPL_TCP_FDLIMIT";
 const SERVER: &str = "127.0.39.2";
 
-/// Sets this process's descriptor limit to `more` above its lowest free
-/// descriptor; returns the limit's maximum (to set it back).
-fn limit_descriptors(more: u64) -> Option<u64> {
+/// Sets this process's descriptor limit to `current` (the maximum kept).
+fn set_limit(current: Option<u64>) {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let maximum = getrlimit(Resource::Nofile).maximum;
+    setrlimit(Resource::Nofile, Rlimit { current, maximum }).unwrap();
+}
+
+/// Sets this process's descriptor limit to `more` above its lowest free
+/// descriptor; returns the limit before (to set it back).
+fn limit_descriptors(more: u64) -> Option<u64> {
     // The lowest free descriptor: the limit bounds descriptor numbers,
     // and the next socket takes the lowest free one.
     let open = {
         use std::os::fd::AsRawFd;
         std::fs::File::open("/dev/null").unwrap().as_raw_fd() as u64
     };
-    let max = getrlimit(Resource::Nofile).maximum;
-    setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: Some(open + more),
-            maximum: max,
-        },
-    )
-    .unwrap();
-    max
+    let before = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    set_limit(Some(open + more));
+    before
+}
+
+/// This test binary re-executed as the child of `mode` (its stdout lines).
+fn child(mode: &str) -> (Reap, std::sync::mpsc::Receiver<String>) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["child_server", "--exact", "--nocapture", "--test-threads=1"])
+        .env(ENV, mode);
+    spawn_lines(cmd)
 }
 
 /// The child's side. Without the variable set, it does nothing.
@@ -81,7 +88,7 @@ fn child_client() {
     let s = Node::new(&tcp, "127.0.39.4", "");
     let (_psp, q) = listen(&s.ia, &s.cr);
     let c = Node::new(&tcp, "127.0.39.3", "");
-    let max = limit_descriptors(0);
+    let before = limit_descriptors(0);
     let r = c.ep.connect(s.ia.address(), q, Some(T), b"");
     assert!(
         matches!(r, Err(Error::InsufficientResources { .. })),
@@ -89,15 +96,7 @@ fn child_client() {
     );
     assert_eq!(c.ep.state(), EpState::Unconnected);
     empty(&c.conn);
-    use rustix::process::{Resource, Rlimit, setrlimit};
-    setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: max,
-            maximum: max,
-        },
-    )
-    .unwrap();
+    set_limit(before);
     c.ep.connect(s.ia.address(), q, Some(T), b"").unwrap();
     next_cr(&s.ia, &s.cr).accept(&s.ep, b"").unwrap();
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
@@ -106,19 +105,13 @@ fn child_client() {
 
 #[test]
 fn a_connect_out_of_descriptors_fails_at_once_then_connects() {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["child_server", "--exact", "--nocapture", "--test-threads=1"])
-        .env(ENV, "client");
-    let (_child, rx) = spawn_lines(cmd);
+    let (_child, rx) = child("client");
     expect_line(&rx, "DONE", T);
 }
 
 #[test]
 fn a_listener_out_of_descriptors_rests_then_serves() {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["child_server", "--exact", "--nocapture", "--test-threads=1"])
-        .env(ENV, "server");
-    let (_child, rx) = spawn_lines(cmd);
+    let (_child, rx) = child("server");
     let port: u16 = expect_line(&rx, "PORT ", T).parse().expect("a port");
     let to: SocketAddr = format!("{SERVER}:{port}").parse().unwrap();
     // Far more than the child can accept: the rest stay in its backlog.
