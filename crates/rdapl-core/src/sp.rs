@@ -126,11 +126,19 @@ impl CrInner {
         if *s != CrState::Pending {
             return false;
         }
+        // The reserved endpoint leaves `TentativeConnectionPending` before
+        // the request shows as cancelled: whoever sees `Cancelled` sees the
+        // endpoint released (its event follows, outside the lock).
+        let released = if to == CrState::Cancelled {
+            self.release_reserved_ep()
+        } else {
+            None
+        };
         *s = to;
         drop(s);
         self.sp.crs.lock().remove(&self.id);
-        if to == CrState::Cancelled {
-            self.release_reserved_ep();
+        if let Some(ep) = released {
+            ep.connection_event(ConnectionEventKind::Broken, None);
         }
         true
     }
@@ -142,24 +150,21 @@ impl CrInner {
     }
 
     /// The request went away unanswered: an RSP's endpoint still waiting
-    /// for it (`TentativeConnectionPending`) goes to `Disconnected`, with
-    /// `Broken` on its connection EVD. (One being accepted right now is
-    /// left to the accept, which fails and returns it to `Unconnected`.)
-    fn release_reserved_ep(&self) {
+    /// for it (`TentativeConnectionPending`) goes to `Disconnected`; the
+    /// caller then posts `Broken` on its connection EVD (returned: the
+    /// endpoint it released). (One being accepted right now is left to
+    /// the accept, which fails and returns it to `Unconnected`.)
+    fn release_reserved_ep(&self) -> Option<&Arc<EpInner>> {
         if self.sp.kind != SpKind::Reserved {
-            return;
+            return None;
         }
-        let Some(ep) = &self.sp.rsp_ep else {
-            return;
-        };
-        {
-            let mut c = ep.core.lock();
-            if c.state != EpState::TentativeConnectionPending {
-                return;
-            }
-            ep.set_state(&mut c, EpState::Disconnected);
+        let ep = self.sp.rsp_ep.as_ref()?;
+        let mut c = ep.core.lock();
+        if c.state != EpState::TentativeConnectionPending {
+            return None;
         }
-        ep.connection_event(ConnectionEventKind::Broken, None);
+        ep.set_state(&mut c, EpState::Disconnected);
+        Some(ep)
     }
 }
 
