@@ -7,19 +7,53 @@
 //! [`FpduCrc::wire`] over the same bytes gives the same four bytes however
 //! the bytes were split across [`FpduCrc::update`] calls.
 //!
-//! The arithmetic is crc-fast's (carry-less multiplication folding, with
-//! VPCLMULQDQ where the CPU has it, chosen at run time): about twice the
-//! rate of the CRC32 instruction alone on large FPDUs, which matters
-//! because every payload byte is summed on both sides. Below
-//! [`SMALL_MAX`] bytes (headers, trailers, a small message: the parts a
-//! decoder sums one by one) a table walk eight bytes at a time does it
-//! instead: crc-fast's fixed cost per call (choosing its calculator,
-//! copying its constants) is larger than the sum itself there.
+//! Two ways to sum are at hand, and which is faster depends on the CPU:
+//! the CRC32 instruction on three streams at once (the `crc32c` crate; a
+//! table walk where the CPU has no such instruction) and crc-fast's
+//! carry-less folding (VPCLMULQDQ with AVX-512 where the CPU has it, else
+//! 128-bit PCLMULQDQ fused with the CRC32 instruction). Every payload
+//! byte is summed on both sides, so the rate matters, and no rule by CPU
+//! feature picks right (the folding wins on Zen 1 and with AVX-512, the
+//! instruction on a Zen 4 without AVX-512; figures in rdapl-bench's
+//! README). So the first sum of [`WIDE_MIN`] bytes or more in a process
+//! times both on the same 64 KiB, as Linux picks its RAID-6 and XOR
+//! routines at boot, and keeps the faster for inputs from that size.
+//! Smaller inputs take the instruction (crc-fast's fixed cost per call
+//! outweighs its rate there), and below [`SMALL_MAX`] bytes (headers,
+//! trailers, a small message: the parts a decoder sums one by one) a
+//! table walk eight bytes at a time, which takes fewer instructions than
+//! either way's setup. The choice changes no value: both
+//! compute the standard CRC32c, checked against a bitwise reference.
 
 use crc_fast::{CrcAlgorithm, Digest};
+use std::hint::black_box;
+use std::sync::OnceLock;
+use std::time::Instant;
 
-/// Inputs shorter than this are summed with a slicing-by-8 table: below it the walk
-/// beats crc-fast's fixed cost per call (figures in rdapl-bench's README).
+/// Inputs from this size take the faster way found by [`wide`].
+pub const WIDE_MIN: usize = 256;
+
+/// Whether crc-fast's folding beat the CRC32 instruction here (timed once,
+/// the best of five interleaved runs of each over 64 KiB in cache).
+fn wide() -> bool {
+    static WIDE: OnceLock<bool> = OnceLock::new();
+    *WIDE.get_or_init(|| {
+        let buf = vec![0x5a_u8; 64 << 10];
+        let ways: [fn(u32, &[u8]) -> u32; 2] = [crc32c::crc32c_append, folded];
+        let mut best = [u128::MAX; 2];
+        for _ in 0..5 {
+            for (way, b) in ways.iter().zip(best.iter_mut()) {
+                let t = Instant::now();
+                black_box(way(0, black_box(&buf)));
+                *b = (*b).min(t.elapsed().as_nanos());
+            }
+        }
+        best[1] < best[0]
+    })
+}
+
+/// Inputs shorter than this are summed with a slicing-by-8 table: below it
+/// the walk takes fewer instructions than a call of either way's setup.
 pub const SMALL_MAX: usize = 56;
 
 /// The reflected CRC32c polynomial.
@@ -75,6 +109,14 @@ fn table_update(mut c: u32, bytes: &[u8]) -> u32 {
     c
 }
 
+/// crc-fast's sum of `bytes` after the bytes whose CRC32c is `crc`.
+fn folded(crc: u32, bytes: &[u8]) -> u32 {
+    // crc-fast's running state is the value before its final inversion.
+    let mut d = Digest::new_with_init_state(CrcAlgorithm::Crc32Iscsi, u64::from(!crc));
+    d.update(bytes);
+    d.finalize() as u32
+}
+
 /// A running CRC32c over FPDU bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FpduCrc(u32);
@@ -87,17 +129,14 @@ impl FpduCrc {
 
     /// Adds `bytes` to the CRC.
     pub fn update(&mut self, bytes: &[u8]) {
-        if bytes.is_empty() {
-            return;
-        }
-        // The running state is the value before its final inversion.
-        if bytes.len() < SMALL_MAX {
-            self.0 = !table_update(!self.0, bytes);
-            return;
-        }
-        let mut d = Digest::new_with_init_state(CrcAlgorithm::Crc32Iscsi, u64::from(!self.0));
-        d.update(bytes);
-        self.0 = d.finalize() as u32;
+        self.0 = if bytes.len() < SMALL_MAX {
+            // The register is the value before its final inversion.
+            !table_update(!self.0, bytes)
+        } else if bytes.len() >= WIDE_MIN && wide() {
+            folded(self.0, bytes)
+        } else {
+            crc32c::crc32c_append(self.0, bytes)
+        };
     }
 
     /// The standard CRC32c value of the bytes so far.
@@ -180,16 +219,18 @@ mod tests {
         }
     }
 
-    /// Every length around the switch between the table walk and
-    /// crc-fast, and sums that cross it, match the bitwise reference.
+    /// Every length around the switches between the table walk and the
+    /// two ways, and sums that cross them, match the bitwise reference;
+    /// so does each of the three on its own, whichever this CPU uses.
     #[test]
-    fn small_and_large_paths_agree() {
-        let data: Vec<u8> = (0..2 * SMALL_MAX as u32 + 40)
+    fn both_ways_agree_with_the_reference() {
+        let data: Vec<u8> = (0..2 * WIDE_MIN as u32 + 40)
             .map(|i| (i.wrapping_mul(40_503) >> 5) as u8)
             .collect();
         for len in (0..24)
             .chain(SMALL_MAX - 9..SMALL_MAX + 9)
-            .chain([2 * SMALL_MAX + 40])
+            .chain(WIDE_MIN - 9..WIDE_MIN + 9)
+            .chain([2 * WIDE_MIN + 40])
         {
             let d = &data[..len];
             let want = bitwise(d).to_le_bytes();
@@ -200,6 +241,19 @@ mod tests {
                     crc_wire(&[&d[..cut], &d[cut..]]),
                     want,
                     "len {len} cut {cut}"
+                );
+                let head = bitwise(&d[..cut]);
+                let want = bitwise(d);
+                assert_eq!(folded(head, &d[cut..]), want, "folded len {len} cut {cut}");
+                assert_eq!(
+                    crc32c::crc32c_append(head, &d[cut..]),
+                    want,
+                    "crc32c len {len} cut {cut}"
+                );
+                assert_eq!(
+                    !table_update(!head, &d[cut..]),
+                    want,
+                    "table len {len} cut {cut}"
                 );
             }
         }
