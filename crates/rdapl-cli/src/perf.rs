@@ -242,9 +242,13 @@ fn here(test: Test, server: PerfOptions, o: &PerfOptions) -> Result<Vec<Row>, St
     let served = h
         .join()
         .map_err(|_| "the server thread panicked".to_string())?;
-    // The server's error first: a client's is often only its echo.
-    served.map_err(|e| format!("the server: {e}"))?;
-    rows
+    // The server's error first (a client's is often only its echo), and
+    // the client's beside it (or the other way round).
+    match (served, rows) {
+        (Err(s), Err(c)) => Err(format!("the server: {s}; the client: {c}")),
+        (Err(s), Ok(_)) => Err(format!("the server: {s}")),
+        (Ok(()), rows) => rows,
+    }
 }
 
 fn next_addr(a: IpAddr) -> IpAddr {
@@ -274,6 +278,8 @@ struct Side {
 
 impl Side {
     fn open(o: &PerfOptions, slot: usize) -> Result<Side, String> {
+        // Every slot takes a control message too.
+        let slot = slot.max(CONTROL);
         let ia = Ia::open_with(
             &o.provider,
             IaOptions {
@@ -290,7 +296,7 @@ impl Side {
         let attr = rdapl::EpAttr {
             max_recv_dtos: o.window + 1,
             max_request_dtos: o.window + 1,
-            max_message_size: (slot as u64).max(8),
+            max_message_size: slot as u64,
             ..Default::default()
         };
         let ep = ia
@@ -715,8 +721,19 @@ fn next_forever(evd: &Evd) -> Result<Event, String> {
 }
 
 fn client_run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
-    let max = o.sizes.iter().copied().max().unwrap_or(8).max(8);
+    let max = o.sizes.iter().copied().max().unwrap_or(CONTROL);
     let c = Side::open(o, max)?;
+    let rows = client_session(test, o, &c);
+    // Ended either way, so that a server waiting on this client (on a
+    // thread of this process, with loopback) sees it go at once.
+    let _ = c.ep.disconnect(rows.is_ok());
+    let _ = c.ep.free();
+    let _ = c.ia.close(CloseFlags::Abrupt);
+    rows
+}
+
+/// A connected client's run of every size.
+fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, String> {
     for i in 0..=c.window {
         c.post_recv(i)?;
     }
@@ -814,9 +831,6 @@ fn client_run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
             secs,
         });
     }
-    let _ = c.ep.disconnect(true);
-    let _ = c.ep.free();
-    let _ = c.ia.close(CloseFlags::Abrupt);
     Ok(rows)
 }
 
@@ -890,6 +904,31 @@ mod tests {
         };
         let rows = here(Test::Bw, server, &o).unwrap();
         assert!(rows.iter().all(|r| r.acked == 1 && r.sent == 50));
+    }
+
+    /// Messages smaller than a control message (16 bytes), alone: every
+    /// buffer still takes the control messages (before, the client's
+    /// endpoint refused them as too long).
+    #[test]
+    fn messages_smaller_than_a_control_message_alone() {
+        for (test, qual, addr) in [
+            (Test::PingPong, 9108, "127.0.77.15"),
+            (Test::Bw, 9109, "127.0.77.17"),
+        ] {
+            let o = PerfOptions {
+                sizes: vec![1, 15],
+                max_size: 15,
+                ..opts(qual, addr)
+            };
+            let server = PerfOptions {
+                server: true,
+                once: true,
+                ..o.clone()
+            };
+            let rows = here(test, server, &o).unwrap();
+            assert_eq!(rows.len(), 2, "{test:?}");
+            assert!(rows.iter().all(|r| r.sent == 50), "{test:?}");
+        }
     }
 
     #[test]
