@@ -22,15 +22,16 @@
 //! outweighs its rate there), and below [`SMALL_MAX`] bytes (headers,
 //! trailers, a small message: the parts a decoder sums one by one) a
 //! table walk eight bytes at a time, which takes fewer instructions than
-//! either way's setup. The choice changes no value: both
-//! compute the standard CRC32c, checked against a bitwise reference.
+//! either way's set-up. The choice changes no value: every way computes
+//! the standard CRC32c, each checked against a bitwise reference.
 
 use crc_fast::{CrcAlgorithm, Digest};
 use std::hint::black_box;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// Inputs from this size take the faster way found by [`wide`].
+/// Inputs from this size take the faster of the two ways, found by
+/// timing both once.
 pub const WIDE_MIN: usize = 256;
 
 /// Whether crc-fast's folding beat the CRC32 instruction here (timed once,

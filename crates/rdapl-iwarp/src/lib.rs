@@ -4,7 +4,9 @@
 //! Bytes go in ([`Connection::handle_input`]), frames and events come out
 //! ([`Connection::poll_transmit`], [`Connection::poll_event`]), and timers
 //! are plain millisecond values ([`Connection::poll_timeout`]). There are no
-//! sockets, clocks or threads. Registered memory stays with the caller,
+//! sockets, clocks or threads (one exception, invisible in any output: the
+//! [`crc`] module times its two ways to sum once per process to keep the
+//! faster). Registered memory stays with the caller,
 //! behind the [`Memory`] trait; this crate checks every wire length and
 //! offset before it asks the caller to place a byte.
 //!
