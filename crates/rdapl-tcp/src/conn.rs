@@ -332,6 +332,30 @@ impl Conn {
         self.phase == Phase::Dead
     }
 
+    /// An accepted connection whose MPA request has not come yet: no
+    /// consumer knows of it.
+    pub fn in_setup(&self) -> bool {
+        self.role == Role::Responder
+            && self.phase == Phase::Open
+            && self.cr.is_none()
+            && self.ep.is_none()
+            && self
+                .engine
+                .as_ref()
+                .is_some_and(|e| e.state() == State::AwaitRequest)
+    }
+
+    /// Closes the connection if it is [`Conn::in_setup`] (its listener
+    /// has too many waiting): nobody is told, the peer sees its socket
+    /// close. False if it was not in setup.
+    pub fn drop_setup(&mut self) -> bool {
+        let drop = self.in_setup();
+        if drop {
+            self.phase = Phase::Dead;
+        }
+        drop
+    }
+
     /// The earliest timer of this connection (ms).
     pub fn deadline(&self) -> Option<u64> {
         let stall = self

@@ -250,6 +250,17 @@ impl Tcp {
         })
     }
 
+    /// Accepted connections it closed before their MPA request came,
+    /// because their listener already had its IA's `setups` waiting (a
+    /// diagnostic: a flood of idle connections).
+    pub fn setups_dropped(&self) -> u64 {
+        self.core.lock().as_ref().map_or(0, |c| {
+            c.sh.stats
+                .setups_dropped
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
     /// Payload bytes its connections wrote to their sockets straight from
     /// registered memory (Sends, RDMA Writes and Read Responses of at least
     /// 256 bytes per FPDU), with no staging copy (a diagnostic).
@@ -348,6 +359,7 @@ impl Transport for TcpIa {
             sock,
             sp: Arc::downgrade(sp),
             ia: self.p.clone(),
+            setups: Default::default(),
         })?;
         Ok(Box::new(TcpListener {
             core: self.core.clone(),

@@ -13,6 +13,7 @@
 //! | `timeout_ms` | how long a silent peer (link cut, host gone) goes unnoticed before the connection breaks (100..=3600000) | the instance's (10000) |
 //! | `complete` | when a Send or RDMA Write completes: `placed` (the peer placed it) or `sent` (handed to TCP, siw's meaning); see [`Completion`] | the instance's (`placed`) |
 //! | `poll_fresh_ms` | how long after a consumer's last polling pass the provider's thread leaves the input to it (1..=3600000) | the instance's (3) |
+//! | `setups` | most accepted connections a listener keeps waiting for their MPA request (1..=65536); past it the oldest that waited a second are closed, so a flood of idle connections holds no more sockets than that (and what comes within a second) | 1024 |
 //!
 //! A qualifier whose port falls outside 1..=65535 is refused with
 //! `InvalidParameter`, at `listen` and at `connect`. Both sides must use
@@ -96,7 +97,13 @@ pub(crate) struct IaParams {
     pub timeout_ms: u64,
     pub poll_fresh_ms: u64,
     pub complete: Completion,
+    /// Most accepted connections a listener keeps waiting for their MPA
+    /// request (see `progress::Driver::limit_setups`).
+    pub setups: usize,
 }
+
+/// The default of `setups`.
+pub(crate) const SETUPS: usize = 1024;
 
 fn bad(what: &'static str) -> Error {
     Error::InvalidParameter { arg: 1, what }
@@ -123,6 +130,7 @@ impl IaParams {
             timeout_ms: cfg.timeout_ms,
             poll_fresh_ms: cfg.poll_fresh_ms,
             complete: cfg.complete,
+            setups: SETUPS,
         };
         for kv in params.split([' ', ',']).filter(|s| !s.is_empty()) {
             let (k, v) = kv
@@ -166,6 +174,13 @@ impl IaParams {
                         return Err(bad("tcp: poll_fresh_ms= must be in 1..=3600000"));
                     }
                     p.poll_fresh_ms = t;
+                }
+                "setups" => {
+                    let n: usize = v.parse().map_err(|_| bad("tcp: setups= is not a number"))?;
+                    if !(1..=65_536).contains(&n) {
+                        return Err(bad("tcp: setups= must be in 1..=65536"));
+                    }
+                    p.setups = n;
                 }
                 "complete" => {
                     p.complete = match v {
@@ -234,5 +249,9 @@ mod tests {
             Completion::Sent
         );
         assert!(IaParams::parse("complete=later", &c).is_err());
+        assert_eq!(d.setups, SETUPS);
+        assert_eq!(IaParams::parse("setups=8", &c).unwrap().setups, 8);
+        assert!(IaParams::parse("setups=0", &c).is_err());
+        assert!(IaParams::parse("setups=70000", &c).is_err());
     }
 }

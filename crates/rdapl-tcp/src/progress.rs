@@ -86,6 +86,12 @@ const WAKE: u64 = 0;
 /// without a rest the thread would wake for it at once, again and again.
 const ACCEPT_REST_MS: u64 = 50;
 
+/// How long (ms) an accepted connection may wait for its MPA request
+/// before its listener's cap on waiting connections may drop it: a burst
+/// of real clients, all accepted before any request is read (300 at once
+/// through one busy thread in a debug build), is not cut.
+const SETUP_GRACE_MS: u64 = 1_000;
+
 /// Most sockets one pass's readiness check names; more count as all.
 const PASS_EVENTS: usize = 256;
 
@@ -413,6 +419,10 @@ pub(crate) struct Listener {
     pub sock: TcpListener,
     pub sp: Weak<SpInner>,
     pub ia: Arc<IaParams>,
+    /// Accepted connections that may still wait for their MPA request,
+    /// oldest first: (token, accepted at, ms). Some may have moved on
+    /// (pruned when the list passes the IA's `setups`).
+    pub setups: std::collections::VecDeque<(u64, u64)>,
 }
 
 /// What the callers and the thread share.
@@ -466,6 +476,9 @@ pub(crate) struct Stats {
     pub pass_pumps: AtomicU64,
     /// Connections a pass left alone (quiet, no input), without looking.
     pub pass_skips: AtomicU64,
+    /// Accepted connections closed before their MPA request came, their
+    /// listener holding its IA's `setups` already.
+    pub setups_dropped: AtomicU64,
 }
 
 impl Shared {
@@ -970,6 +983,7 @@ impl Driver {
                     .push((now.saturating_add(ACCEPT_REST_MS), token));
             }
         }
+        let mut accepted = Vec::with_capacity(fresh.len());
         for (s, peer, sp, ia, qual) in fresh {
             let t = self.sh.token();
             let mut c = Conn::new(t, s, ia, Role::Responder, (peer.ip(), qual));
@@ -984,6 +998,49 @@ impl Driver {
             let cell = self.insert(c);
             look(&self.sh, &cell).pump(now);
             self.after(t);
+            accepted.push(t);
+        }
+        self.limit_setups(token, &accepted, now);
+    }
+
+    /// Keeps the connections of listener `token` that wait for their MPA
+    /// request to the IA's `setups`: past it, the oldest that waited
+    /// [`SETUP_GRACE_MS`] or more are closed (the consumer never saw them).
+    /// A flood of idle connections then holds at most that many sockets
+    /// (plus what arrives within the grace), and a real client, whose
+    /// request comes a round trip after its connect, still gets in: the
+    /// newest are kept.
+    fn limit_setups(&mut self, token: u64, accepted: &[u64], now: u64) {
+        let (mut list, cap) = {
+            let mut ls = self.sh.listeners.lock();
+            let Some(l) = ls.get_mut(&token) else {
+                return;
+            };
+            l.setups.extend(accepted.iter().map(|&t| (t, now)));
+            if l.setups.len() <= l.ia.setups {
+                return;
+            }
+            (std::mem::take(&mut l.setups), l.ia.setups)
+        };
+        list.retain(|(t, _)| {
+            self.conns
+                .get(t)
+                .is_some_and(|c| look(&self.sh, c).in_setup())
+        });
+        while list.len() > cap
+            && let Some(&(t, at)) = list.front()
+            && at.saturating_add(SETUP_GRACE_MS) <= now
+        {
+            list.pop_front();
+            if let Some(c) = self.conns.get(&t)
+                && look(&self.sh, c).drop_setup()
+            {
+                self.touched.insert(t);
+                self.sh.stats.setups_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Some(l) = self.sh.listeners.lock().get_mut(&token) {
+            l.setups = list;
         }
     }
 

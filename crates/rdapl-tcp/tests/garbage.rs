@@ -277,3 +277,56 @@ fn a_reset_while_sends_wait_for_receives_breaks_at_once() {
     let woke = tcp.wakeups() - before;
     assert!(woke < 100, "{woke} wake-ups until the break");
 }
+
+/// A flood of idle TCP connections (no MPA request ever) is held to the
+/// listener's `setups`: once a real client comes, the server closes the
+/// oldest idle ones that waited past the grace (before, every one stayed
+/// open until its 5 s MPA timeout), keeps the newest, and the real client
+/// gets in at once.
+#[test]
+fn a_flood_of_idle_connections_is_held_to_the_listeners_setups() {
+    const IDLE: usize = 80;
+    const SETUPS: usize = 16;
+    let tcp = Tcp::new();
+    let s = Node::new(&tcp, "127.0.40.6", &format!("setups={SETUPS}"));
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    let idle: Vec<TcpStream> = (0..IDLE)
+        .map(|_| TcpStream::connect((s.ia.address(), q as u16)).unwrap())
+        .collect();
+    // Past the grace (1 s) that spares connections just accepted.
+    std::thread::sleep(Duration::from_millis(1_300));
+    let c = Node::new(&tcp, "127.0.40.5", "");
+    let t0 = std::time::Instant::now();
+    c.ep.connect(s.ia.address(), q, Some(T), b"real").unwrap();
+    let cr = next_cr(&s.ia, &s.cr);
+    assert_eq!(cr.private_data(), b"real");
+    cr.accept(&s.ep, b"").unwrap();
+    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
+    assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    std::thread::sleep(Duration::from_millis(100));
+    let closed = idle
+        .iter()
+        .filter(|sock| {
+            let mut sock: &TcpStream = sock;
+            sock.set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            let mut b = [0u8; 1];
+            match sock.read(&mut b) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+            }
+        })
+        .count();
+    // All but the newest: the real client, if its request was not read
+    // yet when the cap was applied, counts among the SETUPS kept.
+    assert!(
+        (IDLE - SETUPS..=IDLE + 1 - SETUPS).contains(&closed),
+        "{closed} of {IDLE} idle connections closed"
+    );
+    assert_eq!(tcp.setups_dropped(), closed as u64);
+}
