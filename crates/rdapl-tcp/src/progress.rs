@@ -1017,7 +1017,13 @@ impl Driver {
                 return;
             };
             l.setups.extend(accepted.iter().map(|&t| (t, now)));
-            if l.setups.len() <= l.ia.setups {
+            // In accept order: a front within the grace means none may
+            // go, so the list is not walked (a burst costs nothing here).
+            if l.setups.len() <= l.ia.setups
+                || l.setups
+                    .front()
+                    .is_some_and(|&(_, at)| at.saturating_add(SETUP_GRACE_MS) > now)
+            {
                 return;
             }
             (std::mem::take(&mut l.setups), l.ia.setups)
