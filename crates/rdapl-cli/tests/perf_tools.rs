@@ -232,3 +232,82 @@ fn a_run_the_server_refuses_is_reported_and_the_server_goes_on() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("65536-byte messages"), "{err}");
 }
+
+/// A client that waits its turn longer than MPA's timers is served when
+/// the server gets to it (no timer refuses a request the server has not
+/// answered yet), and one whose own timeout ran out while it waited is
+/// skipped with a word: the server goes on.
+#[test]
+fn a_client_waits_its_turn_past_mpa_timers_and_one_that_gave_up_is_skipped() {
+    use rdapl::{EvdFlags, Ia, IaOptions};
+    let (mut server, port_s) = server("pingpong", &["--params", "mpa_timeout_ms=200"], 20_011);
+    let out = once_listening("pingpong", &port_s, &["-I", "10"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A holds the server, saying nothing, for 1.5 s (7× the timer).
+    let ia = Ia::open_provider(
+        rdapl_tcp::Tcp::new(),
+        IaOptions {
+            params: "addr=127.0.0.1".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let pz = ia.pz_create().unwrap();
+    let dto = ia.evd_create(16, EvdFlags::DTO).unwrap();
+    let conn = ia.evd_create(16, EvdFlags::CONNECTION).unwrap();
+    let ep = ia
+        .ep_create(&pz, Some(&dto), Some(&dto), Some(&conn), None)
+        .unwrap();
+    let port: u64 = port_s.parse().unwrap();
+    let server_addr = "127.0.0.1".parse().unwrap();
+    ep.connect(server_addr, port, Some(Duration::from_secs(10)), b"")
+        .unwrap();
+    match conn.wait(Some(Duration::from_secs(10)), 1) {
+        Ok((rdapl::Event::Connection(c), _)) => {
+            assert_eq!(c.kind, rdapl::ConnectionEventKind::Established)
+        }
+        other => panic!("client A: {other:?}"),
+    }
+    // B gives up after 1 s; C waits up to 20 s. They queue in that order.
+    let queued = |timeout: &str| {
+        rdapl()
+            .args(["pingpong", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
+            .args(["-I", "10", "--timeout", timeout, "127.0.0.1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting a client")
+    };
+    let b = queued("1");
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let c = queued("20");
+    std::thread::sleep(Duration::from_millis(1300));
+    ep.disconnect(true).unwrap();
+    let b = b.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&b.stderr);
+    assert!(!b.status.success(), "B was served: {err}");
+    assert!(err.contains("TimedOut"), "{err}");
+    let c = c.wait_with_output().unwrap();
+    assert!(
+        c.status.success(),
+        "C, after {:?}: {}",
+        t0.elapsed(),
+        String::from_utf8_lossy(&c.stderr)
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(1000));
+    let r = rows(&String::from_utf8_lossy(&c.stdout));
+    assert_eq!((r[0].0.as_str(), r[0].1), ("64", 10));
+    assert!(server.try_wait().unwrap().is_none(), "the server ended");
+    let _ = server.kill();
+    let out = server.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("a client gave up waiting before it was served"),
+        "{err}"
+    );
+}

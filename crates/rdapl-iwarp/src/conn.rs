@@ -75,10 +75,14 @@ pub struct Config {
     /// under revision 2. siw's reply path keeps the ULP length in a `u8`,
     /// so toward siw keep ULP private data at or below 251 bytes.
     pub max_private_data: u16,
-    /// Initiator: how long to wait for the Reply (siw: 10 s).
-    pub reply_timeout_ms: u64,
+    /// Initiator: how long to wait for the Reply (siw: 10 s); `None`: no
+    /// timer, for a caller whose own deadline bounds the connect (a DAT
+    /// consumer's connect timeout, or none: an indefinite wait).
+    pub reply_timeout_ms: Option<u64>,
     /// Responder: how long to wait for the Request, and for the RTR after
-    /// the Reply (siw: 5 s).
+    /// the Reply (siw: 5 s). The consumer's decision in between has no
+    /// timer: the initiator's patience bounds it (its close ends the
+    /// setup), as a slow accept must not be refused behind its back.
     pub request_timeout_ms: u64,
     /// Initiator in peer-to-peer mode: while the peer has sent no FPDU,
     /// send a zero-length RDMA Write this long after the Reply, then 4 and
@@ -101,7 +105,7 @@ impl Default for Config {
             rtr_offer: RtrOffer::default(),
             mss: 1460,
             max_private_data: mpa::SIW_MAX_PRIVATE_DATA,
-            reply_timeout_ms: 10_000,
+            reply_timeout_ms: Some(10_000),
             request_timeout_ms: 5_000,
             rtr_nudge_ms: 50,
         }
@@ -483,7 +487,7 @@ impl Connection {
         self.out_mpa.push_back(req.to_vec()?);
         self.sent_request = Some(req);
         self.state = State::AwaitReply;
-        self.deadline = Some(now.saturating_add(self.cfg.reply_timeout_ms));
+        self.deadline = self.cfg.reply_timeout_ms.map(|t| now.saturating_add(t));
         Ok(())
     }
 
@@ -495,10 +499,13 @@ impl Connection {
         Ok(())
     }
 
-    /// Responder: accepts the pending request with our ULP private data.
-    /// `ird`/`ord` override the config's values for this connection.
+    /// Responder: accepts the pending request, at `now`, with our ULP
+    /// private data. `ird`/`ord` override the config's values for this
+    /// connection. The wait for the RTR is timed from `now`: the consumer
+    /// may have taken any time to decide.
     pub fn accept(
         &mut self,
+        now: u64,
         private_data: &[u8],
         ird: Option<u16>,
         ord: Option<u16>,
@@ -506,6 +513,7 @@ impl Connection {
         if self.state != State::AwaitAccept {
             return Err(PostError::InvalidState);
         }
+        self.now = self.now.max(now);
         self.check_local_pd(private_data)?;
         let Some(req) = self.request.take() else {
             return Err(PostError::InvalidState);
@@ -732,7 +740,7 @@ impl Connection {
             self.deadline = None;
             if matches!(
                 self.state,
-                State::AwaitReply | State::AwaitRequest | State::AwaitAccept | State::AwaitRtr
+                State::AwaitReply | State::AwaitRequest | State::AwaitRtr
             ) {
                 self.setup_failed(MpaError::Timeout);
             }
@@ -933,6 +941,7 @@ impl Connection {
             Ok(req) => {
                 self.request = Some(req.clone());
                 self.state = State::AwaitAccept;
+                self.deadline = None;
                 self.events.push_back(Event::ConnectRequest(req));
             }
             Err((e, reply)) => {

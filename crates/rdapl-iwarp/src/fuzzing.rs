@@ -148,7 +148,7 @@ fn drive(c: &mut Connection, mem: &mut VecMemory) {
         while let Some(ev) = c.poll_event() {
             match ev {
                 Event::ConnectRequest(_) => {
-                    let _ = c.accept(b"ok", None, None);
+                    let _ = c.accept(0, b"ok", None, None);
                     let _ = c.post_recv(1, 128);
                     let _ = c.post_recv(2, 128);
                 }

@@ -33,7 +33,7 @@
 //! }
 //! pump(&mut a, &mem_a, &mut b, &mut mem_b);
 //! assert!(matches!(b.poll_event(), Some(Event::ConnectRequest(r)) if r.private_data == b"hello"));
-//! b.accept(b"welcome", None, None).unwrap();
+//! b.accept(0, b"welcome", None, None).unwrap();
 //! pump(&mut b, &mem_b, &mut a, &mut mem_a);
 //! assert!(matches!(a.poll_event(), Some(Event::Established { .. })));
 //!

@@ -119,7 +119,7 @@ fn private_data_is_exchanged() {
     };
     assert_eq!(req.private_data, b"from-a");
     assert_eq!(req.revision, 2);
-    p.b.conn.accept(b"from-b", None, None).unwrap();
+    p.b.conn.accept(0, b"from-b", None, None).unwrap();
     p.pump();
     let evs = p.a.take_events();
     let [Event::Established { private_data, .. }] = evs.as_slice() else {
@@ -154,7 +154,7 @@ fn record(ca: Config, cb: Config) -> (Vec<u8>, Vec<u8>, usize, usize, Vec<Event>
     p.a.conn.connect(0, b"dat-pd-a").unwrap();
     let (req, _) = p.pump();
     p.b.take_events();
-    p.b.conn.accept(b"dat-pd-b", None, None).unwrap();
+    p.b.conn.accept(0, b"dat-pd-b", None, None).unwrap();
     let (rtr, rep) = p.pump();
     p.a.take_events();
     p.b.take_events();
@@ -239,7 +239,7 @@ proptest! {
         feed_split(&mut b2, &a_stream[..req_len], &cut_req);
         b2.collect_events();
         prop_assert!(matches!(b2.events.as_slice(), [Event::ConnectRequest(_)]));
-        b2.conn.accept(b"dat-pd-b", None, None).unwrap();
+        b2.conn.accept(0, b"dat-pd-b", None, None).unwrap();
         b2.conn.post_recv(101, 16).unwrap();
         b2.conn.post_recv(102, 8000).unwrap();
         convo::post_b(&mut b2);

@@ -154,7 +154,7 @@ fn conversation(crc: bool) -> (Vec<u8>, Vec<u8>) {
     p.a.conn.connect(0, b"fuzz").unwrap();
     let (mut ab, _) = p.pump();
     p.b.take_events();
-    p.b.conn.accept(b"ok", None, None).unwrap();
+    p.b.conn.accept(0, b"ok", None, None).unwrap();
     p.b.conn.post_recv(1, 128).unwrap();
     p.b.conn.post_recv(2, 128).unwrap();
     p.a.conn.post_recv(1, 128).unwrap();
@@ -276,7 +276,7 @@ fn seeds_reach_deep_code() {
     let n = 20 + usize::from(u16::from_be_bytes([ab[18], ab[19]]));
     b.handle_input(0, &ab[..n], &mut mem);
     while b.poll_event().is_some() {}
-    b.accept(b"ok", None, None).unwrap();
+    b.accept(0, b"ok", None, None).unwrap();
     b.post_recv(1, 128).unwrap();
     b.post_recv(2, 128).unwrap();
     b.handle_input(0, &ab[n..], &mut mem);

@@ -701,7 +701,7 @@ fn mpa_request_refusals() {
     assert!(
         matches!(&evs[0], Event::ConnectRequest(r) if r.revision == 1 && r.params.is_none() && r.private_data == b"v1")
     );
-    b.conn.accept(b"ok", None, None).unwrap();
+    b.conn.accept(0, b"ok", None, None).unwrap();
     let rep = b.drain_tx();
     let mpa::Decoded::Frame(f, _) = mpa::decode(&rep, 512).unwrap() else {
         panic!()
@@ -830,7 +830,7 @@ fn rtr_mismatch() {
     p.a.conn.connect(0, b"").unwrap();
     p.pump();
     p.b.take_events();
-    p.b.conn.accept(b"", None, None).unwrap();
+    p.b.conn.accept(0, b"", None, None).unwrap();
     p.b.drain_tx();
     assert_eq!(p.b.conn.state(), State::AwaitRtr);
     // A Send where the zero-length Write RTR belongs.
@@ -862,10 +862,58 @@ fn mpa_timers() {
         a.take_events(),
         vec![Event::Error(MpaError::Timeout.into()), Event::Closed]
     );
+    // Without a Reply timer the initiator waits as long as its caller.
+    let mut a = common::Side::new(
+        rdapl_iwarp::Role::Initiator,
+        Config {
+            reply_timeout_ms: None,
+            ..cfg()
+        },
+    );
+    a.conn.connect(100, b"").unwrap();
+    assert_eq!(a.conn.poll_timeout(), None);
+    a.conn.handle_timeout(u64::MAX);
+    assert!(a.take_events().is_empty());
+    assert_eq!(a.conn.state(), State::AwaitReply);
     // Established connections have no timer.
     let p = pair();
     assert_eq!(p.a.conn.poll_timeout(), None);
     assert_eq!(p.b.conn.poll_timeout(), None);
+}
+
+#[test]
+fn a_slow_accept_is_not_refused_behind_the_consumers_back() {
+    // Peer-to-peer, so the responder waits for the RTR after its Reply.
+    let p2p = Config {
+        peer_to_peer: true,
+        ..cfg()
+    };
+    let mut p = Pair::new(p2p.clone(), p2p);
+    // The Request arrives in time; the consumer takes two minutes to decide.
+    p.a.conn.connect(0, b"").unwrap();
+    p.pump();
+    assert!(matches!(
+        p.b.take_events().as_slice(),
+        [Event::ConnectRequest(_)]
+    ));
+    assert_eq!(p.b.conn.state(), State::AwaitAccept);
+    assert_eq!(p.b.conn.poll_timeout(), None);
+    p.b.conn.handle_timeout(60_000);
+    assert!(p.b.take_events().is_empty());
+    assert_eq!(p.b.conn.state(), State::AwaitAccept);
+    // It accepts: the RTR's 5 s run from the accept, not from the Request.
+    p.b.conn.accept(120_000, b"", None, None).unwrap();
+    assert_eq!(p.b.conn.state(), State::AwaitRtr);
+    assert_eq!(p.b.conn.poll_timeout(), Some(125_000));
+    p.pump();
+    assert!(matches!(
+        p.a.take_events().as_slice(),
+        [Event::Established { .. }]
+    ));
+    assert!(matches!(
+        p.b.take_events().as_slice(),
+        [Event::Established { .. }]
+    ));
 }
 
 #[test]

@@ -190,7 +190,7 @@ fn conversation() -> (Vec<Seg>, usize, Vec<u8>) {
     p.a.conn.connect(0, b"rdapl").unwrap();
     step!();
     p.b.take_events();
-    p.b.conn.accept(b"rdapl-ok", None, None).unwrap();
+    p.b.conn.accept(0, b"rdapl-ok", None, None).unwrap();
     p.b.conn.post_recv(11, 64).unwrap();
     p.b.conn.post_recv(12, 64).unwrap();
     step!();

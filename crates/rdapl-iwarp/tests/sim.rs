@@ -261,7 +261,7 @@ impl Sim {
             let n = &mut self.nodes[i];
             match ev {
                 Event::ConnectRequest(_) => {
-                    n.conn.accept(b"sim-b", None, None).unwrap();
+                    n.conn.accept(self.now, b"sim-b", None, None).unwrap();
                 }
                 Event::Established { private_data, .. } => {
                     assert_eq!(

@@ -179,7 +179,7 @@ fn replied_at(p: &mut Pair, t: u64) -> Vec<u8> {
         p.b.take_events().as_slice(),
         [Event::ConnectRequest(_)]
     ));
-    p.b.conn.accept(b"", None, None).unwrap();
+    p.b.conn.accept(0, b"", None, None).unwrap();
     let rep = p.b.drain_tx();
     p.a.conn.handle_input(t, &rep, &mut p.a.mem);
     p.a.drain_tx()

@@ -318,6 +318,12 @@ impl Conn {
             crc: self.ia.crc,
             peer_to_peer: true,
             mss,
+            // The consumer's connect timeout (`connect_deadline`) bounds
+            // the wait for the Reply, or nothing does: DAT's indefinite
+            // wait. MPA's own 10 s would refuse a slow accept the
+            // consumer was prepared to wait for.
+            reply_timeout_ms: None,
+            request_timeout_ms: self.ia.mpa_timeout_ms,
             ..rdapl_iwarp::Config::default()
         }
     }
@@ -1632,7 +1638,7 @@ impl Conn {
         let ok = self
             .engine
             .as_mut()
-            .is_some_and(|e| e.accept(pd, None, None).is_ok());
+            .is_some_and(|e| e.accept(now, pd, None, None).is_ok());
         if !ok {
             self.end_kind = ConnectionEventKind::AcceptCompletionError;
             self.close_local(now);

@@ -20,7 +20,12 @@
 //!   DAT private data (at most [`MAX_PRIVATE_DATA`] bytes, reported in the
 //!   IA attributes). Accept and reject answer with the MPA Reply or reject,
 //!   with private data. Nobody listening: `NonPeerRejected`; no route:
-//!   `Unreachable`; the consumer's timeout or MPA's: `TimedOut`.
+//!   `Unreachable`; the consumer's connect timeout: `TimedOut`. That
+//!   timeout alone bounds the wait (none: DAT's indefinite wait), and the
+//!   passive consumer may take its time to decide: no MPA timer refuses
+//!   a slow accept behind their backs (siw's 10 s and 5 s would). Only
+//!   the MPA Request's arrival, and the RTR's after the Reply, are timed
+//!   (the IA's `mpa_timeout_ms`, 5 s).
 //!   Peer-to-peer mode is always asked for, so the active side speaks
 //!   first (a zero-length RDMA Write) and either side may send at once.
 //! * **Data** ([`conn`]). Sends (solicited or not), RDMA Writes and RDMA

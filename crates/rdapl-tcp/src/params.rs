@@ -13,6 +13,7 @@
 //! | `timeout_ms` | how long a silent peer (link cut, host gone) goes unnoticed before the connection breaks (100..=3600000) | the instance's (10000) |
 //! | `complete` | when a Send or RDMA Write completes: `placed` (the peer placed it) or `sent` (handed to TCP, siw's meaning); see [`Completion`] | the instance's (`placed`) |
 //! | `poll_fresh_ms` | how long after a consumer's last polling pass the provider's thread leaves the input to it (1..=3600000) | the instance's (3) |
+//! | `mpa_timeout_ms` | how long a passive side waits for the MPA Request of a connection it accepted, and for the RTR after its Reply (100..=3600000); the active side's wait for the Reply is bounded by the consumer's connect timeout alone, and the consumer's decision on a request by nothing | 5000 (siw's) |
 //! | `setups` | most accepted connections a listener keeps waiting for their MPA request (1..=65536); past it the oldest that waited a second are closed, so a flood of idle connections holds no more sockets than that (and what comes within a second) | 1024 |
 //!
 //! A qualifier whose port falls outside 1..=65535 is refused with
@@ -97,10 +98,15 @@ pub(crate) struct IaParams {
     pub timeout_ms: u64,
     pub poll_fresh_ms: u64,
     pub complete: Completion,
+    /// The engine's `request_timeout_ms`.
+    pub mpa_timeout_ms: u64,
     /// Most accepted connections a listener keeps waiting for their MPA
     /// request (see `progress::Driver::limit_setups`).
     pub setups: usize,
 }
+
+/// The default of `mpa_timeout_ms` (siw's `MPAREP_TIMEOUT`).
+pub(crate) const MPA_TIMEOUT_MS: u64 = 5_000;
 
 /// The default of `setups`.
 pub(crate) const SETUPS: usize = 1024;
@@ -130,6 +136,7 @@ impl IaParams {
             timeout_ms: cfg.timeout_ms,
             poll_fresh_ms: cfg.poll_fresh_ms,
             complete: cfg.complete,
+            mpa_timeout_ms: MPA_TIMEOUT_MS,
             setups: SETUPS,
         };
         for kv in params.split([' ', ',']).filter(|s| !s.is_empty()) {
@@ -165,6 +172,15 @@ impl IaParams {
                         return Err(bad("tcp: timeout_ms= must be in 100..=3600000"));
                     }
                     p.timeout_ms = t;
+                }
+                "mpa_timeout_ms" => {
+                    let t: u64 = v
+                        .parse()
+                        .map_err(|_| bad("tcp: mpa_timeout_ms= is not a number"))?;
+                    if !(100..=3_600_000).contains(&t) {
+                        return Err(bad("tcp: mpa_timeout_ms= must be in 100..=3600000"));
+                    }
+                    p.mpa_timeout_ms = t;
                 }
                 "poll_fresh_ms" => {
                     let t: u64 = v
@@ -235,6 +251,15 @@ mod tests {
         assert_eq!(d.timeout_ms, 10_000);
         assert!(IaParams::parse("timeout_ms=5", &c).is_err());
         assert!(IaParams::parse("timeout_ms=x", &c).is_err());
+        assert_eq!(d.mpa_timeout_ms, 5_000);
+        assert_eq!(
+            IaParams::parse("mpa_timeout_ms=250", &c)
+                .unwrap()
+                .mpa_timeout_ms,
+            250
+        );
+        assert!(IaParams::parse("mpa_timeout_ms=99", &c).is_err());
+        assert!(IaParams::parse("mpa_timeout_ms=-1", &c).is_err());
         assert_eq!(d.poll_fresh_ms, crate::progress::POLL_FRESH_MS);
         assert_eq!(
             IaParams::parse("poll_fresh_ms=50", &c)

@@ -122,6 +122,43 @@ fn a_connect_nobody_answers_times_out() {
 }
 
 #[test]
+fn a_slow_accept_connects_within_the_consumers_timeout() {
+    // MPA's timers are 200 ms on both sides; the server decides after a
+    // second, once for a client with a timeout and once for one without.
+    let tcp = Tcp::new();
+    let params = "mpa_timeout_ms=200";
+    let (c, s) = (
+        Node::new(&tcp, "127.0.5.5", params),
+        Node::new(&tcp, "127.0.5.6", params),
+    );
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    for (i, timeout) in [Some(T), None].into_iter().enumerate() {
+        let cep = if i == 0 { c.ep.clone() } else { c.ep2() };
+        let sep = if i == 0 { s.ep.clone() } else { s.ep2() };
+        cep.connect(s.ia.address(), q, timeout, b"patient").unwrap();
+        let cr = next_cr(&s.ia, &s.cr);
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        cr.accept(&sep, b"").unwrap();
+        assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+        assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
+        assert_eq!(cep.state(), EpState::Connected);
+    }
+    // The wait for an MPA Request is the IA's: a raw connection that
+    // never sends one is closed after 200 ms, not siw's 5 s.
+    let mut raw = std::net::TcpStream::connect((s.ia.address(), q as u16)).unwrap();
+    raw.set_read_timeout(Some(std::time::Duration::from_secs(3)))
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let mut b = [0u8; 64];
+    match std::io::Read::read(&mut raw, &mut b) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        r => panic!("expected the server to close the idle connection, got {r:?}"),
+    }
+    assert!(t0.elapsed() < std::time::Duration::from_secs(2));
+}
+
+#[test]
 fn an_unusable_address_is_unreachable() {
     let tcp = Tcp::new();
     let c = Node::new(&tcp, "127.0.5.3", "");

@@ -116,7 +116,7 @@ impl Pair {
             matches!(evs.as_slice(), [Event::ConnectRequest(_)]),
             "{evs:?}"
         );
-        self.b.conn.accept(b"dat-pd-b", None, None).unwrap();
+        self.b.conn.accept(0, b"dat-pd-b", None, None).unwrap();
         self.pump();
         let ea = self.a.take_events();
         assert!(
