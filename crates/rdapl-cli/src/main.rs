@@ -53,10 +53,10 @@ struct RpingArgs {
     #[arg(short = 'c', long)]
     client: bool,
     /// Server: the address to listen at; client: the server's address.
-    #[arg(short = 'a', long, default_value = "127.0.0.1")]
+    #[arg(short = 'a', long, default_value = "127.0.0.1", value_parser = parse_host)]
     addr: std::net::IpAddr,
     /// Client: this side's address.
-    #[arg(short = 'I', long, default_value = "127.0.0.1")]
+    #[arg(short = 'I', long, default_value = "127.0.0.1", value_parser = parse_host)]
     local: std::net::IpAddr,
     /// Port.
     #[arg(short = 'p', long, default_value_t = 7174)]
@@ -157,7 +157,7 @@ struct PerfArgs {
     #[arg(short = 'p', long, default_value = "loopback")]
     provider: String,
     /// This side's IA address.
-    #[arg(short = 'a', long, default_value = "127.0.0.1")]
+    #[arg(short = 'a', long, default_value = "127.0.0.1", value_parser = parse_host)]
     addr: std::net::IpAddr,
     /// Connection qualifier (with tcp: the TCP port).
     #[arg(short = 'q', long, default_value_t = 47_593)]
@@ -193,7 +193,8 @@ struct PerfArgs {
     /// off; both sides must say so, as either side asking turns it on).
     #[arg(long, default_value = "")]
     params: String,
-    /// The server's address (client).
+    /// The server's address or host name (client).
+    #[arg(value_parser = parse_host)]
     server_addr: Option<std::net::IpAddr>,
 }
 
@@ -348,6 +349,26 @@ struct EvdStressArgs {
     /// Seed of the pseudo-random choices (event mix, dequeue forms, yields).
     #[arg(long, default_value_t = 0x5eed_da71)]
     seed: u64,
+}
+
+/// An IP address, or a host name resolved to one (an IPv4 address if it
+/// has one: IAs default to IPv4), as rping and fi_pingpong take.
+fn parse_host(s: &str) -> Result<std::net::IpAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(ip) = s.parse() {
+        return Ok(ip);
+    }
+    let addrs: Vec<_> = (s, 0)
+        .to_socket_addrs()
+        .map_err(|e| format!("not an IP address, nor a host name that resolves: {e}"))?
+        .map(|a| a.ip())
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("the host name {s} has no address"))
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {

@@ -311,3 +311,40 @@ fn a_client_waits_its_turn_past_mpa_timers_and_one_that_gave_up_is_skipped() {
         "{err}"
     );
 }
+
+/// Addresses may be host names, as rping's and fi_pingpong's may: an
+/// unknown one is refused with a clear word before anything starts.
+#[test]
+fn host_names_resolve_to_addresses() {
+    let (mut server, port_s) = server("pingpong", &["--once"], 30_011);
+    let end = Instant::now() + Duration::from_secs(20);
+    let out = loop {
+        let out = rdapl()
+            .args(["pingpong", "-p", "tcp", "-a", "localhost", "-q", &port_s])
+            .args(["-I", "10", "--timeout", "10", "localhost"])
+            .output()
+            .expect("running the client");
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || !err.contains("NonPeerRejected") {
+            break out;
+        }
+        assert!(Instant::now() < end, "the server never listened: {err}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = rows(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!((r[0].0.as_str(), r[0].1), ("64", 10));
+    assert!(server.wait().unwrap().success());
+    // (An empty name: refused without asking a DNS server.)
+    let bad = rdapl()
+        .args(["pingpong", "-p", "tcp", ""])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("nor a host name that resolves"), "{err}");
+}
