@@ -47,11 +47,48 @@ fn rows(table: &str) -> Vec<(String, u64, f64, f64)> {
         .collect()
 }
 
+/// A server process, killed when dropped (a failed assertion leaves no
+/// server behind).
+struct Server(Option<std::process::Child>);
+
+impl Server {
+    /// Panics with the server's stderr if it has ended.
+    fn assert_running(&mut self) {
+        let c = self.0.as_mut().unwrap();
+        if c.try_wait().unwrap().is_some() {
+            let out = self.0.take().unwrap().wait_with_output().unwrap();
+            panic!("the server ended: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+
+    /// Kills the server; what it wrote to stderr.
+    fn stop(mut self) -> String {
+        let mut c = self.0.take().unwrap();
+        let _ = c.kill();
+        let out = c.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// Waits for the server to end by itself.
+    fn wait(mut self) -> std::process::ExitStatus {
+        self.0.take().unwrap().wait().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// Starts a TCP server `rdapl TEST -s` on 127.0.0.1 with `more`
 /// arguments, on a port of this process's own (`salt` tells a test's
-/// from another's, so parallel runs do not collide): the child and its
+/// from another's, so parallel runs do not collide): the server and its
 /// port.
-fn server(test: &str, more: &[&str], salt: u32) -> (std::process::Child, String) {
+fn server(test: &str, more: &[&str], salt: u32) -> (Server, String) {
     let port = 20_000 + ((std::process::id() + salt) % 20_000) as u16;
     let port_s = port.to_string();
     let child = rdapl()
@@ -61,7 +98,7 @@ fn server(test: &str, more: &[&str], salt: u32) -> (std::process::Child, String)
         .stderr(Stdio::piped())
         .spawn()
         .expect("starting the server");
-    (child, port_s)
+    (Server(Some(child)), port_s)
 }
 
 /// Runs a TCP client `rdapl TEST` of the server at 127.0.0.1 on `port`
@@ -104,7 +141,7 @@ fn pingpong_and_bw_on_loopback_in_one_process() {
 
 #[test]
 fn pingpong_and_bw_over_tcp_between_processes() {
-    let (mut server, port_s) = server("pingpong", &[], 0);
+    let (server, port_s) = server("pingpong", &[], 0);
     // The client retries until the server listens (bounded).
     let out = once_listening("pingpong", &port_s, &["-S", "64", "-I", "200"]);
     assert!(
@@ -135,8 +172,7 @@ fn pingpong_and_bw_over_tcp_between_processes() {
         let r = rows(&String::from_utf8_lossy(&out.stdout));
         assert_eq!((r[0].0.as_str(), r[0].1), (size, 20), "{test}");
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    server.stop();
 }
 
 /// Clients that come at once are served in turn: the requests that come
@@ -189,22 +225,15 @@ fn a_server_serves_clients_that_come_at_once_in_turn() {
         let r = rows(&String::from_utf8_lossy(&out.stdout));
         assert_eq!((r[0].0.as_str(), r[0].1.to_string()), (size, iters.into()));
     }
-    assert!(
-        server.try_wait().unwrap().is_none(),
-        "the server ended: {:?}",
-        server
-            .wait_with_output()
-            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
-    );
-    let _ = server.kill();
-    let _ = server.wait();
+    server.assert_running();
+    server.stop();
 }
 
 /// A client that asks for more than the server takes is told so, and the
 /// server goes on serving the next one.
 #[test]
 fn a_run_the_server_refuses_is_reported_and_the_server_goes_on() {
-    let (mut server, port_s) = server("bw", &["--max-size", "4k"], 13_007);
+    let (server, port_s) = server("bw", &["--max-size", "4k"], 13_007);
     let run = |size: &str| {
         once_listening(
             "bw",
@@ -227,9 +256,7 @@ fn a_run_the_server_refuses_is_reported_and_the_server_goes_on() {
     );
     let r = rows(&String::from_utf8_lossy(&out.stdout));
     assert_eq!((r[0].0.as_str(), r[0].1), ("4k", 10));
-    let _ = server.kill();
-    let out = server.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = server.stop();
     assert!(err.contains("65536-byte messages"), "{err}");
 }
 
@@ -302,10 +329,8 @@ fn a_client_waits_its_turn_past_mpa_timers_and_one_that_gave_up_is_skipped() {
     assert!(t0.elapsed() >= Duration::from_millis(1000));
     let r = rows(&String::from_utf8_lossy(&c.stdout));
     assert_eq!((r[0].0.as_str(), r[0].1), ("64", 10));
-    assert!(server.try_wait().unwrap().is_none(), "the server ended");
-    let _ = server.kill();
-    let out = server.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    server.assert_running();
+    let err = server.stop();
     assert!(
         err.contains("a client gave up waiting before it was served"),
         "{err}"
@@ -316,7 +341,7 @@ fn a_client_waits_its_turn_past_mpa_timers_and_one_that_gave_up_is_skipped() {
 /// unknown one is refused with a clear word before anything starts.
 #[test]
 fn host_names_resolve_to_addresses() {
-    let (mut server, port_s) = server("pingpong", &["--once"], 30_011);
+    let (server, port_s) = server("pingpong", &["--once"], 30_011);
     let end = Instant::now() + Duration::from_secs(20);
     let out = loop {
         let out = rdapl()
@@ -338,7 +363,7 @@ fn host_names_resolve_to_addresses() {
     );
     let r = rows(&String::from_utf8_lossy(&out.stdout));
     assert_eq!((r[0].0.as_str(), r[0].1), ("64", 10));
-    assert!(server.wait().unwrap().success());
+    assert!(server.wait().success());
     // (An empty name: refused without asking a DNS server.)
     let bad = rdapl()
         .args(["pingpong", "-p", "tcp", ""])
