@@ -66,7 +66,8 @@ pub(crate) const MAX_STAGED: usize = 16 << 20;
 pub(crate) const IO_HIGH: usize = 256 << 10;
 
 /// Most reads (fences included) outstanding before a burst of sends waits
-/// for one of them to come back rather than get a fence of its own.
+/// for one of them to come back rather than get a fence of its own (see
+/// `fence_now` for the rule below it).
 const MAX_FENCES: usize = 4;
 
 /// Most output bytes a polling consumer's pass holds back.
@@ -87,6 +88,13 @@ const DIRECT_TAIL: usize = 256;
 /// FPDU, the fence and its answer do not make the next large message's
 /// first FPDU land in the input buffer.
 const LARGE_AFTER: u8 = 4;
+
+/// Whether a fence goes out behind `uncovered` (> 0) Sends and Writes
+/// while `outstanding` reads will complete `covered` earlier ones (see
+/// `Conn::maybe_fence`).
+fn fence_now(outstanding: usize, uncovered: usize, covered: usize) -> bool {
+    outstanding == 0 || (outstanding < MAX_FENCES && uncovered >= covered)
+}
 
 /// The STag a fence's zero-length read names (never looked up).
 const FENCE_STAG: u32 = 1;
@@ -1130,15 +1138,20 @@ impl Conn {
     }
 
     /// Posts a zero-length read behind Sends and Writes that no read
-    /// covers, while fewer than [`MAX_FENCES`] reads are outstanding (the
-    /// response to the last of them leads to the next fence). More than one
-    /// in flight keeps a stream of sends moving: each burst gets its own
-    /// fence instead of waiting a round trip for the one before.
+    /// covers: at once if no read is outstanding; else only while fewer
+    /// than [`MAX_FENCES`] are and the uncovered requests are at least as
+    /// many as those the outstanding reads will complete (the response to
+    /// the last of them leads here again). A few small windows get a fence
+    /// each instead of waiting a round trip for the one before; a stream
+    /// that refills its window one completion at a time gets fences over
+    /// batches that double, not one a request.
     fn maybe_fence(&mut self) {
         if self.ia.complete == Completion::Sent || !self.fence_due {
             return;
         }
-        let mut uncovered = false;
+        // Sends and Writes behind the newest read, and those before it
+        // that outstanding reads will complete.
+        let (mut uncovered, mut covered) = (0usize, 0usize);
         let mut outstanding = 0;
         let mut seen_read = false;
         for s in self.slots.iter().rev() {
@@ -1149,19 +1162,21 @@ impl Conn {
                         outstanding += 1;
                     }
                 }
-                SlotKind::Send { .. } | SlotKind::Write { .. }
-                    if s.status.is_none() && !seen_read =>
-                {
-                    uncovered = true
+                SlotKind::Send { .. } | SlotKind::Write { .. } if s.status.is_none() => {
+                    if seen_read {
+                        covered += 1;
+                    } else {
+                        uncovered += 1;
+                    }
                 }
                 _ => {}
             }
         }
-        if !uncovered {
+        if uncovered == 0 {
             self.fence_due = false;
             return;
         }
-        if outstanding >= MAX_FENCES {
+        if !fence_now(outstanding, uncovered, covered) {
             return; // (the next response leads here again)
         }
         let id = self.next_id();
@@ -1762,5 +1777,39 @@ impl Conn {
         self.phase = Phase::Open;
         self.finalize(now);
         self.phase = Phase::Dead;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fence_now;
+
+    #[test]
+    fn fences_cover_batches_that_double() {
+        // Nothing outstanding: at once, whatever it covers.
+        assert!(fence_now(0, 1, 0));
+        // Two one-request windows: a fence each (no round trip lost).
+        assert!(fence_now(1, 1, 1));
+        // A window refilled one completion at a time: the next fence
+        // waits until it covers as many as the outstanding ones do.
+        assert!(!fence_now(2, 1, 2));
+        assert!(fence_now(2, 2, 2));
+        assert!(!fence_now(3, 3, 4));
+        assert!(fence_now(3, 4, 4));
+        // Never more than MAX_FENCES in flight.
+        assert!(!fence_now(super::MAX_FENCES, 100, 1));
+        // Simulated: a 16-request window refilled one at a time, no
+        // response coming back meanwhile, takes a handful of fences.
+        let (mut fences, mut covered, mut uncovered) = (0usize, 0usize, 0usize);
+        for _ in 0..16 {
+            uncovered += 1;
+            if fence_now(fences, uncovered, covered) {
+                fences += 1;
+                covered += uncovered;
+                uncovered = 0;
+            }
+        }
+        assert_eq!((fences, covered + uncovered), (4, 16));
+        assert!(covered >= 8, "{covered}");
     }
 }
