@@ -26,6 +26,25 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 
+/// Refuses an IA address that is not this host's (nothing could listen
+/// there or connect from it): a socket bound to it says so at once, where
+/// a connect would only fail later as `Unreachable`. The unspecified
+/// address (any) is this host's. A want of descriptors or memory is the
+/// open's error; any other failure is left to `listen` and `connect`.
+pub(crate) fn check_local(addr: IpAddr) -> Result<()> {
+    let at = SocketAddr::new(addr, 0);
+    let not_here = || Error::param(1, "tcp: addr= is not an address of this host");
+    let Some(s) = connect_socket(at)? else {
+        return Err(not_here());
+    };
+    match s.bind(&SockAddr::from(at)) {
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::ADDRNOTAVAIL.raw_os_error()) => {
+            Err(not_here())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Binds a non-blocking listening socket at `addr:port`.
 pub(crate) fn listen(addr: IpAddr, port: u16, qual: u64) -> Result<TcpListener> {
     let sa = SocketAddr::new(addr, port);

@@ -14,7 +14,8 @@
 //! * **Addresses.** An IA's parameters ([`params`]) name its address
 //!   (`addr=`, default `127.0.0.1`); the DAT connection qualifier `q` is
 //!   TCP port `port_base + q` (`port_base=`, default 0: the qualifier is
-//!   the port). A qualifier outside the ports is `InvalidParameter`.
+//!   the port). A qualifier outside the ports is `InvalidParameter`, and
+//!   so is, at open, an address that is not this host's.
 //! * **Connections** ([`cm`]). A service point is a listening socket; a
 //!   connect is a non-blocking TCP connect, then the MPA Request with the
 //!   DAT private data (at most [`MAX_PRIVATE_DATA`] bytes, reported in the
@@ -323,6 +324,7 @@ impl Provider for Tcp {
         if let Some(a) = address {
             p.addr = a;
         }
+        cm::check_local(p.addr)?;
         Ok(Arc::new(TcpIa {
             core: self.core()?,
             p: Arc::new(p),

@@ -5,7 +5,7 @@
 //!
 //! | key | meaning | default |
 //! |---|---|---|
-//! | `addr` | the IA's IP address: listeners bind it, connections start from it | `127.0.0.1` |
+//! | `addr` | the IA's IP address, one of this host's or `0.0.0.0`/`::` (any): listeners bind it, connections start from it | `127.0.0.1` |
 //! | `port_base` | TCP port of qualifier 0: qualifier `q` is port `port_base + q` | `0` |
 //! | `crc` | ask for MPA CRC32c (`1`/`0`, `on`/`off`); used if either side asks | the instance's (on) |
 //! | `mss` | largest FPDU in bytes (64..=65535) | the socket's MSS |

@@ -38,16 +38,26 @@ fn the_provider_is_named_and_reports_its_limits() {
         ia.psp_create(q, &cr),
         Err(Error::ConnQualInUse(_))
     ));
-    assert!(
+    let open = |params: &str| {
         Ia::open_provider(
             tcp.clone(),
             IaOptions {
-                params: "addr=oops".into(),
+                params: params.into(),
                 ..Default::default()
-            }
+            },
         )
-        .is_err()
-    );
+    };
+    assert!(open("addr=oops").is_err());
+    // An address that is not this host's is refused at open (TEST-NET-1),
+    // not at the first connect; "any" is this host's.
+    assert!(matches!(
+        open("addr=192.0.2.1"),
+        Err(Error::InvalidParameter { what, .. }) if what.contains("not an address of this host")
+    ));
+    open("addr=0.0.0.0")
+        .unwrap()
+        .close(CloseFlags::Graceful)
+        .unwrap();
 }
 
 #[test]
