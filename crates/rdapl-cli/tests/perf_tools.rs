@@ -25,6 +25,17 @@ fn client(args: &[&str]) -> String {
     stdout
 }
 
+/// The first row's (bytes, #sent) of a run that must have succeeded.
+fn first_row(out: &std::process::Output) -> (String, u64) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = rows(&String::from_utf8_lossy(&out.stdout));
+    (r[0].0.clone(), r[0].1)
+}
+
 /// The table's rows: (bytes, #sent, MB/sec, usec/xfer).
 fn rows(table: &str) -> Vec<(String, u64, f64, f64)> {
     let mut lines = table.lines();
@@ -106,12 +117,17 @@ fn server(test: &str, more: &[&str], salt: u32) -> (Server, String) {
 /// nobody (`NonPeerRejected`) are repeated for up to 20 s; the first
 /// other outcome is returned.
 fn once_listening(test: &str, port: &str, more: &[&str]) -> std::process::Output {
+    once_listening_at("127.0.0.1", test, port, more)
+}
+
+/// `once_listening` with `host` for both sides' addresses.
+fn once_listening_at(host: &str, test: &str, port: &str, more: &[&str]) -> std::process::Output {
     let end = Instant::now() + Duration::from_secs(20);
     loop {
         let out = rdapl()
-            .args([test, "-p", "tcp", "-a", "127.0.0.1", "-q", port])
+            .args([test, "-p", "tcp", "-a", host, "-q", port])
             .args(more)
-            .args(["--timeout", "10", "127.0.0.1"])
+            .args(["--timeout", "10", host])
             .output()
             .expect("running the client");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -249,13 +265,7 @@ fn a_run_the_server_refuses_is_reported_and_the_server_goes_on() {
     );
     assert!(err.contains("--max-size"), "{err}");
     let out = run("4k");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = rows(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!((r[0].0.as_str(), r[0].1), ("4k", 10));
+    assert_eq!(first_row(&out), ("4k".to_string(), 10));
     let err = server.stop();
     assert!(err.contains("65536-byte messages"), "{err}");
 }
@@ -342,27 +352,8 @@ fn a_client_waits_its_turn_past_mpa_timers_and_one_that_gave_up_is_skipped() {
 #[test]
 fn host_names_resolve_to_addresses() {
     let (server, port_s) = server("pingpong", &["--once"], 30_011);
-    let end = Instant::now() + Duration::from_secs(20);
-    let out = loop {
-        let out = rdapl()
-            .args(["pingpong", "-p", "tcp", "-a", "localhost", "-q", &port_s])
-            .args(["-I", "10", "--timeout", "10", "localhost"])
-            .output()
-            .expect("running the client");
-        let err = String::from_utf8_lossy(&out.stderr);
-        if out.status.success() || !err.contains("NonPeerRejected") {
-            break out;
-        }
-        assert!(Instant::now() < end, "the server never listened: {err}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = rows(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!((r[0].0.as_str(), r[0].1), ("64", 10));
+    let out = once_listening_at("localhost", "pingpong", &port_s, &["-I", "10"]);
+    assert_eq!(first_row(&out), ("64".to_string(), 10));
     assert!(server.wait().success());
     // (An empty name: refused without asking a DNS server.)
     let bad = rdapl()

@@ -115,6 +115,14 @@ fn bad(what: &'static str) -> Error {
     Error::InvalidParameter { arg: 1, what }
 }
 
+/// `v` as a number within `range`, else `InvalidParameter` saying `what`.
+fn ranged(v: &str, range: std::ops::RangeInclusive<u64>, what: &'static str) -> Result<u64> {
+    v.parse()
+        .ok()
+        .filter(|t| range.contains(t))
+        .ok_or(bad(what))
+}
+
 fn flag(v: &str) -> Option<bool> {
     match v {
         "1" | "on" | "true" | "yes" => Some(true),
@@ -165,31 +173,25 @@ impl IaParams {
                         .map_err(|_| bad("tcp: recv_wait_ms= is not a number"))?
                 }
                 "timeout_ms" => {
-                    let t: u64 = v
-                        .parse()
-                        .map_err(|_| bad("tcp: timeout_ms= is not a number"))?;
-                    if !(100..=3_600_000).contains(&t) {
-                        return Err(bad("tcp: timeout_ms= must be in 100..=3600000"));
-                    }
-                    p.timeout_ms = t;
+                    p.timeout_ms = ranged(
+                        v,
+                        100..=3_600_000,
+                        "tcp: timeout_ms= must be in 100..=3600000",
+                    )?
                 }
                 "mpa_timeout_ms" => {
-                    let t: u64 = v
-                        .parse()
-                        .map_err(|_| bad("tcp: mpa_timeout_ms= is not a number"))?;
-                    if !(100..=3_600_000).contains(&t) {
-                        return Err(bad("tcp: mpa_timeout_ms= must be in 100..=3600000"));
-                    }
-                    p.mpa_timeout_ms = t;
+                    p.mpa_timeout_ms = ranged(
+                        v,
+                        100..=3_600_000,
+                        "tcp: mpa_timeout_ms= must be in 100..=3600000",
+                    )?
                 }
                 "poll_fresh_ms" => {
-                    let t: u64 = v
-                        .parse()
-                        .map_err(|_| bad("tcp: poll_fresh_ms= is not a number"))?;
-                    if !(1..=3_600_000).contains(&t) {
-                        return Err(bad("tcp: poll_fresh_ms= must be in 1..=3600000"));
-                    }
-                    p.poll_fresh_ms = t;
+                    p.poll_fresh_ms = ranged(
+                        v,
+                        1..=3_600_000,
+                        "tcp: poll_fresh_ms= must be in 1..=3600000",
+                    )?
                 }
                 "setups" => {
                     let n: usize = v.parse().map_err(|_| bad("tcp: setups= is not a number"))?;
