@@ -16,8 +16,10 @@
 //!   peer has placed it, not when it was handed to TCP (siw's meaning):
 //!   iWARP has no acknowledgement, so after a burst of Sends and Writes the
 //!   provider posts a zero-length RDMA Read (a *fence*; any RDMA Read does
-//!   it; up to `MAX_FENCES` outstanding), whose response proves that the
-//!   peer processed everything before it. A remote error therefore reaches the request that caused it: the
+//!   it; up to `MAX_FENCES` outstanding, a further one only once it
+//!   covers as many requests as those before it), whose response proves
+//!   that the peer processed everything before it. A remote error
+//!   therefore reaches the request that caused it: the
 //!   peer's Terminate names the offending segment (STag or MSN), that
 //!   request completes with `RemoteAccess` (key, right, bounds),
 //!   `ReceiverNotReady` (no receive) or `RemoteResponder` (anything else),
