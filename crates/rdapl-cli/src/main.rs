@@ -1,7 +1,7 @@
 //! `rdapl`: the rdapl command-line tool.
 
 use clap::{Args, Parser, Subcommand};
-use rdapl_cli::perf::{self, PerfOptions, Test};
+use rdapl_cli::perf::{self, Op, PerfOptions, Test};
 use rdapl_cli::stress::{self, DEFAULT_EVENTS, Mode, StressConfig};
 use rdapl_cli::{demo, info, rping};
 use std::process::ExitCode;
@@ -156,6 +156,11 @@ struct PerfArgs {
     /// Provider (`rdapl info` lists them).
     #[arg(short = 'p', long, default_value = "loopback")]
     provider: String,
+    /// What moves the messages (client): sends into the server's receives,
+    /// or RDMA writes (bw) / reads into or from a region the server offers,
+    /// as perftest's ib_write_bw, ib_read_bw and ib_read_lat.
+    #[arg(long, default_value = "send", value_parser = ["send", "write", "read"])]
+    op: String,
     /// This side's IA address.
     #[arg(short = 'a', long, default_value = "127.0.0.1", value_parser = parse_host)]
     addr: std::net::IpAddr,
@@ -233,8 +238,14 @@ fn perf_cmd(test: Test, a: &PerfArgs) -> ExitCode {
         }
     };
     rdapl_cli::register_providers();
+    let op = match a.op.as_str() {
+        "write" => Op::Write,
+        "read" => Op::Read,
+        _ => Op::Send,
+    };
     let o = PerfOptions {
         provider: a.provider.clone(),
+        op,
         server: a.server,
         addr: a.addr,
         remote: a.server_addr,
@@ -252,7 +263,7 @@ fn perf_cmd(test: Test, a: &PerfArgs) -> ExitCode {
     match perf::run(test, &o) {
         Ok(rows) => {
             if !a.server {
-                print!("{}", perf::format(test, &rows));
+                print!("{}", perf::format(&rows));
             }
             ExitCode::SUCCESS
         }

@@ -24,14 +24,26 @@
 //! an earlier one is read), and the client tells the server so in its
 //! control message.
 //!
+//! With `op` RDMA Write or RDMA Read (perftest's `ib_write_bw`,
+//! `ib_read_bw` and `ib_read_lat`), the server offers a region of its own
+//! in its accept's private data (key, address, length); the client moves
+//! each message from or into one of `slots` message-sized pieces of it
+//! (its window's worth, or as many as fit), and the phase ends with the
+//! control message again, which the server echoes once it has checked:
+//! the server stamps each piece before a Read phase and the client checks
+//! every Read that landed in a buffer of its own; after a Write phase the
+//! server checks the last message written to each piece (when stamped).
+//! The server's side of an RDMA phase is passive, as an RDMA target's is.
+//!
 //! Figures as `fi_pingpong`'s: `usec/xfer` is the one-way latency (elapsed
-//! time over twice the round trips) for `pingpong`, and the time per
+//! time over twice the round trips) for `pingpong` of Sends, the time per
+//! RDMA Read (a round trip) for `pingpong` of Reads, and the time per
 //! message for `bw`; `MB/sec` is bytes moved per microsecond, both ways for
-//! `pingpong` (as `fi_pingpong` counts them).
+//! `pingpong` of Sends (as `fi_pingpong` counts them).
 
 use rdapl::{
     CloseFlags, CompletionFlags, ConnectionEventKind, DtoOp, DtoStatus, Evd, EvdFlags, Event, Ia,
-    IaOpen, IaOptions, Lmr, MemPriv, Region,
+    IaOpen, IaOptions, Lmr, MemPriv, Region, RmrTriplet,
 };
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -43,6 +55,14 @@ const CONTROL: usize = 16;
 const MAGIC: u32 = 0x7061_6472;
 /// In a control message's test word: the messages' bytes are not stamped.
 const UNSTAMPED: u32 = 1 << 8;
+/// In a control message's test word: where the operation ([`Op`]) is.
+const OP_SHIFT: u32 = 9;
+/// In a control message's test word: where the number of pieces of the
+/// server's region an RDMA phase uses is (16 bits).
+const SLOTS_SHIFT: u32 = 16;
+/// Bytes of the server's offer in its accept's private data: the magic
+/// number, then its region's key, address and length.
+const OFFER: usize = 24;
 
 /// The cookie of a control message's send (a message's is its number).
 const CONTROL_COOKIE: u64 = u64::MAX;
@@ -83,10 +103,13 @@ fn control_step(ev: &Event) -> ControlStep {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 struct Control {
     test: Test,
+    op: Op,
     /// The first and last byte of each message carry its number.
     stamped: bool,
     size: usize,
     count: usize,
+    /// Pieces of the server's region an RDMA phase uses (0 for Sends).
+    slots: usize,
 }
 
 /// Which test.
@@ -98,11 +121,36 @@ pub enum Test {
     Bw = 1,
 }
 
+/// Which operation moves the messages.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum Op {
+    /// Sends into the peer's posted receives.
+    #[default]
+    Send = 0,
+    /// RDMA Writes into the server's region (`bw` only).
+    Write = 1,
+    /// RDMA Reads from the server's region.
+    Read = 2,
+}
+
+impl Op {
+    fn from_word(w: u32) -> Option<Op> {
+        match w {
+            0 => Some(Op::Send),
+            1 => Some(Op::Write),
+            2 => Some(Op::Read),
+            _ => None,
+        }
+    }
+}
+
 /// What a run is told.
 #[derive(Clone, Debug)]
 pub struct PerfOptions {
     /// Provider name (as `rdapl info` lists them).
     pub provider: String,
+    /// The operation (client; a server serves whichever its client asks).
+    pub op: Op,
     /// Serve instead of connecting.
     pub server: bool,
     /// This side's IA address.
@@ -137,6 +185,7 @@ impl Default for PerfOptions {
     fn default() -> Self {
         PerfOptions {
             provider: "loopback".into(),
+            op: Op::Send,
             server: false,
             addr: "127.0.0.1".parse().unwrap(),
             remote: None,
@@ -164,36 +213,38 @@ pub fn all_sizes() -> Vec<usize> {
 pub struct Row {
     /// Message size.
     pub bytes: usize,
-    /// Messages sent by the client.
+    /// Messages sent (or RDMA operations posted) by the client.
     pub sent: usize,
-    /// Messages it got back (`pingpong`) or acknowledged (`bw`: 1).
+    /// Messages it got back (`pingpong` of Sends), RDMA Reads completed
+    /// (`pingpong` of Reads) or acknowledgements (`bw`: 1).
     pub acked: usize,
     /// Elapsed time.
     pub secs: f64,
+    /// One-way transfers per message: 2 for a `pingpong` of Sends (there
+    /// and back), 1 otherwise (a `bw` message, or an RDMA Read's data
+    /// coming back).
+    pub ways: usize,
 }
 
 impl Row {
-    /// Bytes moved per microsecond, both ways for `pingpong` (`MB/sec`,
-    /// as `fi_pingpong` counts it: the `total` column over the time).
-    pub fn mb_per_s(&self, test: Test) -> f64 {
-        self.total(test) as f64 / (self.secs * 1e6)
+    /// Bytes moved per microsecond, both ways for a `pingpong` of Sends
+    /// (`MB/sec`, as `fi_pingpong` counts it: the `total` column over the
+    /// time).
+    pub fn mb_per_s(&self) -> f64 {
+        self.total() as f64 / (self.secs * 1e6)
     }
-    /// Bytes moved: each message twice for `pingpong` (there and back).
-    pub fn total(&self, test: Test) -> usize {
-        self.bytes * self.sent * if test == Test::PingPong { 2 } else { 1 }
+    /// Bytes moved: each message once per way.
+    pub fn total(&self) -> usize {
+        self.bytes * self.sent * self.ways
     }
-    /// One-way time per message in microseconds (`usec/xfer`).
-    pub fn usec_per_xfer(&self, test: Test) -> f64 {
-        let n = match test {
-            Test::PingPong => 2 * self.sent,
-            Test::Bw => self.sent,
-        };
-        self.secs * 1e6 / n as f64
+    /// Time per one-way transfer in microseconds (`usec/xfer`).
+    pub fn usec_per_xfer(&self) -> f64 {
+        self.secs * 1e6 / (self.ways * self.sent) as f64
     }
 }
 
 /// The table, `fi_pingpong`'s columns.
-pub fn format(test: Test, rows: &[Row]) -> String {
+pub fn format(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -201,16 +252,16 @@ pub fn format(test: Test, rows: &[Row]) -> String {
         "bytes", "#sent", "#ack", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec"
     );
     for r in rows {
-        let usec = r.usec_per_xfer(test);
+        let usec = r.usec_per_xfer();
         let _ = writeln!(
             out,
             "{:<10} {:>8} {:>8} {:>10} {:>8.3}s {:>10.2} {:>11.2} {:>11.2}",
             human(r.bytes as u64),
             r.sent,
             r.acked,
-            human(r.total(test) as u64),
+            human(r.total() as u64),
             r.secs,
-            r.mb_per_s(test),
+            r.mb_per_s(),
             usec,
             1.0 / usec,
         );
@@ -239,6 +290,14 @@ pub fn run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
             "sizes must be 1..={} bytes, iterations, window and buffers at least 1",
             o.max_size
         ));
+    }
+    if test == Test::PingPong && o.op == Op::Write && !o.server {
+        return Err(
+            "pingpong moves Sends or RDMA Reads (--op send or read): an RDMA Write's \
+             arrival shows only in the target's memory, which this tool does not poll \
+             (bw --op write measures Writes)"
+                .into(),
+        );
     }
     if o.server {
         serve(o).map(|()| Vec::new())
@@ -293,14 +352,17 @@ fn next_addr(a: IpAddr) -> IpAddr {
     }
 }
 
-/// One side: an IA, a zone, one EVD for everything, an endpoint, and a
-/// send and a receive region.
+/// One side: an IA, a zone, one EVD for everything, an endpoint, a send
+/// and a receive region, and on a server the region it offers for RDMA.
 struct Side {
     ia: Ia,
     evd: Evd,
     ep: rdapl::Ep,
+    /// Sends' sources and RDMA Reads' destinations.
     send: Lmr,
     recv: Lmr,
+    /// The region a server offers its clients' RDMA Writes and Reads.
+    target: Option<Lmr>,
     slot: usize,
     window: usize,
     /// Send buffers cycled through (at most `window`).
@@ -312,7 +374,8 @@ struct Side {
 }
 
 impl Side {
-    fn open(o: &PerfOptions, slot: usize) -> Result<Side, String> {
+    /// `target_slots` message slots of RDMA target (0: none).
+    fn open(o: &PerfOptions, slot: usize, target_slots: usize) -> Result<Side, String> {
         // Every slot takes a control message too.
         let slot = slot.max(CONTROL);
         let ia = Ia::open_with(
@@ -345,12 +408,17 @@ impl Side {
         let region = |n: usize| pz.lmr_create(Region::zeroed(n), MemPriv::ALL);
         let send = region(slot * send_slots).map_err(|e| e.to_string())?;
         let recv = region(slot * recv_slots).map_err(|e| e.to_string())?;
+        let target = match target_slots {
+            0 => None,
+            n => Some(region(slot * n).map_err(|e| e.to_string())?),
+        };
         Ok(Side {
             ia,
             evd,
             ep,
             send,
             recv,
+            target,
             slot,
             window: o.window,
             send_slots,
@@ -450,33 +518,12 @@ impl Side {
 
     /// Writes the first and last byte of send slot `i` for message `seq`.
     fn stamp(&self, i: usize, len: usize, seq: u64) -> Result<(), String> {
-        let off = self.send_off(i);
-        let b = seq as u8;
-        self.send.write_at(off, &[b]).map_err(|e| e.to_string())?;
-        if len > 1 {
-            self.send
-                .write_at(off + len - 1, &[b ^ 0xA5])
-                .map_err(|e| e.to_string())?;
-        }
-        Ok(())
+        stamp_at(&self.send, self.send_off(i), len, seq)
     }
 
     /// Checks the first and last byte of receive slot `i`.
     fn check(&self, i: usize, len: usize, seq: u64) -> Result<(), String> {
-        let mut first = [0u8];
-        let mut last = [0u8];
-        let off = self.recv_off(i);
-        self.recv
-            .read_at(off, &mut first)
-            .map_err(|e| e.to_string())?;
-        self.recv
-            .read_at(off + len - 1, &mut last)
-            .map_err(|e| e.to_string())?;
-        let b = seq as u8;
-        if first[0] != b || (len > 1 && last[0] != b ^ 0xA5) {
-            return Err(format!("message {seq} of {len} bytes arrived corrupted"));
-        }
-        Ok(())
+        check_at(&self.recv, self.recv_off(i), len, seq)
     }
 
     /// Sends the control message of a phase: `count` messages of `size`
@@ -485,13 +532,22 @@ impl Side {
     fn control(&self, c: Control) -> Result<(), String> {
         let Control {
             test,
+            op,
             stamped,
             size,
             count,
+            slots,
         } = c;
+        let slots = u32::try_from(slots)
+            .ok()
+            .filter(|&n| n < 1 << (32 - SLOTS_SHIFT))
+            .ok_or("too many RDMA slots for a control message")?;
         let mut m = [0u8; CONTROL];
         m[..4].copy_from_slice(&MAGIC.to_le_bytes());
-        let word = test as u32 | if stamped { 0 } else { UNSTAMPED };
+        let word = test as u32
+            | if stamped { 0 } else { UNSTAMPED }
+            | (op as u32) << OP_SHIFT
+            | slots << SLOTS_SHIFT;
         m[4..8].copy_from_slice(&word.to_le_bytes());
         m[8..12].copy_from_slice(&(size as u32).to_le_bytes());
         m[12..].copy_from_slice(&(count as u32).to_le_bytes());
@@ -509,16 +565,22 @@ impl Side {
             .read_at(self.recv_off(i), &mut m)
             .map_err(|e| e.to_string())?;
         let word = |k: usize| u32::from_le_bytes(m[4 * k..4 * k + 4].try_into().unwrap());
-        let test = match (word(0), word(1) & !UNSTAMPED) {
+        let flags = word(1);
+        let test = match (word(0), flags & 0xff) {
             (MAGIC, 0) => Test::PingPong,
             (MAGIC, 1) => Test::Bw,
             _ => return Err("not an rdapl pingpong/bw peer".into()),
         };
+        let op = Op::from_word((flags >> OP_SHIFT) & 0x3)
+            .filter(|_| flags & !(0xff | UNSTAMPED | 0x3 << OP_SHIFT | 0xffff << SLOTS_SHIFT) == 0)
+            .ok_or("a control message with an unknown operation (a newer rdapl?)")?;
         Ok(Control {
             test,
-            stamped: word(1) & UNSTAMPED == 0,
+            op,
+            stamped: flags & UNSTAMPED == 0,
             size: word(2) as usize,
             count: word(3) as usize,
+            slots: (flags >> SLOTS_SHIFT) as usize,
         })
     }
 
@@ -590,12 +652,13 @@ impl Side {
                 }
                 ControlStep::Earlier => {}
                 // The server refused the run (a size above its
-                // `--max-size`, say) and ended the connection.
+                // `--max-size`, a check that failed) and ended the
+                // connection.
                 ControlStep::Ended => {
                     return Err(format!(
                         "the server ended the connection instead of answering the control \
-                         message ({} messages of {} bytes: does its --max-size allow them? \
-                         its stderr says why)",
+                         message ({} messages of {} bytes; its stderr says why: a size above \
+                         its --max-size, or data that arrived corrupted)",
                         ctl.count, ctl.size
                     ));
                 }
@@ -617,6 +680,93 @@ impl Side {
         }
         Ok(())
     }
+
+    /// The next RDMA completion of a phase of `c`: its cookie (the
+    /// message's number). A Read that landed in a buffer of its own
+    /// (`checked`) is checked against the server's stamp of its piece.
+    fn rdma_done(&self, c: &Control, checked: bool) -> Result<u64, String> {
+        let want = if c.op == Op::Read {
+            DtoOp::RdmaRead
+        } else {
+            DtoOp::RdmaWrite
+        };
+        match self.next()? {
+            Event::Dto(d) if d.operation == want && d.status == DtoStatus::Success => {
+                if d.transferred_length != c.size as u64 {
+                    return Err(format!(
+                        "RDMA operation {} moved {} bytes, expected {}",
+                        d.cookie, d.transferred_length, c.size
+                    ));
+                }
+                if checked {
+                    let piece = d.cookie % c.slots as u64;
+                    check_at(&self.send, self.send_off(d.cookie as usize), c.size, piece)?;
+                }
+                Ok(d.cookie)
+            }
+            other => Err(format!("expected an RDMA completion, got {other:?}")),
+        }
+    }
+
+    /// The server's offer of its RDMA region, for its accept.
+    fn offer(&self) -> Result<Vec<u8>, String> {
+        let Some(t) = &self.target else {
+            return Ok(Vec::new());
+        };
+        let len = t.whole().map_err(|e| e.to_string())?.segment_length;
+        let r = t.rmr_triplet(0, len).map_err(|e| e.to_string())?;
+        let mut pd = Vec::with_capacity(OFFER);
+        pd.extend_from_slice(&MAGIC.to_le_bytes());
+        pd.extend_from_slice(&r.rmr_context.to_le_bytes());
+        pd.extend_from_slice(&r.target_address.to_le_bytes());
+        pd.extend_from_slice(&r.segment_length.to_le_bytes());
+        Ok(pd)
+    }
+}
+
+/// The server's RDMA region as its accept's private data offers it.
+fn read_offer(pd: Option<&[u8]>) -> Option<RmrTriplet> {
+    let pd = pd?.get(..OFFER)?;
+    let word = |k: usize| u32::from_le_bytes(pd[k..k + 4].try_into().unwrap());
+    let long = |k: usize| u64::from_le_bytes(pd[k..k + 8].try_into().unwrap());
+    (word(0) == MAGIC).then(|| RmrTriplet {
+        rmr_context: word(4),
+        target_address: long(8),
+        segment_length: long(16),
+    })
+}
+
+/// Writes the first and last byte of `len` bytes at `off` of `lmr` for
+/// message `seq`.
+fn stamp_at(lmr: &Lmr, off: usize, len: usize, seq: u64) -> Result<(), String> {
+    let b = seq as u8;
+    lmr.write_at(off, &[b]).map_err(|e| e.to_string())?;
+    if len > 1 {
+        lmr.write_at(off + len - 1, &[b ^ 0xA5])
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Checks the first and last byte of `len` bytes at `off` of `lmr`
+/// against the stamp of message `seq`.
+fn check_at(lmr: &Lmr, off: usize, len: usize, seq: u64) -> Result<(), String> {
+    let mut first = [0u8];
+    let mut last = [0u8];
+    lmr.read_at(off, &mut first).map_err(|e| e.to_string())?;
+    lmr.read_at(off + len - 1, &mut last)
+        .map_err(|e| e.to_string())?;
+    let b = seq as u8;
+    if first[0] != b || (len > 1 && last[0] != b ^ 0xA5) {
+        return Err(format!("message {seq} of {len} bytes arrived corrupted"));
+    }
+    Ok(())
+}
+
+/// The number of the last of `count` messages that went to piece `j` of
+/// `slots` (message `seq` goes to piece `seq % slots`); `None` if none did.
+fn last_to(j: usize, slots: usize, count: usize) -> Option<usize> {
+    (j < count).then(|| j + (count - 1 - j) / slots * slots)
 }
 
 fn serve(o: &PerfOptions) -> Result<(), String> {
@@ -630,7 +780,7 @@ fn serve(o: &PerfOptions) -> Result<(), String> {
 /// failure (a request its client gave up, a bad control message) is
 /// reported on stderr and the server goes on with the next.
 fn serve_then(o: &PerfOptions, listening: impl FnOnce()) -> Result<(), String> {
-    let side = Side::open(o, o.max_size)?;
+    let side = Side::open(o, o.max_size, o.window)?;
     let crs = side
         .ia
         .evd_create(64, EvdFlags::CR)
@@ -670,8 +820,9 @@ fn serve_one(s: &Side, crs: &Evd) -> Result<(), String> {
     for i in 0..=s.window {
         s.post_recv(i)?;
     }
+    let offer = s.offer()?;
     s.ia.cr(cr)
-        .and_then(|c| c.accept(&s.ep, b""))
+        .and_then(|c| c.accept(&s.ep, &offer))
         .map_err(|e| {
             if e.dat_return().subtype() == Some(rdapl::error::Subtype::InvalidHandleCr) {
                 // Its connect timed out while an earlier client was served.
@@ -702,7 +853,11 @@ fn serve_one(s: &Side, crs: &Evd) -> Result<(), String> {
         };
         let ctl = s.read_control(i, len)?;
         let Control {
-            test, size, count, ..
+            test,
+            op,
+            size,
+            count,
+            ..
         } = ctl;
         // Bytes are checked when the client stamped them and no later
         // message can land in a buffer before it is read.
@@ -715,6 +870,12 @@ fn serve_one(s: &Side, crs: &Evd) -> Result<(), String> {
                 "the client asked for {size}-byte messages (the largest this server takes, --max-size, is {})",
                 s.slot
             ));
+        }
+        if op != Op::Send {
+            if serve_rdma(s, &ctl, &gone)? {
+                return Ok(());
+            }
+            continue;
         }
         // Read: the phase may begin.
         if gone(s.control(ctl))? {
@@ -746,6 +907,60 @@ fn serve_one(s: &Side, crs: &Evd) -> Result<(), String> {
     }
 }
 
+/// The server's side of an RDMA phase (its control message read): the
+/// pieces stamped for Reads, the echo; then, passive while the client
+/// works, its closing control message, the pieces checked after Writes,
+/// and the echo again. True if the client went away (its connection's
+/// end taken).
+fn serve_rdma(
+    s: &Side,
+    ctl: &Control,
+    gone: &dyn Fn(Result<(), String>) -> Result<bool, String>,
+) -> Result<bool, String> {
+    let Control {
+        op,
+        size,
+        count,
+        slots,
+        ..
+    } = *ctl;
+    let target = s
+        .target
+        .as_ref()
+        .ok_or("this server offers no RDMA region")?;
+    let room = target.whole().map_err(|e| e.to_string())?.segment_length as usize;
+    if slots == 0 || slots.saturating_mul(size) > room {
+        return Err(format!(
+            "the client asked for {slots} pieces of {size} bytes; this server's RDMA region holds {room} bytes"
+        ));
+    }
+    if op == Op::Read {
+        for j in 0..slots {
+            stamp_at(target, j * size, size, j as u64)?;
+        }
+    }
+    if gone(s.control(*ctl))? {
+        return Ok(true);
+    }
+    let Some((i, len)) = s.next_recv()? else {
+        return Ok(true);
+    };
+    if s.read_control(i, len)? != *ctl {
+        return Err("the client's closing control message did not match its opening one".into());
+    }
+    if op == Op::Write && ctl.stamped {
+        for j in 0..slots {
+            if let Some(last) = last_to(j, slots, count) {
+                check_at(target, j * size, size, last as u64)?;
+            }
+        }
+    }
+    if gone(s.post_recv(i))? {
+        return Ok(true);
+    }
+    gone(s.control(*ctl))
+}
+
 /// The next event of `evd`, however long it takes (a server waits for
 /// its clients).
 fn next_forever(evd: &Evd) -> Result<Event, String> {
@@ -760,7 +975,7 @@ fn next_forever(evd: &Evd) -> Result<Event, String> {
 
 fn client_run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
     let max = o.sizes.iter().copied().max().unwrap_or(CONTROL);
-    let c = Side::open(o, max)?;
+    let c = Side::open(o, max, 0)?;
     let rows = client_session(test, o, &c);
     // Ended either way, so that a server waiting on this client (on a
     // thread of this process, with loopback) sees it go at once.
@@ -781,9 +996,11 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
     // The provider's verdict on the connect comes at its timeout at the
     // latest: wait a little longer for it, so that it is what is said.
     let verdict = o.timeout + Duration::from_secs(5);
-    loop {
+    let offer = loop {
         match c.next_within(verdict)? {
-            Event::Connection(e) if e.kind == ConnectionEventKind::Established => break,
+            Event::Connection(e) if e.kind == ConnectionEventKind::Established => {
+                break read_offer(e.private_data.as_deref());
+            }
             Event::Connection(e) => {
                 return Err(format!(
                     "connecting to {remote} on {}: {:?}",
@@ -794,22 +1011,44 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
             Event::Dto(d) if d.status == DtoStatus::Flushed => {}
             other => return Err(format!("expected Established, got {other:?}")),
         }
-    }
+    };
     let mut rows = Vec::new();
     // bw stamps a message's bytes only where no send in flight shares its
     // buffer; pingpong always (one message in flight).
     let stamped = test == Test::PingPong || c.sends_distinct();
+    let window = if test == Test::Bw { c.window } else { 1 };
     for &size in &o.sizes {
+        let slots = match (o.op, offer) {
+            (Op::Send, _) => 0,
+            (_, None) => {
+                return Err("the server offers no region for RDMA (an older rdapl?)".into());
+            }
+            (_, Some(t)) => match window.min((t.segment_length / size as u64) as usize) {
+                0 => {
+                    return Err(format!(
+                        "the server's RDMA region ({} bytes) is smaller than a {size}-byte message",
+                        t.segment_length
+                    ));
+                }
+                n => n,
+            },
+        };
         let ctl = Control {
             test,
+            op: o.op,
             stamped,
             size,
             count: o.iters,
+            slots,
         };
         c.exchange_control(ctl)?;
         let t0 = Instant::now();
-        let acked = match test {
-            Test::PingPong => {
+        let acked = match (test, o.op, offer) {
+            (_, Op::Write | Op::Read, Some(t)) => {
+                rdma_phase(c, &ctl, t, window)?;
+                if test == Test::PingPong { o.iters } else { 1 }
+            }
+            (Test::PingPong, _, _) => {
                 for seq in 0..o.iters {
                     c.stamp(0, size, seq as u64)?;
                     c.post_send(0, size, seq as u64)?;
@@ -822,7 +1061,7 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
                 }
                 o.iters
             }
-            Test::Bw => {
+            (Test::Bw, _, _) => {
                 let mut in_flight = 0;
                 for seq in 0..o.iters {
                     if in_flight == c.window {
@@ -865,14 +1104,61 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
             }
         };
         let secs = t0.elapsed().as_secs_f64();
+        let ways = if test == Test::PingPong && o.op == Op::Send {
+            2
+        } else {
+            1
+        };
         rows.push(Row {
             bytes: size,
             sent: o.iters,
             acked,
             secs,
+            ways,
         });
     }
     Ok(rows)
+}
+
+/// The client's RDMA phase of `ctl` against the server's region `t`:
+/// `window` operations in flight, message `seq` from or into send slot
+/// `seq` and piece `seq % slots` of the region; then the closing control
+/// message, which the server echoes once it has checked.
+fn rdma_phase(c: &Side, ctl: &Control, t: RmrTriplet, window: usize) -> Result<(), String> {
+    let size = ctl.size;
+    // A Read is checked where it has a buffer of its own until it is read.
+    let checked = ctl.op == Op::Read && c.send_slots >= window;
+    let mut in_flight = 0;
+    for seq in 0..ctl.count {
+        if in_flight == window {
+            c.rdma_done(ctl, checked)?;
+            in_flight -= 1;
+        }
+        let local = c
+            .send
+            .triplet(c.send_off(seq) as u64, size as u64)
+            .map_err(|e| e.to_string())?;
+        let remote = RmrTriplet {
+            target_address: t.target_address + ((seq % ctl.slots) * size) as u64,
+            segment_length: size as u64,
+            ..t
+        };
+        let cookie = seq as u64;
+        let posted = if ctl.op == Op::Write {
+            if ctl.stamped {
+                c.stamp(seq, size, cookie)?;
+            }
+            c.ep.post_rdma_write(&[local], remote, cookie, CompletionFlags::DEFAULT)
+        } else {
+            c.ep.post_rdma_read(&[local], remote, cookie, CompletionFlags::DEFAULT)
+        };
+        posted.map_err(|e| format!("posting RDMA operation {seq}: {e}"))?;
+        in_flight += 1;
+    }
+    for _ in 0..in_flight {
+        c.rdma_done(ctl, checked)?;
+    }
+    c.exchange_control(*ctl)
 }
 
 #[cfg(test)]
@@ -898,9 +1184,9 @@ mod tests {
         assert_eq!(rows.len(), 4);
         for r in &rows {
             assert_eq!((r.sent, r.acked), (50, 50));
-            assert!(r.secs > 0.0 && r.mb_per_s(Test::PingPong) > 0.0);
+            assert!(r.secs > 0.0 && r.mb_per_s() > 0.0);
         }
-        let table = format(Test::PingPong, &rows);
+        let table = format(&rows);
         assert!(table.starts_with("bytes"));
         assert_eq!(table.lines().count(), 5);
     }
@@ -1017,13 +1303,15 @@ mod tests {
     #[test]
     fn a_control_message_says_whether_bytes_are_stamped() {
         let o = opts(9107, "127.0.77.13");
-        let s = Side::open(&o, 64).unwrap();
+        let s = Side::open(&o, 64, 0).unwrap();
         for stamped in [true, false] {
             let c = Control {
                 test: Test::Bw,
+                op: Op::Send,
                 stamped,
                 size: 4096,
                 count: 77,
+                slots: 0,
             };
             // What control() writes, read back from the send buffer.
             let mut m = [0u8; CONTROL];
@@ -1058,21 +1346,156 @@ mod tests {
 
     #[test]
     fn the_table_has_fi_pingpongs_columns() {
-        let rows = [Row {
+        let mut rows = [Row {
             bytes: 64,
             sent: 1000,
             acked: 1000,
             secs: 0.01,
+            ways: 2,
         }];
-        let t = format(Test::PingPong, &rows);
+        let t = format(&rows);
         assert!(t.contains("usec/xfer") && t.contains("MB/sec") && t.contains("Mxfers/sec"));
         // 0.01 s over 2000 one-way transfers: 5 µs each; 128 kB (both
         // ways, as fi_pingpong counts) over 10 ms: 12.8 MB/s.
         assert!(t.contains("5.00"), "{t}");
         assert!(t.contains("12.80"), "{t}");
         assert!(!t.contains("6.40"), "{t}");
-        // bw counts one way.
-        let b = format(Test::Bw, &rows);
-        assert!(b.contains("6.40"), "{b}");
+        // bw (and a pingpong of RDMA Reads) counts one way.
+        rows[0].ways = 1;
+        let b = format(&rows);
+        assert!(b.contains("6.40") && b.contains("10.00"), "{b}");
+    }
+
+    #[test]
+    fn rdma_writes_and_reads_on_loopback_in_one_process() {
+        let cases = [
+            (Test::Bw, Op::Write, None, 9111, "127.0.77.19"),
+            (Test::Bw, Op::Read, None, 9112, "127.0.77.21"),
+            (Test::PingPong, Op::Read, None, 9113, "127.0.77.23"),
+            (Test::Bw, Op::Write, Some(1), 9114, "127.0.77.25"),
+            (Test::Bw, Op::Read, Some(1), 9115, "127.0.77.27"),
+        ];
+        for (test, op, buffers, qual, addr) in cases {
+            let o = PerfOptions {
+                op,
+                buffers,
+                ..opts(qual, addr)
+            };
+            let rows = run(test, &o).unwrap_or_else(|e| panic!("{test:?} {op:?}: {e}"));
+            assert_eq!(rows.len(), 4, "{test:?} {op:?}");
+            for r in &rows {
+                assert_eq!(r.sent, 50);
+                assert_eq!(r.ways, 1);
+                let acked = if test == Test::PingPong { 50 } else { 1 };
+                assert_eq!(r.acked, acked);
+            }
+        }
+    }
+
+    /// A client whose window is larger than the server's region holds
+    /// writes several messages to each piece at once; the server checks
+    /// the last one of each.
+    #[test]
+    fn writes_share_the_pieces_of_a_small_server_region() {
+        let o = PerfOptions {
+            op: Op::Write,
+            window: 8,
+            ..opts(9116, "127.0.77.29")
+        };
+        // A region of 2 × 128 KiB: 70,000-byte messages get 3 pieces,
+        // fewer than the client's 8 in flight.
+        let server = PerfOptions {
+            server: true,
+            once: true,
+            window: 2,
+            ..o.clone()
+        };
+        let rows = here(Test::Bw, server, &o).unwrap();
+        assert!(rows.iter().all(|r| r.acked == 1 && r.sent == 50));
+    }
+
+    #[test]
+    fn the_last_message_of_each_piece() {
+        // 10 messages over 4 pieces: 0 4 8 / 1 5 9 / 2 6 / 3 7.
+        let last: Vec<_> = (0..4).map(|j| last_to(j, 4, 10)).collect();
+        assert_eq!(last, [Some(8), Some(9), Some(6), Some(7)]);
+        // Fewer messages than pieces: the pieces after them got none.
+        assert_eq!(last_to(2, 4, 2), None);
+        assert_eq!(last_to(1, 4, 2), Some(1));
+        assert_eq!(last_to(0, 1, 1), Some(0));
+    }
+
+    #[test]
+    fn a_stamp_checks_only_its_own_message() {
+        let o = opts(9117, "127.0.77.31");
+        let s = Side::open(&o, 64, 2).unwrap();
+        let t = s.target.as_ref().unwrap();
+        stamp_at(t, 64, 64, 300).unwrap();
+        check_at(t, 64, 64, 300).unwrap();
+        assert!(check_at(t, 64, 64, 301).is_err());
+        // The last byte counts too (one message landed short).
+        t.write_at(127, &[0]).unwrap();
+        assert!(check_at(t, 64, 64, 300).is_err());
+        let _ = s.ep.free();
+        let _ = s.ia.close(CloseFlags::Abrupt);
+    }
+
+    #[test]
+    fn control_messages_carry_the_operation_and_pieces() {
+        let o = opts(9118, "127.0.77.33");
+        let s = Side::open(&o, 64, 0).unwrap();
+        let write = |word: u32| {
+            let mut m = [0u8; CONTROL];
+            m[..4].copy_from_slice(&MAGIC.to_le_bytes());
+            m[4..8].copy_from_slice(&word.to_le_bytes());
+            m[8..12].copy_from_slice(&64u32.to_le_bytes());
+            m[12..].copy_from_slice(&9u32.to_le_bytes());
+            s.recv.write_at(0, &m).unwrap();
+        };
+        write(1 | 2 << OP_SHIFT | 300 << SLOTS_SHIFT);
+        let c = s.read_control(0, CONTROL).unwrap();
+        assert_eq!(
+            (c.test, c.op, c.slots, c.stamped),
+            (Test::Bw, Op::Read, 300, true)
+        );
+        // An operation or a flag this rdapl does not know is refused.
+        write(1 | 3 << OP_SHIFT);
+        assert!(
+            s.read_control(0, CONTROL)
+                .unwrap_err()
+                .contains("operation")
+        );
+        write(1 | 1 << 12);
+        assert!(s.read_control(0, CONTROL).is_err());
+        let _ = s.ep.free();
+        let _ = s.ia.close(CloseFlags::Abrupt);
+    }
+
+    #[test]
+    fn an_offer_is_read_only_when_whole_and_marked() {
+        let mut pd = Vec::new();
+        pd.extend_from_slice(&MAGIC.to_le_bytes());
+        pd.extend_from_slice(&7u32.to_le_bytes());
+        pd.extend_from_slice(&0x1000u64.to_le_bytes());
+        pd.extend_from_slice(&65536u64.to_le_bytes());
+        let t = read_offer(Some(&pd)).unwrap();
+        assert_eq!(
+            (t.rmr_context, t.target_address, t.segment_length),
+            (7, 0x1000, 65536)
+        );
+        assert_eq!(read_offer(Some(&pd[..OFFER - 1])), None);
+        assert_eq!(read_offer(None), None);
+        pd[0] ^= 1;
+        assert_eq!(read_offer(Some(&pd)), None);
+    }
+
+    #[test]
+    fn a_pingpong_of_writes_is_refused() {
+        let o = PerfOptions {
+            op: Op::Write,
+            ..opts(9119, "127.0.77.35")
+        };
+        let e = run(Test::PingPong, &o).unwrap_err();
+        assert!(e.contains("bw --op write"), "{e}");
     }
 }

@@ -364,3 +364,76 @@ fn host_names_resolve_to_addresses() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("nor a host name that resolves"), "{err}");
 }
+
+/// RDMA Writes and Reads between processes, as perftest's `ib_write_bw`,
+/// `ib_read_bw` and `ib_read_lat` measure them: the server offers a
+/// region; every Read is checked where it has a buffer of its own, and the
+/// server checks the last Write to each piece of its region. Its region
+/// here (4 × 1 MiB) is smaller than some clients' windows (pieces then
+/// take several Writes at once), and a window of 32 Reads is twice what
+/// the connection lets out at once (the rest wait their turn).
+#[test]
+fn rdma_writes_and_reads_over_tcp_between_processes() {
+    let (mut server, port_s) = server("bw", &["--window", "4"], 40_009);
+    let out = once_listening("bw", &port_s, &["--op", "write", "-S", "4k", "-I", "3000"]);
+    assert_eq!(first_row(&out), ("4k".to_string(), 3000));
+    let runs: [(&str, &[&str], &str, u64); 4] = [
+        (
+            "bw",
+            &["--op", "write", "-S", "1m", "--window", "8"],
+            "1m",
+            40,
+        ),
+        (
+            "bw",
+            &["--op", "read", "-S", "64k", "--window", "32"],
+            "64k",
+            500,
+        ),
+        (
+            "bw",
+            &["--op", "read", "-S", "1m", "--buffers", "1", "-w"],
+            "1m",
+            20,
+        ),
+        ("pingpong", &["--op", "read", "-S", "all"], "1", 5),
+    ];
+    for (test, more, first, iters) in runs {
+        let iters_s = iters.to_string();
+        let out = rdapl()
+            .args([test, "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
+            .args(more)
+            .args(["-I", &iters_s, "--timeout", "20", "127.0.0.1"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            first_row(&out),
+            (first.to_string(), iters),
+            "{test} {more:?}"
+        );
+        let r = rows(&String::from_utf8_lossy(&out.stdout));
+        if test == "pingpong" {
+            // 1 B to 1 MiB, each a Read's round trip.
+            assert_eq!(r.len(), 21);
+            assert!(r.iter().all(|x| x.1 == iters && x.3 > 0.0));
+        }
+    }
+    // A pingpong of Writes is refused before anything starts.
+    let bad = rdapl()
+        .args([
+            "pingpong",
+            "-p",
+            "tcp",
+            "--op",
+            "write",
+            "-q",
+            &port_s,
+            "127.0.0.1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("bw --op write"));
+    server.assert_running();
+    server.stop();
+}
