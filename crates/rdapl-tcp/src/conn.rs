@@ -92,14 +92,28 @@ const DIRECT_TAIL: usize = 256;
 const LARGE_AFTER: u8 = 4;
 
 /// Whether a fence goes out behind `uncovered` (> 0) Sends and Writes
-/// while `outstanding` reads will complete `covered` earlier ones (see
-/// `Conn::maybe_fence`).
-fn fence_now(outstanding: usize, uncovered: usize, covered: usize) -> bool {
-    outstanding == 0 || (outstanding < MAX_FENCES && uncovered >= covered)
+/// while `outstanding` reads will complete `covered` earlier ones, on a
+/// connection whose ORD is `ord` (see `Conn::maybe_fence`): a read beyond
+/// the ORD would hold every request behind it until a response came.
+fn fence_now(outstanding: usize, uncovered: usize, covered: usize, ord: usize) -> bool {
+    outstanding == 0 || (outstanding < MAX_FENCES.min(ord) && uncovered >= covered)
 }
 
 /// The STag a fence's zero-length read names (never looked up).
 const FENCE_STAG: u32 = 1;
+
+/// The IRD and ORD an endpoint asks for (its attributes'
+/// `max_rdma_read_in` and `max_rdma_read_out`, which the core holds to
+/// the IA's `max_rdma_read_per_ep`): offered in MPA, where the peer's
+/// ORD may raise the IRD and its IRD lower the ORD (RFC 6581). At least
+/// 1 each way: a fence is a read, so a connection whose ORD is 0 could
+/// never complete a Send or Write once placed, nor could an rdapl peer's
+/// facing an IRD of 0.
+fn read_depths(ep: &EpInner) -> (u16, u16) {
+    let a = ep.attr();
+    let depth = |n: usize| u16::try_from(n.max(1)).unwrap_or(u16::MAX);
+    (depth(a.max_rdma_read_in), depth(a.max_rdma_read_out))
+}
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum SlotKind {
@@ -324,7 +338,7 @@ impl Conn {
                 .unwrap_or(1460)
                 .clamp(64, 65535)
         });
-        rdapl_iwarp::Config {
+        let mut cfg = rdapl_iwarp::Config {
             crc: self.ia.crc,
             peer_to_peer: true,
             mss,
@@ -335,7 +349,13 @@ impl Conn {
             reply_timeout_ms: None,
             request_timeout_ms: self.ia.mpa_timeout_ms,
             ..rdapl_iwarp::Config::default()
+        };
+        // The endpoint's read depths, once it is known (an initiator's
+        // is; a responder's comes with the accept).
+        if let Some(ep) = &self.ep {
+            (cfg.ird, cfg.ord) = read_depths(ep);
         }
+        cfg
     }
 
     /// Binds the endpoint whose requests and memory this connection uses.
@@ -1178,7 +1198,12 @@ impl Conn {
             self.fence_due = false;
             return;
         }
-        if !fence_now(outstanding, uncovered, covered) {
+        let ord = self
+            .engine
+            .as_ref()
+            .and_then(|e| e.negotiated())
+            .map_or(1, |n| usize::from(n.ord));
+        if !fence_now(outstanding, uncovered, covered, ord) {
             return; // (the next response leads here again)
         }
         let id = self.next_id();
@@ -1652,10 +1677,10 @@ impl Conn {
     pub fn accept(&mut self, ep: &Arc<EpInner>, pd: &[u8], now: u64) -> bool {
         self.bind_ep(ep);
         self.cr = None;
-        let ok = self
-            .engine
-            .as_mut()
-            .is_some_and(|e| e.accept(now, pd, None, None).is_ok());
+        let ok = self.engine.as_mut().is_some_and(|e| {
+            let (ird, ord) = read_depths(ep);
+            e.accept(now, pd, Some(ird), Some(ord)).is_ok()
+        });
         if !ok {
             self.end_kind = ConnectionEventKind::AcceptCompletionError;
             self.close_local(now);
@@ -1784,7 +1809,20 @@ impl Conn {
 
 #[cfg(test)]
 mod tests {
-    use super::fence_now;
+    use super::MAX_FENCES;
+
+    fn fence_now(outstanding: usize, uncovered: usize, covered: usize) -> bool {
+        super::fence_now(outstanding, uncovered, covered, 16)
+    }
+
+    #[test]
+    fn fences_stay_within_the_ord() {
+        // ORD 1: one read in flight, whatever is uncovered.
+        assert!(super::fence_now(0, 1, 0, 1));
+        assert!(!super::fence_now(1, 100, 1, 1));
+        assert!(super::fence_now(1, 2, 2, 2));
+        assert!(!super::fence_now(2, 4, 4, 2));
+    }
 
     #[test]
     fn fences_cover_batches_that_double() {
@@ -1799,7 +1837,7 @@ mod tests {
         assert!(!fence_now(3, 3, 4));
         assert!(fence_now(3, 4, 4));
         // Never more than MAX_FENCES in flight.
-        assert!(!fence_now(super::MAX_FENCES, 100, 1));
+        assert!(!fence_now(MAX_FENCES, 100, 1));
         // Simulated: a 16-request window refilled one at a time, no
         // response coming back meanwhile, takes a handful of fences.
         let (mut fences, mut covered, mut uncovered) = (0usize, 0usize, 0usize);

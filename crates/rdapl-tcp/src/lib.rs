@@ -29,6 +29,10 @@
 //!   (the IA's `mpa_timeout_ms`, 5 s).
 //!   Peer-to-peer mode is always asked for, so the active side speaks
 //!   first (a zero-length RDMA Write) and either side may send at once.
+//!   The endpoint's `max_rdma_read_in` and `max_rdma_read_out` are the
+//!   IRD and ORD offered (at least 1 each: a fence is a read); the peer's
+//!   ORD may raise the IRD and its IRD lower the ORD (RFC 6581). Reads
+//!   posted beyond the ORD wait their turn.
 //! * **Data** ([`conn`]). Sends (solicited or not), RDMA Writes and RDMA
 //!   Reads, segmented at one TCP MSS per FPDU, CRC32c on by default
 //!   (`crc=0` turns it off unless the peer asks). Completions are in post

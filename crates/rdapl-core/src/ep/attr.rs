@@ -21,9 +21,11 @@ pub struct EpAttr {
     pub max_recv_iov: usize,
     /// Most scatter/gather entries per request.
     pub max_request_iov: usize,
-    /// Most RDMA reads in flight as target.
+    /// Most RDMA reads in flight as target (the IRD a network provider
+    /// offers its peer; at most the IA's `max_rdma_read_per_ep`).
     pub max_rdma_read_in: usize,
-    /// Most RDMA reads in flight as initiator.
+    /// Most RDMA reads in flight as initiator (the ORD; reads posted
+    /// beyond it wait their turn; at most the IA's `max_rdma_read_per_ep`).
     pub max_rdma_read_out: usize,
 }
 

@@ -59,6 +59,8 @@ impl Ep {
             || attr.max_request_dtos > ia_attr.max_dto_per_ep
             || attr.max_message_size > ia_attr.max_message_size
             || attr.max_rdma_size > ia_attr.max_rdma_size
+            || attr.max_rdma_read_in > ia_attr.max_rdma_read_per_ep
+            || attr.max_rdma_read_out > ia_attr.max_rdma_read_per_ep
         {
             return Err(Error::param(
                 6,

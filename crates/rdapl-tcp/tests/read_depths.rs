@@ -1,0 +1,183 @@
+//! An endpoint's `max_rdma_read_in` / `max_rdma_read_out` are the IRD and
+//! ORD it offers in MPA (RFC 6581), as a raw iWARP peer (the rdapl-iwarp
+//! engine over a plain socket) sees them from either side; the IA's
+//! `max_rdma_read_per_ep` bounds them; and a connection whose ORD is 1
+//! still completes a burst of Reads and placed Sends, one read at a time.
+
+mod common;
+
+use common::*;
+use rdapl::*;
+use rdapl_iwarp::{Config, Connection, Event as IwEvent, Role, VecMemory};
+use rdapl_tcp::Tcp;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+fn depths(ird: usize, ord: usize) -> EpAttr {
+    EpAttr {
+        max_rdma_read_in: ird,
+        max_rdma_read_out: ord,
+        ..EpAttr::default()
+    }
+}
+
+/// A raw engine on `sock`: sends what it has, reads until `done` says so
+/// of an event (bounded).
+fn drive(sock: &mut TcpStream, conn: &mut Connection, mut done: impl FnMut(&IwEvent) -> bool) {
+    let mem = VecMemory::default();
+    let mut mem_in = VecMemory::default();
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let end = Instant::now() + T;
+    loop {
+        let mut out = Vec::new();
+        while let Some(t) = conn.poll_transmit(&mem) {
+            assert!(t.write_to(&mem, &mut out));
+        }
+        sock.write_all(&out).unwrap();
+        while let Some(e) = conn.poll_event() {
+            if done(&e) {
+                return;
+            }
+        }
+        assert!(Instant::now() < end, "no such event from the raw peer");
+        let mut b = [0u8; 4096];
+        if let Ok(n) = sock.read(&mut b) {
+            assert!(n > 0, "the rdapl side closed");
+            conn.handle_input(0, &b[..n], &mut mem_in);
+        }
+    }
+}
+
+#[test]
+fn a_responders_depths_are_its_endpoints() {
+    let tcp = Tcp::new();
+    let s = Node::with_attr(ia(&tcp, "127.0.0.1", ""), 64, Some(depths(3, 2)));
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    let mut sock = TcpStream::connect(("127.0.0.1", q as u16)).unwrap();
+    // The raw initiator's ORD is below the server's IRD (nothing raises
+    // it) and its IRD above the server's ORD (nothing lowers that).
+    let cfg = Config {
+        peer_to_peer: true,
+        ird: 4,
+        ord: 1,
+        ..Config::default()
+    };
+    let mut conn = Connection::new(Role::Initiator, cfg, 0).unwrap();
+    conn.connect(0, b"raw").unwrap();
+    let mut out = Vec::new();
+    let mem = VecMemory::default();
+    while let Some(t) = conn.poll_transmit(&mem) {
+        assert!(t.write_to(&mem, &mut out));
+    }
+    sock.write_all(&out).unwrap();
+    next_cr(&s.ia, &s.cr).accept(&s.ep, b"").unwrap();
+    let mut got = None;
+    drive(&mut sock, &mut conn, |e| match e {
+        IwEvent::Established { params, .. } => {
+            got = Some((params.peer_ird, params.peer_ord));
+            true
+        }
+        _ => false,
+    });
+    assert_eq!(got, Some((Some(3), Some(2))));
+}
+
+#[test]
+fn an_initiators_depths_are_its_endpoints() {
+    let tcp = Tcp::new();
+    let c = Node::with_attr(ia(&tcp, "127.0.0.1", ""), 64, Some(depths(5, 2)));
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = u64::from(l.local_addr().unwrap().port());
+    c.ep.connect("127.0.0.1".parse().unwrap(), port, Some(T), b"")
+        .unwrap();
+    let (mut sock, _) = l.accept().unwrap();
+    let mut conn = Connection::new(Role::Responder, Config::default(), 0).unwrap();
+    let mut got = None;
+    drive(&mut sock, &mut conn, |e| match e {
+        IwEvent::ConnectRequest(r) => {
+            got = r.params.map(|p| (p.ird, p.ord));
+            true
+        }
+        _ => false,
+    });
+    assert_eq!(got, Some((5, 2)));
+}
+
+#[test]
+fn depths_beyond_the_ias_are_refused() {
+    let tcp = Tcp::new();
+    let ia = ia(&tcp, "127.0.0.1", "");
+    let most = ia.query().unwrap().0.max_rdma_read_per_ep;
+    let pz = ia.pz_create().unwrap();
+    let evd = ia
+        .evd_create(16, EvdFlags::DTO | EvdFlags::CONNECTION)
+        .unwrap();
+    for attr in [depths(most + 1, 1), depths(1, most + 1)] {
+        let e = ia
+            .ep_create(&pz, Some(&evd), Some(&evd), Some(&evd), Some(attr))
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidParameter { .. }), "{e:?}");
+    }
+    ia.ep_create(
+        &pz,
+        Some(&evd),
+        Some(&evd),
+        Some(&evd),
+        Some(depths(most, most)),
+    )
+    .unwrap();
+}
+
+/// ORD 1: Reads and placed Sends in a burst (each Send's fence is a read
+/// too) all complete, in order, with the right bytes.
+#[test]
+fn a_burst_through_an_ord_of_one() {
+    let tcp = Tcp::new();
+    let p = Pair::new(
+        Node::with_attr(ia(&tcp, "127.0.0.1", ""), 256, Some(depths(1, 1))),
+        Node::with_attr(ia(&tcp, "127.0.0.1", ""), 256, Some(depths(1, 1))),
+    );
+    p.connect();
+    let data = pattern(64 << 10, 7);
+    let src = p.s.lmr(data.clone());
+    let dst = p.c.buf(8 * (64 << 10));
+    let sbuf = p.s.buf(8 * 64);
+    let msg = p.c.lmr(pattern(64, 3));
+    for i in 0..8u64 {
+        p.s.recv(&sbuf, i * 64, 64, 100 + i);
+    }
+    for i in 0..8u64 {
+        p.c.ep
+            .post_rdma_read(
+                &[dst.triplet(i << 16, 64 << 10).unwrap()],
+                src.rmr_triplet(0, 64 << 10).unwrap(),
+                i,
+                D,
+            )
+            .unwrap();
+        p.c.send(&msg, 0, 64, 100 + i);
+    }
+    for i in 0..8u64 {
+        for op in [DtoOp::RdmaRead, DtoOp::Send] {
+            let d = next_dto(&p.c.req);
+            assert_eq!(
+                (d.operation, d.status, d.cookie),
+                (
+                    op,
+                    DtoStatus::Success,
+                    if op == DtoOp::Send { 100 + i } else { i }
+                )
+            );
+        }
+    }
+    for i in 0..8u64 {
+        let d = next_dto(&p.s.rcv);
+        assert_eq!((d.status, d.cookie), (DtoStatus::Success, 100 + i));
+    }
+    let got = dst.to_vec().unwrap();
+    for i in 0..8 {
+        assert_eq!(&got[i << 16..(i + 1) << 16], &data[..], "read {i}");
+    }
+}
