@@ -27,7 +27,8 @@
 //!   [`Completion::Sent`] there are no fences: a Send or Write succeeds
 //!   once the socket took its last byte (the output queue's position
 //!   passed it, so its memory is no longer read), and a Terminate breaks
-//!   the connection (what did not complete yet is `Flushed`).
+//!   the connection (what did not complete yet is `Flushed`). A peer whose
+//!   IRD is 0 takes no fence, so its connection completes that way too.
 //! * **A Send that finds no receive.** The receiver stops feeding (and
 //!   then reading) that socket at the first segment of a Send while no
 //!   receive is posted, so TCP flow control holds the sender back. A
@@ -230,6 +231,10 @@ pub(crate) struct Conn {
     hold_out: bool,
     /// Output held back for the consumer's answer (see `pump_polled`).
     pub out_held: bool,
+    /// What a Send or Write's completion means on this connection: the
+    /// IA's choice, or `Sent` where the peer takes no reads (a fence could
+    /// never go out).
+    complete: Completion,
     /// The provider's counters.
     pub stats: Arc<crate::progress::Stats>,
     /// The provider's shared state (a responder's requests answer through
@@ -277,6 +282,7 @@ impl Conn {
         role: Role,
         peer: (IpAddr, u64),
     ) -> Conn {
+        let complete = ia.complete;
         Conn {
             token,
             sock,
@@ -325,6 +331,7 @@ impl Conn {
             rx_drained: false,
             hold_out: false,
             out_held: false,
+            complete,
             stats: Arc::default(),
             shared: None,
         }
@@ -707,7 +714,7 @@ impl Conn {
         match self.out.write_to(&mut self.sock) {
             Ok(true) => {
                 self.work += 1;
-                if self.ia.complete == Completion::Sent {
+                if self.complete == Completion::Sent {
                     self.complete_written();
                 }
             }
@@ -1168,7 +1175,7 @@ impl Conn {
     /// that refills its window one completion at a time gets fences over
     /// batches that double, not one a request.
     fn maybe_fence(&mut self) {
-        if self.ia.complete == Completion::Sent || !self.fence_due {
+        if self.complete == Completion::Sent || !self.fence_due {
             return;
         }
         // Sends and Writes behind the newest read, and those before it
@@ -1355,7 +1362,7 @@ impl Conn {
         // On `sent`, Sends and Writes complete once written: one the
         // Terminate names may have succeeded already, and then no other
         // request is to blame.
-        let named = h.is_some() && self.ia.complete == Completion::Sent;
+        let named = h.is_some() && self.complete == Completion::Sent;
         // A Terminate that names no message (a peer's local error while it
         // placed one, sent as "local catastrophic" without a DDP header):
         // the peer handles requests in order, so the oldest one it has not
@@ -1535,6 +1542,12 @@ impl Conn {
                             cell.join_groups(&ep);
                         }
                         if let Some(n) = self.engine.as_ref().and_then(|e| e.negotiated()) {
+                            // A peer that takes no reads (IRD 0) cannot be
+                            // asked for proof of placement: Sends and
+                            // Writes complete once TCP has them.
+                            if n.ord == 0 {
+                                self.complete = Completion::Sent;
+                            }
                             if n.rtr == Some(Rtr::Send) {
                                 self.send_msn = 2;
                             }

@@ -1,8 +1,10 @@
 //! An endpoint's `max_rdma_read_in` / `max_rdma_read_out` are the IRD and
 //! ORD it offers in MPA (RFC 6581), as a raw iWARP peer (the rdapl-iwarp
 //! engine over a plain socket) sees them from either side; the IA's
-//! `max_rdma_read_per_ep` bounds them; and a connection whose ORD is 1
-//! still completes a burst of Reads and placed Sends, one read at a time.
+//! `max_rdma_read_per_ep` bounds them; a connection whose ORD is 1
+//! still completes a burst of Reads and placed Sends, one read at a time;
+//! and one whose peer takes no reads at all (IRD 0) completes its Sends
+//! once TCP has them, since no fence can ask for proof of placement.
 
 mod common;
 
@@ -22,20 +24,34 @@ fn depths(ird: usize, ord: usize) -> EpAttr {
     }
 }
 
+/// Sends what a raw engine has to send.
+fn flush(sock: &mut TcpStream, conn: &mut Connection) {
+    let mem = VecMemory::default();
+    let mut out = Vec::new();
+    while let Some(t) = conn.poll_transmit(&mem) {
+        assert!(t.write_to(&mem, &mut out));
+    }
+    sock.write_all(&out).unwrap();
+}
+
 /// A raw engine on `sock`: sends what it has, reads until `done` says so
 /// of an event (bounded).
-fn drive(sock: &mut TcpStream, conn: &mut Connection, mut done: impl FnMut(&IwEvent) -> bool) {
-    let mem = VecMemory::default();
-    let mut mem_in = VecMemory::default();
+fn drive(sock: &mut TcpStream, conn: &mut Connection, done: impl FnMut(&IwEvent) -> bool) {
+    drive_with(sock, conn, &mut VecMemory::default(), done)
+}
+
+/// [`drive`] with the raw side's memory (its posted receives).
+fn drive_with(
+    sock: &mut TcpStream,
+    conn: &mut Connection,
+    mem_in: &mut VecMemory,
+    mut done: impl FnMut(&IwEvent) -> bool,
+) {
     sock.set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
     let end = Instant::now() + T;
     loop {
-        let mut out = Vec::new();
-        while let Some(t) = conn.poll_transmit(&mem) {
-            assert!(t.write_to(&mem, &mut out));
-        }
-        sock.write_all(&out).unwrap();
+        flush(sock, conn);
         while let Some(e) = conn.poll_event() {
             if done(&e) {
                 return;
@@ -45,7 +61,7 @@ fn drive(sock: &mut TcpStream, conn: &mut Connection, mut done: impl FnMut(&IwEv
         let mut b = [0u8; 4096];
         if let Ok(n) = sock.read(&mut b) {
             assert!(n > 0, "the rdapl side closed");
-            conn.handle_input(0, &b[..n], &mut mem_in);
+            conn.handle_input(0, &b[..n], mem_in);
         }
     }
 }
@@ -66,12 +82,7 @@ fn a_responders_depths_are_its_endpoints() {
     };
     let mut conn = Connection::new(Role::Initiator, cfg, 0).unwrap();
     conn.connect(0, b"raw").unwrap();
-    let mut out = Vec::new();
-    let mem = VecMemory::default();
-    while let Some(t) = conn.poll_transmit(&mem) {
-        assert!(t.write_to(&mem, &mut out));
-    }
-    sock.write_all(&out).unwrap();
+    flush(&mut sock, &mut conn);
     next_cr(&s.ia, &s.cr).accept(&s.ep, b"").unwrap();
     let mut got = None;
     drive(&mut sock, &mut conn, |e| match e {
@@ -180,4 +191,48 @@ fn a_burst_through_an_ord_of_one() {
     for i in 0..8 {
         assert_eq!(&got[i << 16..(i + 1) << 16], &data[..], "read {i}");
     }
+}
+
+/// A peer whose IRD is 0 takes no fence: a placed Send to it used to wait
+/// for ever (the fence, a read beyond an ORD of 0, held the queue); it now
+/// completes once sent, and the peer gets it.
+#[test]
+fn sends_to_a_peer_that_takes_no_reads_complete() {
+    let tcp = Tcp::new();
+    let s = Node::with_attr(ia(&tcp, "127.0.0.1", ""), 64, None);
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    let mut sock = TcpStream::connect(("127.0.0.1", q as u16)).unwrap();
+    let cfg = Config {
+        peer_to_peer: true,
+        ird: 0,
+        ord: 1,
+        ..Config::default()
+    };
+    let mut conn = Connection::new(Role::Initiator, cfg, 0).unwrap();
+    conn.connect(0, b"raw").unwrap();
+    let mut mem = VecMemory::default();
+    mem.recvs.insert(1, vec![0; 64]);
+    flush(&mut sock, &mut conn);
+    next_cr(&s.ia, &s.cr).accept(&s.ep, b"").unwrap();
+    drive_with(&mut sock, &mut conn, &mut mem, |e| {
+        matches!(e, IwEvent::Established { .. })
+    });
+    conn.post_recv(1, 64).unwrap();
+    flush(&mut sock, &mut conn); // the RTR
+    assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+    let data = pattern(64, 9);
+    let src = s.lmr(data.clone());
+    s.send(&src, 0, 64, 5);
+    let mut got = None;
+    drive_with(&mut sock, &mut conn, &mut mem, |e| match e {
+        IwEvent::RecvComplete { wr_id, len, .. } => {
+            got = Some((*wr_id, *len));
+            true
+        }
+        _ => false,
+    });
+    assert_eq!(got, Some((1, 64)));
+    assert_eq!(mem.recvs[&1], data);
+    let d = next_dto(&s.req);
+    assert_eq!((d.status, d.cookie), (DtoStatus::Success, 5));
 }
