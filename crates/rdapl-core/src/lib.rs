@@ -116,7 +116,7 @@ pub use event::{
 #[cfg(not(rdapl_loom))]
 pub use poller::{Poller, PollerConfig, PollerEntry};
 pub use {
-    ep::{CompletionFlags, Ep, EpAttr, EpParam, EpState},
+    ep::{Batch, CompletionFlags, Ep, EpAttr, EpParam, EpState},
     ep_builder::EpBuilder,
     ia::{CloseFlags, Ia, IaAttr, IaOptions, ProviderAttr},
     mem::{LmrTriplet, MemPriv, Region, RmrTriplet},

@@ -1109,3 +1109,87 @@ fn receive_queue_limit_count_and_flush_order_span_both_ends() {
     flushed(&p.s.rcv, &[20, 21, 22, 23]);
     assert_eq!(outstanding(), 0);
 }
+
+/// A batch (`Ep::post_batch`) queues in post order, as separate posts
+/// would: Sends, RDMA Writes and Reads complete in that order with their
+/// data; a post the batch refuses (here: longer than the endpoint's
+/// messages) changes nothing before it, and what was queued goes out when the batch ends,
+/// also when its closure fails or panics.
+#[case]
+fn a_batch_posts_in_order_and_a_refusal_keeps_what_came_before() {
+    let attr = EpAttr {
+        max_message_size: 256,
+        ..EpAttr::default()
+    };
+    let p = pair_with("127.0.23.41", "127.0.23.42", 4100, Some(attr), 256, 256);
+    let rbuf = p.s.lmr(vec![0; 4 * 64]);
+    for i in 0..4u64 {
+        p.s.recv(&rbuf, i * 64, 64, 100 + i);
+    }
+    let src = p.c.lmr(pattern(4 * 64, 5));
+    let area = p.s.lmr(vec![0; 64]);
+    let back = p.c.lmr(vec![0; 64]);
+    let t = |i: u64| src.triplet(i * 64, 64).unwrap();
+    p.c.ep
+        .post_batch(|b| {
+            b.post_send(&[t(0)], 0, D)?;
+            b.post_rdma_write(&[t(1)], area.rmr_triplet(0, 64).unwrap(), 1, D)?;
+            b.post_rdma_read(
+                &[back.triplet(0, 64).unwrap()],
+                area.rmr_triplet(0, 64).unwrap(),
+                2,
+                D,
+            )?;
+            b.post_send(&[t(2)], 3, D)?;
+            assert_eq!(b.len(), 4);
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    // The server's side first: the batch went out without the client's
+    // EVDs being looked at (whose progress could have sent it).
+    for (k, i) in [(0u64, 0u64), (1, 2)] {
+        let d = next_dto(&p.s.rcv);
+        assert_eq!((d.cookie, d.status), (100 + k, DtoStatus::Success));
+        assert_eq!(
+            rbuf.to_vec().unwrap()[(k * 64) as usize..(k * 64 + 64) as usize],
+            pattern(4 * 64, 5)[(i * 64) as usize..(i * 64 + 64) as usize]
+        );
+    }
+    let ops = [DtoOp::Send, DtoOp::RdmaWrite, DtoOp::RdmaRead, DtoOp::Send];
+    for (i, op) in ops.into_iter().enumerate() {
+        let d = next_dto(&p.c.req);
+        assert_eq!(
+            (d.cookie, d.operation, d.status),
+            (i as u64, op, DtoStatus::Success)
+        );
+    }
+    // The read saw the write before it.
+    assert_eq!(back.to_vec().unwrap(), pattern(4 * 64, 5)[64..128]);
+    // Two writes, then a send longer than the endpoint's messages: the
+    // send is refused, the writes before it complete.
+    let long = p.c.lmr(vec![7; 512]);
+    let r = p.c.ep.post_batch(|b| {
+        for i in 0..2u64 {
+            b.post_rdma_write(&[t(3)], area.rmr_triplet(0, 64).unwrap(), 10 + i, D)?;
+        }
+        b.post_send(&[long.triplet(0, 512).unwrap()], 12, D)
+    });
+    assert!(matches!(r, Err(Error::Length(_))), "{r:?}");
+    for i in 0..2u64 {
+        let d = next_dto(&p.c.req);
+        assert_eq!((d.cookie, d.status), (10 + i, DtoStatus::Success));
+    }
+    // A closure that panics after a post: the post still goes out.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        p.c.ep.post_batch(|b| {
+            b.post_send(&[t(3)], 20, D).unwrap();
+            panic!("the consumer's bug");
+        })
+    }));
+    assert!(panicked.is_err());
+    let d = next_dto(&p.s.rcv);
+    assert_eq!((d.cookie, d.status), (102, DtoStatus::Success));
+    let d = next_dto(&p.c.req);
+    assert_eq!((d.cookie, d.status), (20, DtoStatus::Success));
+    empty(&p.c.req);
+}

@@ -16,6 +16,7 @@
 //!   (for suppressed/unsignalled successes) silently released.
 
 mod attr;
+mod batch;
 mod cm;
 mod complete;
 mod lifecycle;
@@ -24,6 +25,7 @@ mod queue;
 mod wr;
 
 pub use attr::{CompletionFlags, EpAttr, EpState};
+pub use batch::Batch;
 pub use queue::{EpCore, PostedRecvs, RecvQueue};
 pub use wr::{LocalOp, NewWr, RecvIov, RecvWr, Request, Wr, WrOp};
 

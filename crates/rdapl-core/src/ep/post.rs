@@ -68,7 +68,7 @@ impl Ep {
         let mut buf = Some(buf);
         match self
             .inner
-            .post_with(WrOp::Send, &[], (&mut buf, len), cookie, flags, |_| Ok(()))
+            .post_with::<false>(WrOp::Send, &[], (&mut buf, len), cookie, flags, |_| Ok(()))
         {
             Ok(()) => Ok(()),
             Err(error) => Err(BufRefused {
@@ -197,7 +197,7 @@ impl Ep {
         // Rotate the key once the request is sure to be queued (a refused
         // bind leaves the window as it was): the old context is dead from
         // here on; the new one is unbound until the work request executes.
-        inner.post_with(op, &[], (&mut None, 0), cookie, flags, |op| {
+        inner.post_with::<false>(op, &[], (&mut None, 0), cookie, flags, |op| {
             // The new key is unbound; the old binding is released (the LMR
             // it was bound to no longer counts it) under the table's lock,
             // also when the window has no key left: then the window is
@@ -251,7 +251,7 @@ impl Ep {
             new_ctx: 0,
         }));
         let mut new_ctx = 0;
-        inner.post_with(op, &[], (&mut None, 0), cookie, flags, |op| {
+        inner.post_with::<false>(op, &[], (&mut None, 0), cookie, flags, |op| {
             let ctx = self.fmr_rekey(lmr, old)?;
             op.set_new_ctx(ctx);
             new_ctx = ctx;
@@ -284,7 +284,7 @@ impl Ep {
         }));
         let mut new_ctx = 0;
         self.inner
-            .post_with(op, &[], (&mut None, 0), cookie, flags, |op| {
+            .post_with::<false>(op, &[], (&mut None, 0), cookie, flags, |op| {
                 // Reserve the next key now (it is returned), apply it when the
                 // request executes: requests queued before the invalidate (a
                 // map, a transfer) still see the current key.
@@ -331,7 +331,19 @@ impl EpInner {
         cookie: u64,
         flags: CompletionFlags,
     ) -> Result<()> {
-        self.post_with(op, iov, (&mut None, 0), cookie, flags, |_| Ok(()))
+        self.post_with::<false>(op, iov, (&mut None, 0), cookie, flags, |_| Ok(()))
+    }
+
+    /// [`EpInner::post`] of a request with more to follow in its batch
+    /// (`Ep::post_batch`): the provider may hold it until the batch ends.
+    pub(super) fn post_more(
+        self: &Arc<Self>,
+        op: WrOp,
+        iov: &[LmrTriplet],
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<()> {
+        self.post_with::<true>(op, iov, (&mut None, 0), cookie, flags, |_| Ok(()))
     }
 
     /// The checks of a post of an owned buffer (`len` bytes of it, for a
@@ -473,10 +485,12 @@ impl EpInner {
     /// endpoint's lock once every check passed and the completion's slot is
     /// reserved: its side effects happen only if the request is queued (if
     /// it fails, the reservation is returned and nothing is queued).
+    /// `MORE`: a request of a batch with more to follow (the provider's
+    /// `submit_more`).
     /// (Receives go through [`EpInner::post_recv`].) Inlined into each
     /// `Ep::post_*`: the operation is a constant there, and its checks fold.
     #[inline(always)]
-    fn post_with(
+    fn post_with<const MORE: bool>(
         self: &Arc<Self>,
         mut op: WrOp,
         iov: &[LmrTriplet],
@@ -533,7 +547,11 @@ impl EpInner {
         self.requests.fetch_add(1, Ordering::Relaxed);
         // The transport executes or queues it and goes on under the same
         // lock.
-        self.ops.submit(self, c, wr);
+        if MORE {
+            self.ops.submit_more(self, c, wr);
+        } else {
+            self.ops.submit(self, c, wr);
+        }
         Ok(())
     }
 }

@@ -418,11 +418,29 @@ impl EpOps for FaultEp {
         self.inner.kick(ep, recv)
     }
     fn submit(&self, ep: &Arc<EpInner>, core: EpLock<'_>, wr: NewWr<'_>) {
+        self.submit_as(ep, core, wr, false);
+    }
+    fn submit_more(&self, ep: &Arc<EpInner>, core: EpLock<'_>, wr: NewWr<'_>) {
+        self.submit_as(ep, core, wr, true);
+    }
+}
+
+impl FaultEp {
+    /// A request, failed or held if a fault says so, else the wrapped
+    /// provider's (`more`: a batch's request with more to follow).
+    fn submit_as(&self, ep: &Arc<EpInner>, core: EpLock<'_>, wr: NewWr<'_>, more: bool) {
+        let pass = |core, wr| {
+            if more {
+                self.inner.submit_more(ep, core, wr)
+            } else {
+                self.inner.submit(ep, core, wr)
+            }
+        };
         // (Lock order: the endpoint, then the faults.)
         let mut st = self.faults.st.lock();
         let Some(f) = st.eps.get_mut(&ep.handle()) else {
             drop(st);
-            return self.inner.submit(ep, core, wr);
+            return pass(core, wr);
         };
         if let Some(status) = f.fail_next.take() {
             drop(st);
@@ -432,7 +450,7 @@ impl EpOps for FaultEp {
         }
         if f.delay.is_none() && f.held.is_empty() {
             drop(st);
-            return self.inner.submit(ep, core, wr);
+            return pass(core, wr);
         }
         let due = match f.delay {
             Some(d) => Instant::now().checked_add(d),

@@ -129,6 +129,14 @@ pub trait EpOps: Send + Sync + 'static {
         drop(core);
         self.kick(ep, false);
     }
+    /// [`EpOps::submit`] of a request of a batch ([`crate::Ep::post_batch`])
+    /// that more requests follow: the provider may queue it and act only
+    /// at the batch's end, which calls [`EpOps::kick`] (`recv == false`),
+    /// so that the batch goes out together (verbs' list of work requests,
+    /// libfabric's `FI_MORE`). The default submits it at once.
+    fn submit_more(&self, ep: &Arc<EpInner>, core: EpLock<'_>, wr: NewWr<'_>) {
+        self.submit(ep, core, wr);
+    }
 }
 
 /// One listening service point's operations (what

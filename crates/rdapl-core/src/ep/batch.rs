@@ -1,0 +1,111 @@
+//! Posting several requests as one: [`Ep::post_batch`].
+//!
+//! Each request of a batch is checked and reserved exactly as its own
+//! `Ep::post_*` call would be, and is refused or queued on its own; only
+//! the provider's part is shared: it hears of the batch once, after the
+//! last request, so a network provider can send the batch together (for
+//! small messages, one system call and one TCP segment instead of one
+//! each). This is what verbs' list of work requests and libfabric's
+//! `FI_MORE` give; DAT's C API has no such call.
+//!
+//! Guarantees: the requests are queued in the order posted, as separate
+//! posts would be; whatever was queued is handed on when the batch ends,
+//! also when the closure returns early, fails or panics.
+
+use super::{Ep, WrOp};
+use crate::CompletionFlags;
+use crate::error::Result;
+use crate::mem::{LmrTriplet, RmrTriplet};
+use std::cell::Cell;
+
+/// The requests of one [`Ep::post_batch`].
+pub struct Batch<'a> {
+    ep: &'a Ep,
+    queued: Cell<usize>,
+}
+
+impl Batch<'_> {
+    fn post(
+        &self,
+        op: WrOp,
+        iov: &[LmrTriplet],
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<()> {
+        self.ep.inner.post_more(op, iov, cookie, flags)?;
+        self.queued.set(self.queued.get() + 1);
+        Ok(())
+    }
+
+    /// [`Ep::post_send`] within the batch.
+    pub fn post_send(&self, iov: &[LmrTriplet], cookie: u64, flags: CompletionFlags) -> Result<()> {
+        self.post(WrOp::Send, iov, cookie, flags)
+    }
+
+    /// [`Ep::post_rdma_write`] within the batch.
+    pub fn post_rdma_write(
+        &self,
+        iov: &[LmrTriplet],
+        remote: RmrTriplet,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<()> {
+        self.post(WrOp::RdmaWrite(remote), iov, cookie, flags)
+    }
+
+    /// [`Ep::post_rdma_read`] within the batch.
+    pub fn post_rdma_read(
+        &self,
+        iov: &[LmrTriplet],
+        remote: RmrTriplet,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<()> {
+        self.post(WrOp::RdmaRead(remote), iov, cookie, flags)
+    }
+
+    /// Requests queued so far.
+    pub fn len(&self) -> usize {
+        self.queued.get()
+    }
+
+    /// True if nothing was queued yet.
+    pub fn is_empty(&self) -> bool {
+        self.queued.get() == 0
+    }
+}
+
+impl Drop for Batch<'_> {
+    /// The batch's end: the provider acts on what was queued.
+    fn drop(&mut self) {
+        if self.queued.get() > 0 {
+            self.ep.inner.ops.kick(&self.ep.inner, false);
+        }
+    }
+}
+
+impl Ep {
+    /// Posts the requests `f` makes as one batch (see the module docs of
+    /// `ep::batch`): each is checked and refused as its own post would be,
+    /// and the provider hears of them once, after `f` returns, so that a
+    /// network provider sends them together.
+    ///
+    /// ```
+    /// # use rdapl::*;
+    /// # fn run(ep: &Ep, lmr: &Lmr) -> Result<()> {
+    /// ep.post_batch(|b| {
+    ///     for i in 0..4u64 {
+    ///         b.post_send(&[lmr.triplet(i * 64, 64)?], i, CompletionFlags::DEFAULT)?;
+    ///     }
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    pub fn post_batch<R>(&self, f: impl FnOnce(&Batch<'_>) -> R) -> R {
+        let b = Batch {
+            ep: self,
+            queued: Cell::new(0),
+        };
+        f(&b)
+    }
+}
