@@ -711,7 +711,12 @@ impl Conn {
         if self.hold_out {
             return;
         }
-        match self.out.write_to(&mut self.sock) {
+        let before = self.out.writes;
+        let r = self.out.write_to(&mut self.sock);
+        self.stats
+            .socket_writes
+            .fetch_add(self.out.writes - before, Ordering::Relaxed);
+        match r {
             Ok(true) => {
                 self.work += 1;
                 if self.complete == Completion::Sent {
@@ -1450,6 +1455,11 @@ impl Conn {
                         let end = start + *len as usize;
                         let ok = match self.mem.staged.get(wr_id) {
                             Some(Staged::Copied(d)) => self.out.push_shared(d, start, end),
+                            // A small message: copied, so that messages
+                            // posted together share a write.
+                            Some(Staged::Held(g)) if g.len() <= crate::outq::COPY_MESSAGE_MAX => {
+                                self.out.push_copied(g, start, end)
+                            }
                             Some(Staged::Held(g)) => {
                                 self.count_held(end - start);
                                 self.out.push_held(g, start, end)

@@ -81,7 +81,11 @@
 //!   registered regions (vectored, with the FPDU headers and CRCs; the
 //!   regions read under their read locks for each system call, see
 //!   [`rdapl::provider::Gather`]); only requests posted with an owned
-//!   [`rdapl::Buf`] are gathered into a staging buffer first. Once a large
+//!   [`rdapl::Buf`] are gathered into a staging buffer first, and Sends and
+//!   Writes of at most 8 KiB are copied into the output queue (a system
+//!   call writes one list of registered memory, so small messages posted
+//!   together, [`rdapl::Ep::post_batch`], share one only when copied; the
+//!   copy costs less than the call). Once a large
 //!   FPDU's header is in, the rest of its payload is read from the socket
 //!   straight into the receive or the tagged region (the core lends that
 //!   memory: `EpInner::lend_recv` and friends); headers and small FPDUs go
@@ -144,8 +148,8 @@ use progress::{Cmd, Listener, Shared};
 use rdapl::error::Subtype;
 use rdapl::event::{PzHandle, SrqHandle};
 use rdapl::provider::{
-    CrInner, CrOps, CrState, EpInfo, EpInner, EpOps, ListenerOps, Provider, SpInner, SrqOps,
-    Transport,
+    CrInner, CrOps, CrState, EpInfo, EpInner, EpLock, EpOps, ListenerOps, NewWr, Provider, SpInner,
+    SrqOps, Transport,
 };
 use rdapl::{Error, IaAttr, ProviderAttr, Result};
 use std::net::{IpAddr, SocketAddr};
@@ -279,6 +283,16 @@ impl Tcp {
         self.core.lock().as_ref().map_or(0, |c| {
             c.sh.stats
                 .sent_direct
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
+    /// System calls its connections made to write to their sockets (a
+    /// diagnostic: Sends posted together, `Ep::post_batch`, share them).
+    pub fn socket_writes(&self) -> u64 {
+        self.core.lock().as_ref().map_or(0, |c| {
+            c.sh.stats
+                .socket_writes
                 .load(std::sync::atomic::Ordering::Relaxed)
         })
     }
@@ -476,6 +490,12 @@ impl EpOps for TcpEp {
         // Closing the socket withdraws the request: the passive side sees
         // the stream end before any reply and cancels its request.
         self.sh().send(Cmd::Disconnect { ep: ep.clone() });
+    }
+
+    /// A request of a batch with more to follow: queued only; the batch's
+    /// end kicks, and the pump then frames and writes them all at once.
+    fn submit_more(&self, _ep: &Arc<EpInner>, mut core: EpLock<'_>, wr: NewWr<'_>) {
+        core.push_send(wr.queued());
     }
 
     fn kick(&self, ep: &Arc<EpInner>, recv: bool) {

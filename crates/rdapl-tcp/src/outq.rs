@@ -44,6 +44,13 @@ impl Sink for TcpStream {
 /// link; only small messages and a message's short tail are copied.
 pub(crate) const SHARE_MIN: usize = 256;
 
+/// The largest Send or RDMA Write whose payload is copied into the queue
+/// whole rather than queued by reference: writes take one list of
+/// registered memory at a time, so small messages by reference would cost
+/// a system call each, while copied ones posted together (a batch) share
+/// one. Copying a message this size costs less than a system call.
+pub(crate) const COPY_MESSAGE_MAX: usize = 8 << 10;
+
 /// Most slices one vectored write takes.
 const MAX_IOV: usize = 64;
 
@@ -81,6 +88,8 @@ pub(crate) struct OutQueue {
     len: usize,
     /// Bytes written since the queue was made.
     written: u64,
+    /// System calls that wrote (some of) them.
+    pub writes: u64,
     /// A written byte segment kept for reuse.
     spare: Vec<u8>,
     /// Shared payload buffers written and no longer referenced elsewhere.
@@ -172,6 +181,16 @@ impl OutQueue {
             self.segs.push_back(Seg::Held(g.clone(), start, end));
             return true;
         }
+        self.push_copied(g, start, end)
+    }
+
+    /// Queues a copy of bytes `start..end` of registered memory. False
+    /// (nothing queued) if the range is not inside `g` or its memory is
+    /// gone.
+    pub fn push_copied(&mut self, g: &Arc<Gather>, start: usize, end: usize) -> bool {
+        if start > end || end > g.len() {
+            return false;
+        }
         let Some(l) = g.lock() else {
             return false;
         };
@@ -236,7 +255,10 @@ impl OutQueue {
                 }
                 match w.send(&iov[..k]) {
                     Ok(0) => return Ok(moved),
-                    Ok(n) => n,
+                    Ok(n) => {
+                        self.writes += 1;
+                        n
+                    }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(moved),
                     Err(e) => return Err(e),

@@ -470,6 +470,8 @@ pub(crate) struct Stats {
     /// Payload bytes queued for a socket by reference to registered
     /// memory (written from it, no staging copy).
     pub sent_direct: AtomicU64,
+    /// System calls that wrote to a connection's socket.
+    pub socket_writes: AtomicU64,
     /// Consumers' passes over a group (an EVD's connections).
     pub passes: AtomicU64,
     /// Connections a pass pumped.

@@ -1,0 +1,72 @@
+//! Requests posted together (`Ep::post_batch`) leave in one socket write:
+//! eight 4 KiB Sends (copied into the output queue, being small) and
+//! sixteen 64-byte ones take one system call (two for the larger, should
+//! the socket's buffer take only part) where separate posts take about
+//! one each, and every byte arrives.
+
+mod common;
+
+use common::*;
+use rdapl::*;
+use rdapl_tcp::Tcp;
+
+#[test]
+fn a_batch_of_small_sends_is_one_socket_write() {
+    // A provider instance per side: the client's writes counted alone.
+    let (tc, ts) = (Tcp::new(), Tcp::new());
+    let p = Pair::new(
+        Node::new(&tc, "127.0.14.1", ""),
+        Node::new(&ts, "127.0.14.2", ""),
+    );
+    p.connect();
+    for (len, n, most, seed) in [(4096usize, 8usize, 2u64, 1u8), (64, 16, 1, 2)] {
+        let rbuf = p.s.buf(n * len);
+        for i in 0..n {
+            p.s.recv(&rbuf, (i * len) as u64, len as u64, i as u64);
+        }
+        let data = pattern(n * len, seed);
+        let src = p.c.lmr(data.clone());
+        // Separate posts: a write each (at least most of them).
+        let before = tc.socket_writes();
+        for i in 0..n {
+            p.c.send(&src, (i * len) as u64, len as u64, i as u64);
+        }
+        let single = tc.socket_writes() - before;
+        for _ in 0..n {
+            assert_eq!(next_dto(&p.s.rcv).status, DtoStatus::Success);
+        }
+        for _ in 0..n {
+            assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+        }
+        for i in 0..n {
+            p.s.recv(&rbuf, (i * len) as u64, len as u64, i as u64);
+        }
+        rbuf.write_at(0, &vec![0; n * len]).unwrap();
+        // One batch: one write for all (the fence behind them included).
+        let before = tc.socket_writes();
+        p.c.ep
+            .post_batch(|b| {
+                for i in 0..n {
+                    let t = src.triplet((i * len) as u64, len as u64)?;
+                    b.post_send(&[t], i as u64, D)?;
+                }
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+        let batched = tc.socket_writes() - before;
+        assert!(
+            single > most + 1,
+            "{len} B: separate posts took {single} writes"
+        );
+        assert!(batched <= most, "{len} B: a batch took {batched} writes");
+        for i in 0..n {
+            let d = next_dto(&p.s.rcv);
+            assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
+        }
+        for i in 0..n {
+            let d = next_dto(&p.c.req);
+            assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
+        }
+        assert!(rbuf.to_vec().unwrap() == data, "{len} B: bytes differ");
+    }
+}
