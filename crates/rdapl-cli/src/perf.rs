@@ -14,6 +14,10 @@
 //! window of in flight, and answers with one 8-byte acknowledgement. Every
 //! message's length is checked, and the first and last bytes of each.
 //!
+//! `bw` keeps its window full in batches: it posts what one look at the
+//! EVD freed (the completion it waited for and those already queued) as
+//! one [`rdapl::Ep::post_batch`], which a network provider sends together.
+//!
 //! Each side cycles through its message buffers: by default one per
 //! message in flight (`window` sends) and per receive posted (`window + 1`).
 //! `buffers` makes them fewer, reused the way qperf and perftest reuse their
@@ -681,16 +685,32 @@ impl Side {
         Ok(())
     }
 
+    /// Takes the events already queued (a look that waits for nothing),
+    /// each checked by `f`: how many.
+    fn more_done(&self, mut f: impl FnMut(Event) -> Result<(), String>) -> Result<usize, String> {
+        let mut n = 0;
+        while let Some(ev) = self.evd.dequeue().map_err(|e| e.to_string())? {
+            f(ev)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// The next RDMA completion of a phase of `c`: its cookie (the
     /// message's number). A Read that landed in a buffer of its own
     /// (`checked`) is checked against the server's stamp of its piece.
     fn rdma_done(&self, c: &Control, checked: bool) -> Result<u64, String> {
+        self.rdma_check(self.next()?, c, checked)
+    }
+
+    /// [`Side::rdma_done`] of an event already taken.
+    fn rdma_check(&self, ev: Event, c: &Control, checked: bool) -> Result<u64, String> {
         let want = if c.op == Op::Read {
             DtoOp::RdmaRead
         } else {
             DtoOp::RdmaWrite
         };
-        match self.next()? {
+        match ev {
             Event::Dto(d) if d.operation == want && d.status == DtoStatus::Success => {
                 if d.transferred_length != c.size as u64 {
                     return Err(format!(
@@ -1062,17 +1082,38 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
                 o.iters
             }
             (Test::Bw, _, _) => {
-                let mut in_flight = 0;
-                for seq in 0..o.iters {
+                // The window refilled with what one look at the EVD freed,
+                // posted as one batch (`Ep::post_batch`).
+                let (mut in_flight, mut seq) = (0, 0);
+                while seq < o.iters {
                     if in_flight == c.window {
                         c.sends_done(1)?;
-                        in_flight -= 1;
+                        in_flight -= 1 + c.more_done(|ev| match ev {
+                            Event::Dto(d)
+                                if d.operation == DtoOp::Send && d.status == DtoStatus::Success =>
+                            {
+                                Ok(())
+                            }
+                            other => Err(format!("expected a send completion, got {other:?}")),
+                        })?;
                     }
-                    if stamped {
-                        c.stamp(seq, size, seq as u64)?;
-                    }
-                    c.post_send(seq, size, seq as u64)?;
-                    in_flight += 1;
+                    let n = (c.window - in_flight).min(o.iters - seq);
+                    c.ep.post_batch(|b| {
+                        for seq in seq..seq + n {
+                            if stamped {
+                                c.stamp(seq, size, seq as u64)?;
+                            }
+                            let t = c
+                                .send
+                                .triplet(c.send_off(seq) as u64, size as u64)
+                                .map_err(|e| e.to_string())?;
+                            b.post_send(&[t], seq as u64, CompletionFlags::DEFAULT)
+                                .map_err(|e| format!("posting a send: {e}"))?;
+                        }
+                        Ok::<_, String>(())
+                    })?;
+                    in_flight += n;
+                    seq += n;
                 }
                 // The last sends' completions and the server's
                 // acknowledgement, in either order (a provider may complete
@@ -1128,32 +1169,41 @@ fn rdma_phase(c: &Side, ctl: &Control, t: RmrTriplet, window: usize) -> Result<(
     let size = ctl.size;
     // A Read is checked where it has a buffer of its own until it is read.
     let checked = ctl.op == Op::Read && c.send_slots >= window;
-    let mut in_flight = 0;
-    for seq in 0..ctl.count {
+    // The window refilled with what one look at the EVD freed, posted as
+    // one batch, as `bw` does with Sends.
+    let (mut in_flight, mut seq) = (0, 0);
+    while seq < ctl.count {
         if in_flight == window {
             c.rdma_done(ctl, checked)?;
-            in_flight -= 1;
+            in_flight -= 1 + c.more_done(|ev| c.rdma_check(ev, ctl, checked).map(|_| ()))?;
         }
-        let local = c
-            .send
-            .triplet(c.send_off(seq) as u64, size as u64)
-            .map_err(|e| e.to_string())?;
-        let remote = RmrTriplet {
-            target_address: t.target_address + ((seq % ctl.slots) * size) as u64,
-            segment_length: size as u64,
-            ..t
-        };
-        let cookie = seq as u64;
-        let posted = if ctl.op == Op::Write {
-            if ctl.stamped {
-                c.stamp(seq, size, cookie)?;
+        let n = (window - in_flight).min(ctl.count - seq);
+        c.ep.post_batch(|b| {
+            for seq in seq..seq + n {
+                let local = c
+                    .send
+                    .triplet(c.send_off(seq) as u64, size as u64)
+                    .map_err(|e| e.to_string())?;
+                let remote = RmrTriplet {
+                    target_address: t.target_address + ((seq % ctl.slots) * size) as u64,
+                    segment_length: size as u64,
+                    ..t
+                };
+                let cookie = seq as u64;
+                let posted = if ctl.op == Op::Write {
+                    if ctl.stamped {
+                        c.stamp(seq, size, cookie)?;
+                    }
+                    b.post_rdma_write(&[local], remote, cookie, CompletionFlags::DEFAULT)
+                } else {
+                    b.post_rdma_read(&[local], remote, cookie, CompletionFlags::DEFAULT)
+                };
+                posted.map_err(|e| format!("posting RDMA operation {seq}: {e}"))?;
             }
-            c.ep.post_rdma_write(&[local], remote, cookie, CompletionFlags::DEFAULT)
-        } else {
-            c.ep.post_rdma_read(&[local], remote, cookie, CompletionFlags::DEFAULT)
-        };
-        posted.map_err(|e| format!("posting RDMA operation {seq}: {e}"))?;
-        in_flight += 1;
+            Ok::<_, String>(())
+        })?;
+        in_flight += n;
+        seq += n;
     }
     for _ in 0..in_flight {
         c.rdma_done(ctl, checked)?;
