@@ -32,7 +32,9 @@ impl Batch<'_> {
         cookie: u64,
         flags: CompletionFlags,
     ) -> Result<()> {
-        self.ep.inner.post_more(op, iov, cookie, flags)?;
+        self.ep
+            .inner
+            .post_with::<true>(op, iov, (&mut None, 0), cookie, flags, |_| Ok(()))?;
         self.queued.set(self.queued.get() + 1);
         Ok(())
     }

@@ -334,18 +334,6 @@ impl EpInner {
         self.post_with::<false>(op, iov, (&mut None, 0), cookie, flags, |_| Ok(()))
     }
 
-    /// [`EpInner::post`] of a request with more to follow in its batch
-    /// (`Ep::post_batch`): the provider may hold it until the batch ends.
-    pub(super) fn post_more(
-        self: &Arc<Self>,
-        op: WrOp,
-        iov: &[LmrTriplet],
-        cookie: u64,
-        flags: CompletionFlags,
-    ) -> Result<()> {
-        self.post_with::<true>(op, iov, (&mut None, 0), cookie, flags, |_| Ok(()))
-    }
-
     /// The checks of a post of an owned buffer (`len` bytes of it, for a
     /// send): of this endpoint's zone, not too long, and with a completion
     /// that is always delivered (the buffer comes back only with it).
@@ -490,7 +478,7 @@ impl EpInner {
     /// (Receives go through [`EpInner::post_recv`].) Inlined into each
     /// `Ep::post_*`: the operation is a constant there, and its checks fold.
     #[inline(always)]
-    fn post_with<const MORE: bool>(
+    pub(super) fn post_with<const MORE: bool>(
         self: &Arc<Self>,
         mut op: WrOp,
         iov: &[LmrTriplet],
