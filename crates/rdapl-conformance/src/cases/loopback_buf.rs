@@ -374,3 +374,46 @@ fn owned_sends_into_a_shared_receive_queue() {
     assert_eq!(&b[..8], b"too-long");
     assert_eq!(&rb.to_vec().unwrap()[32..36], &[0u8; 4]);
 }
+
+/// Owned-buffer sends in a batch (`Ep::post_batch`): they arrive in order,
+/// each completion hands its buffer back, and one the batch refuses (too
+/// long for its buffer) comes back with the error while those before it
+/// still go out.
+#[case]
+fn a_batch_of_owned_buffers_goes_out_and_comes_back() {
+    let (s, c, _psp) = pair("127.0.30.41", "127.0.30.42", 5140);
+    for k in 0..8u64 {
+        let b = s.pz.buf_create(64).unwrap();
+        s.ep.post_recv_buf(b, 100 + k, CompletionFlags::DEFAULT)
+            .unwrap();
+    }
+    let refused = c.ep.post_batch(|b| {
+        for i in 0..8u64 {
+            let mut buf = c.pz.buf_create(64).unwrap();
+            buf[..8].copy_from_slice(&i.to_le_bytes());
+            b.post_send_buf(buf, 8, i, CompletionFlags::DEFAULT)
+                .unwrap();
+        }
+        assert_eq!(b.len(), 8);
+        // Longer than its buffer: refused, the buffer handed back.
+        let small = c.pz.buf_create(16).unwrap();
+        b.post_send_buf(small, 17, 9, CompletionFlags::DEFAULT)
+            .unwrap_err()
+    });
+    assert_eq!(refused.buf.len(), 16);
+    // The server's side first: the batch went out at its end.
+    for i in 0..8u64 {
+        let (cookie, st, op, len, buf) = next_buf(&s.evd);
+        assert_eq!(
+            (cookie, st, op, len),
+            (100 + i, DtoStatus::Success, DtoOp::Receive, 8)
+        );
+        assert_eq!(buf[..8], i.to_le_bytes());
+    }
+    for i in 0..8u64 {
+        let (cookie, st, op, _, buf) = next_buf(&c.evd);
+        assert_eq!((cookie, st, op), (i, DtoStatus::Success, DtoOp::Send));
+        assert_eq!(buf[..8], i.to_le_bytes());
+    }
+    empty(&c.evd);
+}

@@ -1121,7 +1121,7 @@ fn a_batch_posts_in_order_and_a_refusal_keeps_what_came_before() {
         max_message_size: 256,
         ..EpAttr::default()
     };
-    let p = pair_with("127.0.23.41", "127.0.23.42", 4100, Some(attr), 256, 256);
+    let p = pair_with("127.0.23.41", "127.0.23.42", 4141, Some(attr), 256, 256);
     let rbuf = p.s.lmr(vec![0; 4 * 64]);
     for i in 0..4u64 {
         p.s.recv(&rbuf, i * 64, 64, 100 + i);

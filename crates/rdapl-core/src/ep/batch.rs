@@ -14,6 +14,7 @@
 
 use super::{Ep, WrOp};
 use crate::CompletionFlags;
+use crate::buf::{Buf, BufRefused};
 use crate::error::Result;
 use crate::mem::{LmrTriplet, RmrTriplet};
 use std::cell::Cell;
@@ -42,6 +43,22 @@ impl Batch<'_> {
     /// [`Ep::post_send`] within the batch.
     pub fn post_send(&self, iov: &[LmrTriplet], cookie: u64, flags: CompletionFlags) -> Result<()> {
         self.post(WrOp::Send, iov, cookie, flags)
+    }
+
+    /// [`Ep::post_send_buf`] within the batch (the buffer back in the
+    /// error if refused).
+    pub fn post_send_buf(
+        &self,
+        buf: Buf,
+        len: usize,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> std::result::Result<(), BufRefused> {
+        self.ep
+            .inner
+            .post_send_buf::<true>(buf, len, cookie, flags)?;
+        self.queued.set(self.queued.get() + 1);
+        Ok(())
     }
 
     /// [`Ep::post_rdma_write`] within the batch.

@@ -65,17 +65,7 @@ impl Ep {
         cookie: u64,
         flags: CompletionFlags,
     ) -> std::result::Result<(), BufRefused> {
-        let mut buf = Some(buf);
-        match self
-            .inner
-            .post_with::<false>(WrOp::Send, &[], (&mut buf, len), cookie, flags, |_| Ok(()))
-        {
-            Ok(()) => Ok(()),
-            Err(error) => Err(BufRefused {
-                error,
-                buf: buf.expect("a refused post keeps its buffer"),
-            }),
-        }
+        self.inner.post_send_buf::<false>(buf, len, cookie, flags)
     }
 
     /// Posts a send (`dat_ep_post_send`).
@@ -332,6 +322,24 @@ impl EpInner {
         flags: CompletionFlags,
     ) -> Result<()> {
         self.post_with::<false>(op, iov, (&mut None, 0), cookie, flags, |_| Ok(()))
+    }
+
+    /// [`Ep::post_send_buf`] (`MORE`: in a batch, with more to follow).
+    pub(super) fn post_send_buf<const MORE: bool>(
+        self: &Arc<Self>,
+        buf: Buf,
+        len: usize,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> std::result::Result<(), BufRefused> {
+        let mut buf = Some(buf);
+        match self.post_with::<MORE>(WrOp::Send, &[], (&mut buf, len), cookie, flags, |_| Ok(())) {
+            Ok(()) => Ok(()),
+            Err(error) => Err(BufRefused {
+                error,
+                buf: buf.expect("a refused post keeps its buffer"),
+            }),
+        }
     }
 
     /// The checks of a post of an owned buffer (`len` bytes of it, for a
