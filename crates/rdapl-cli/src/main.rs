@@ -157,8 +157,9 @@ struct PerfArgs {
     #[arg(short = 'p', long, default_value = "loopback")]
     provider: String,
     /// What moves the messages (client): sends into the server's receives,
-    /// or RDMA writes (bw) / reads into or from a region the server offers,
-    /// as perftest's ib_write_bw, ib_read_bw and ib_read_lat.
+    /// or RDMA writes / reads into or from a region the server offers, as
+    /// perftest's ib_write_bw, ib_read_bw, ib_write_lat (polls memory) and
+    /// ib_read_lat.
     #[arg(long, default_value = "send", value_parser = ["send", "write", "read"])]
     op: String,
     /// This side's IA address.

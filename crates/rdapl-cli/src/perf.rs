@@ -37,7 +37,11 @@
 //! the server stamps each piece before a Read phase and the client checks
 //! every Read that landed in a buffer of its own; after a Write phase the
 //! server checks the last message written to each piece (when stamped).
-//! The server's side of an RDMA phase is passive, as an RDMA target's is.
+//! The server's side of an RDMA phase is passive, as an RDMA target's is,
+//! but for a `pingpong` of Writes (perftest's `ib_write_lat`): there the
+//! client offers a region too (in its connect's private data), and each
+//! side writes message `seq` into the other's and polls its own for the
+//! peer's (its last byte, then its first), dequeuing the EVD meanwhile.
 //!
 //! Figures as `fi_pingpong`'s: `usec/xfer` is the one-way latency (elapsed
 //! time over twice the round trips) for `pingpong` of Sends, the time per
@@ -295,11 +299,10 @@ pub fn run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
             o.max_size
         ));
     }
-    if test == Test::PingPong && o.op == Op::Write && !o.server {
+    if test == Test::PingPong && o.op == Op::Write && o.wait && !o.server {
         return Err(
-            "pingpong moves Sends or RDMA Reads (--op send or read): an RDMA Write's \
-             arrival shows only in the target's memory, which this tool does not poll \
-             (bw --op write measures Writes)"
+            "a pingpong of RDMA Writes polls the target memory (as perftest's \
+             ib_write_lat does): it cannot wait (-w)"
                 .into(),
         );
     }
@@ -841,8 +844,13 @@ fn serve_one(s: &Side, crs: &Evd) -> Result<(), String> {
         s.post_recv(i)?;
     }
     let offer = s.offer()?;
+    // The client's own region, for a pingpong of Writes.
+    let mut peer = None;
     s.ia.cr(cr)
-        .and_then(|c| c.accept(&s.ep, &offer))
+        .and_then(|c| {
+            peer = read_offer(Some(c.private_data()));
+            c.accept(&s.ep, &offer)
+        })
         .map_err(|e| {
             if e.dat_return().subtype() == Some(rdapl::error::Subtype::InvalidHandleCr) {
                 // Its connect timed out while an earlier client was served.
@@ -890,6 +898,13 @@ fn serve_one(s: &Side, crs: &Evd) -> Result<(), String> {
                 "the client asked for {size}-byte messages (the largest this server takes, --max-size, is {})",
                 s.slot
             ));
+        }
+        if test == Test::PingPong && op == Op::Write {
+            let peer = peer.ok_or("the client offers no region for its pingpong of Writes")?;
+            if serve_write_pingpong(s, &ctl, peer, &gone)? {
+                return Ok(());
+            }
+            continue;
         }
         if op != Op::Send {
             if serve_rdma(s, &ctl, &gone)? {
@@ -995,7 +1010,9 @@ fn next_forever(evd: &Evd) -> Result<Event, String> {
 
 fn client_run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
     let max = o.sizes.iter().copied().max().unwrap_or(CONTROL);
-    let c = Side::open(o, max, 0)?;
+    // A pingpong of Writes needs a region of the client's own too.
+    let target = usize::from(test == Test::PingPong && o.op == Op::Write);
+    let c = Side::open(o, max, target)?;
     let rows = client_session(test, o, &c);
     // Ended either way, so that a server waiting on this client (on a
     // thread of this process, with loopback) sees it go at once.
@@ -1011,7 +1028,7 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
         c.post_recv(i)?;
     }
     let remote = o.remote.ok_or("no server address")?;
-    c.ep.connect(remote, o.qual, Some(o.timeout), b"")
+    c.ep.connect(remote, o.qual, Some(o.timeout), &c.offer()?)
         .map_err(|e| format!("connecting: {e}"))?;
     // The provider's verdict on the connect comes at its timeout at the
     // latest: wait a little longer for it, so that it is what is said.
@@ -1064,6 +1081,11 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
         c.exchange_control(ctl)?;
         let t0 = Instant::now();
         let acked = match (test, o.op, offer) {
+            (Test::PingPong, Op::Write, Some(t)) => {
+                write_pingpong(c, &ctl, t, true)?;
+                c.exchange_control(ctl)?;
+                o.iters
+            }
             (_, Op::Write | Op::Read, Some(t)) => {
                 rdma_phase(c, &ctl, t, window)?;
                 if test == Test::PingPong { o.iters } else { 1 }
@@ -1145,7 +1167,7 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
             }
         };
         let secs = t0.elapsed().as_secs_f64();
-        let ways = if test == Test::PingPong && o.op == Op::Send {
+        let ways = if test == Test::PingPong && o.op != Op::Read {
             2
         } else {
             1
@@ -1159,6 +1181,136 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
         });
     }
     Ok(rows)
+}
+
+/// What a pingpong of Writes fills its own piece with before a phase:
+/// never the last byte of message 0's stamp (0 for a 1-byte message,
+/// `0xA5` for longer ones), so that a cleared piece is not taken for the
+/// peer's first message.
+const CLEAR: u8 = 0xFF;
+
+/// A pingpong of RDMA Writes (perftest's `ib_write_lat`), either side:
+/// message `seq` is written into piece 0 of the peer's region `t`, and its
+/// arrival is seen in piece 0 of this side's own region, by polling its
+/// last byte (the peer's stamp), then checking its first; the EVD is
+/// dequeued meanwhile, which drives the provider and takes the Writes'
+/// completions. `first`: this side writes first (the client).
+fn write_pingpong(s: &Side, ctl: &Control, t: RmrTriplet, first: bool) -> Result<(), String> {
+    let size = ctl.size;
+    let mine = s.target.as_ref().ok_or("no region of this side's own")?;
+    let remote = RmrTriplet {
+        segment_length: size as u64,
+        ..t
+    };
+    if t.segment_length < size as u64 {
+        return Err(format!(
+            "the peer's region ({} bytes) is smaller than a {size}-byte message",
+            t.segment_length
+        ));
+    }
+    let local = s.send.triplet(0, size as u64).map_err(|e| e.to_string())?;
+    if first {
+        // No stamp of an earlier phase in the way (the peer writes only
+        // after this side's first message; the server cleared its own
+        // piece before its echo).
+        mine.write_at(0, &vec![CLEAR; size])
+            .map_err(|e| e.to_string())?;
+    }
+    let mut done = 0;
+    let took = |ev: Event, done: &mut usize| match ev {
+        Event::Dto(d) if d.operation == DtoOp::RdmaWrite && d.status == DtoStatus::Success => {
+            *done += 1;
+            Ok(())
+        }
+        // The server's echo of the control message, sent just before.
+        Event::Dto(d)
+            if d.operation == DtoOp::Send
+                && d.status == DtoStatus::Success
+                && d.cookie == CONTROL_COOKIE =>
+        {
+            Ok(())
+        }
+        other => Err(format!(
+            "expected an RDMA Write's completion, got {other:?}"
+        )),
+    };
+    for seq in 0..ctl.count {
+        let write = |seq: usize| {
+            stamp_at(&s.send, 0, size, seq as u64)?;
+            s.ep.post_rdma_write(&[local], remote, seq as u64, CompletionFlags::DEFAULT)
+                .map_err(|e| format!("posting RDMA Write {seq}: {e}"))
+        };
+        if first {
+            write(seq)?;
+        }
+        // The peer's message `seq`: its stamp's last byte, then the whole
+        // stamp (a region's bytes change under its lock, so the last one
+        // seen means the message is in).
+        let want = if size > 1 {
+            seq as u8 ^ 0xA5
+        } else {
+            seq as u8
+        };
+        let end = Instant::now() + s.timeout;
+        let mut spins = 0u32;
+        loop {
+            let mut last = [0u8];
+            mine.read_at(size - 1, &mut last)
+                .map_err(|e| e.to_string())?;
+            if last[0] == want {
+                break;
+            }
+            if let Some(ev) = s.evd.dequeue().map_err(|e| e.to_string())? {
+                took(ev, &mut done)?;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) && Instant::now() >= end {
+                return Err(format!("RDMA Write {seq} of the peer did not arrive"));
+            }
+            std::hint::spin_loop();
+        }
+        check_at(mine, 0, size, seq as u64)?;
+        if !first {
+            write(seq)?;
+        }
+    }
+    while done < ctl.count {
+        took(s.next()?, &mut done)?;
+    }
+    Ok(())
+}
+
+/// The server's side of a pingpong of Writes (its control message read):
+/// the echo, the pingpong into the client's region `peer`, then the
+/// client's closing control message and the echo again. True if the
+/// client went away.
+fn serve_write_pingpong(
+    s: &Side,
+    ctl: &Control,
+    peer: RmrTriplet,
+    gone: &dyn Fn(Result<(), String>) -> Result<bool, String>,
+) -> Result<bool, String> {
+    // A fresh start: piece 0 holds no stamp of this phase yet.
+    let mine = s
+        .target
+        .as_ref()
+        .ok_or("this server offers no RDMA region")?;
+    mine.write_at(0, &vec![CLEAR; ctl.size.min(s.slot)])
+        .map_err(|e| e.to_string())?;
+    if gone(s.control(*ctl))? {
+        return Ok(true);
+    }
+    write_pingpong(s, ctl, peer, false)?;
+    let Some((i, len)) = s.next_recv()? else {
+        return Ok(true);
+    };
+    if s.read_control(i, len)? != *ctl {
+        return Err("the client's closing control message did not match its opening one".into());
+    }
+    if gone(s.post_recv(i))? {
+        return Ok(true);
+    }
+    gone(s.control(*ctl))
 }
 
 /// The client's RDMA phase of `ctl` against the server's region `t`:
@@ -1422,6 +1574,8 @@ mod tests {
             (Test::Bw, Op::Write, None, 9111, "127.0.77.19"),
             (Test::Bw, Op::Read, None, 9112, "127.0.77.21"),
             (Test::PingPong, Op::Read, None, 9113, "127.0.77.23"),
+            (Test::PingPong, Op::Write, None, 9121, "127.0.77.39"),
+            (Test::PingPong, Op::Write, Some(1), 9122, "127.0.77.41"),
             (Test::Bw, Op::Write, Some(1), 9114, "127.0.77.25"),
             (Test::Bw, Op::Read, Some(1), 9115, "127.0.77.27"),
         ];
@@ -1435,7 +1589,12 @@ mod tests {
             assert_eq!(rows.len(), 4, "{test:?} {op:?}");
             for r in &rows {
                 assert_eq!(r.sent, 50);
-                assert_eq!(r.ways, 1);
+                let ways = if (test, op) == (Test::PingPong, Op::Write) {
+                    2
+                } else {
+                    1
+                };
+                assert_eq!(r.ways, ways);
                 let acked = if test == Test::PingPong { 50 } else { 1 };
                 assert_eq!(r.acked, acked);
             }
@@ -1540,12 +1699,35 @@ mod tests {
     }
 
     #[test]
-    fn a_pingpong_of_writes_is_refused() {
+    fn a_pingpong_of_writes_cannot_wait() {
         let o = PerfOptions {
             op: Op::Write,
+            wait: true,
             ..opts(9119, "127.0.77.35")
         };
         let e = run(Test::PingPong, &o).unwrap_err();
-        assert!(e.contains("bw --op write"), "{e}");
+        assert!(e.contains("cannot wait"), "{e}");
+    }
+
+    /// A piece cleared for a pingpong of Writes is never taken for the
+    /// peer's first message (a cleared 1-byte piece once was: 0 is its
+    /// stamp, and each side went on before the other had written).
+    #[test]
+    fn a_cleared_piece_is_not_the_first_message() {
+        let o = opts(9120, "127.0.77.37");
+        let s = Side::open(&o, 64, 1).unwrap();
+        let t = s.target.as_ref().unwrap();
+        for size in [1usize, 2, 64] {
+            t.write_at(0, &vec![CLEAR; size]).unwrap();
+            assert!(check_at(t, 0, size, 0).is_err(), "{size} bytes");
+            let mut last = [0u8];
+            t.read_at(size - 1, &mut last).unwrap();
+            stamp_at(t, 0, size, 0).unwrap();
+            let mut stamped = [0u8];
+            t.read_at(size - 1, &mut stamped).unwrap();
+            assert_ne!(last, stamped, "{size} bytes");
+        }
+        let _ = s.ep.free();
+        let _ = s.ia.close(CloseFlags::Abrupt);
     }
 }

@@ -366,7 +366,7 @@ fn host_names_resolve_to_addresses() {
 }
 
 /// RDMA Writes and Reads between processes, as perftest's `ib_write_bw`,
-/// `ib_read_bw` and `ib_read_lat` measure them: the server offers a
+/// `ib_read_bw`, `ib_write_lat` and `ib_read_lat` measure them: the server offers a
 /// region; every Read is checked where it has a buffer of its own, and the
 /// server checks the last Write to each piece of its region. Its region
 /// here (4 × 1 MiB) is smaller than some clients' windows (pieces then
@@ -418,22 +418,31 @@ fn rdma_writes_and_reads_over_tcp_between_processes() {
             assert!(r.iter().all(|x| x.1 == iters && x.3 > 0.0));
         }
     }
-    // A pingpong of Writes is refused before anything starts.
+    // A pingpong of Writes polls memory: both sides write, 1 B to 1 MiB
+    // and many 1-byte messages; waiting is refused before anything starts.
+    for (size, iters, rows_n) in [("all", "5", 21), ("1", "500", 1)] {
+        let out = rdapl()
+            .args(["pingpong", "-p", "tcp", "--op", "write", "-q", &port_s])
+            .args(["-S", size, "-I", iters, "--timeout", "20", "127.0.0.1"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r = rows(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(r.len(), rows_n, "pingpong --op write -S {size}");
+    }
     let bad = rdapl()
         .args([
-            "pingpong",
-            "-p",
-            "tcp",
-            "--op",
-            "write",
-            "-q",
-            &port_s,
-            "127.0.0.1",
+            "pingpong", "-p", "tcp", "--op", "write", "-w", "-q", &port_s,
         ])
+        .arg("127.0.0.1")
         .output()
         .unwrap();
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("bw --op write"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("cannot wait"));
     server.assert_running();
     server.stop();
 }
