@@ -1,8 +1,9 @@
 //! Requests posted together (`Ep::post_batch`) leave in one socket write:
 //! eight 4 KiB Sends (copied into the output queue, being small) and
 //! sixteen 64-byte ones take one system call (two for the larger, should
-//! the socket's buffer take only part) where separate posts take about
-//! one each, and every byte arrives.
+//! the socket's buffer take only part), where separate posts, or 4 KiB
+//! messages written from their registered memory, take one each; every
+//! byte arrives.
 
 mod common;
 
@@ -19,6 +20,14 @@ fn a_batch_of_small_sends_is_one_socket_write() {
         Node::new(&ts, "127.0.14.2", ""),
     );
     p.connect();
+    // One message first: the server's answer to its fence is an FPDU of
+    // the peer, after which the client sends no more MPA nudges (RTR
+    // repeats) that would count as writes.
+    let warm = p.s.buf(64);
+    p.s.recv(&warm, 0, 64, 99);
+    p.c.send(&p.c.lmr(vec![1; 64]), 0, 64, 99);
+    assert_eq!(next_dto(&p.s.rcv).status, DtoStatus::Success);
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
     for (len, n, most, seed) in [(4096usize, 8usize, 2u64, 1u8), (64, 16, 1, 2)] {
         let rbuf = p.s.buf(n * len);
         for i in 0..n {
@@ -26,23 +35,8 @@ fn a_batch_of_small_sends_is_one_socket_write() {
         }
         let data = pattern(n * len, seed);
         let src = p.c.lmr(data.clone());
-        // Separate posts: a write each (at least most of them).
-        let before = tc.socket_writes();
-        for i in 0..n {
-            p.c.send(&src, (i * len) as u64, len as u64, i as u64);
-        }
-        let single = tc.socket_writes() - before;
-        for _ in 0..n {
-            assert_eq!(next_dto(&p.s.rcv).status, DtoStatus::Success);
-        }
-        for _ in 0..n {
-            assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
-        }
-        for i in 0..n {
-            p.s.recv(&rbuf, (i * len) as u64, len as u64, i as u64);
-        }
-        rbuf.write_at(0, &vec![0; n * len]).unwrap();
-        // One batch: one write for all (the fence behind them included).
+        // The client's writes from before the batch to its completions:
+        // the batch and its fence (the client writes nothing else here).
         let before = tc.socket_writes();
         p.c.ep
             .post_batch(|b| {
@@ -53,12 +47,6 @@ fn a_batch_of_small_sends_is_one_socket_write() {
                 Ok::<_, Error>(())
             })
             .unwrap();
-        let batched = tc.socket_writes() - before;
-        assert!(
-            single > most + 1,
-            "{len} B: separate posts took {single} writes"
-        );
-        assert!(batched <= most, "{len} B: a batch took {batched} writes");
         for i in 0..n {
             let d = next_dto(&p.s.rcv);
             assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
@@ -67,6 +55,11 @@ fn a_batch_of_small_sends_is_one_socket_write() {
             let d = next_dto(&p.c.req);
             assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
         }
+        let batched = tc.socket_writes() - before;
+        assert!(
+            (1..=most).contains(&batched),
+            "{len} B: a batch took {batched} writes"
+        );
         assert!(rbuf.to_vec().unwrap() == data, "{len} B: bytes differ");
     }
 }
