@@ -36,6 +36,27 @@ fn first_row(out: &std::process::Output) -> (String, u64) {
     (r[0].0.clone(), r[0].1)
 }
 
+/// Runs a TCP client `rdapl TEST` of the server at 127.0.0.1 on `port`
+/// with `more` arguments (the server must listen already).
+fn tcp_client(test: &str, port: &str, more: &[&str]) -> std::process::Output {
+    rdapl()
+        .args([test, "-p", "tcp", "-a", "127.0.0.1", "-q", port])
+        .args(more)
+        .arg("127.0.0.1")
+        .output()
+        .expect("running the client")
+}
+
+/// The rows of a run that must have succeeded.
+fn rows_of(out: &std::process::Output) -> Vec<(String, u64, f64, f64)> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    rows(&String::from_utf8_lossy(&out.stdout))
+}
+
 /// The table's rows: (bytes, #sent, MB/sec, usec/xfer).
 fn rows(table: &str) -> Vec<(String, u64, f64, f64)> {
     let mut lines = table.lines();
@@ -175,17 +196,12 @@ fn pingpong_and_bw_over_tcp_between_processes() {
     // The same server serves the next clients: bandwidth and latency at
     // three sizes, waiting on the EVD.
     for (test, size) in [("bw", "4k"), ("pingpong", "64k"), ("bw", "1m")] {
-        let out = rdapl()
-            .args([test, "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
-            .args(["-S", size, "-I", "20", "-w", "--timeout", "10", "127.0.0.1"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = tcp_client(
+            test,
+            &port_s,
+            &["-S", size, "-I", "20", "-w", "--timeout", "10"],
         );
-        let r = rows(&String::from_utf8_lossy(&out.stdout));
+        let r = rows_of(&out);
         assert_eq!((r[0].0.as_str(), r[0].1), (size, 20), "{test}");
     }
     server.stop();
@@ -400,12 +416,8 @@ fn rdma_writes_and_reads_over_tcp_between_processes() {
     ];
     for (test, more, first, iters) in runs {
         let iters_s = iters.to_string();
-        let out = rdapl()
-            .args([test, "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
-            .args(more)
-            .args(["-I", &iters_s, "--timeout", "20", "127.0.0.1"])
-            .output()
-            .unwrap();
+        let more = [more, &["-I", &iters_s, "--timeout", "20"]].concat();
+        let out = tcp_client(test, &port_s, &more);
         assert_eq!(
             first_row(&out),
             (first.to_string(), iters),
@@ -421,26 +433,11 @@ fn rdma_writes_and_reads_over_tcp_between_processes() {
     // A pingpong of Writes polls memory: both sides write, 1 B to 1 MiB
     // and many 1-byte messages; waiting is refused before anything starts.
     for (size, iters, rows_n) in [("all", "5", 21), ("1", "500", 1)] {
-        let out = rdapl()
-            .args(["pingpong", "-p", "tcp", "--op", "write", "-q", &port_s])
-            .args(["-S", size, "-I", iters, "--timeout", "20", "127.0.0.1"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let r = rows(&String::from_utf8_lossy(&out.stdout));
+        let more = ["--op", "write", "-S", size, "-I", iters, "--timeout", "20"];
+        let r = rows_of(&tcp_client("pingpong", &port_s, &more));
         assert_eq!(r.len(), rows_n, "pingpong --op write -S {size}");
     }
-    let bad = rdapl()
-        .args([
-            "pingpong", "-p", "tcp", "--op", "write", "-w", "-q", &port_s,
-        ])
-        .arg("127.0.0.1")
-        .output()
-        .unwrap();
+    let bad = tcp_client("pingpong", &port_s, &["--op", "write", "-w"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("cannot wait"));
     server.assert_running();

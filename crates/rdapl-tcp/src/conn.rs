@@ -713,9 +713,13 @@ impl Conn {
         }
         let before = self.out.writes;
         let r = self.out.write_to(&mut self.sock);
-        self.stats
-            .socket_writes
-            .fetch_add(self.out.writes - before, Ordering::Relaxed);
+        // (Only when something was written: most pumps write nothing, and
+        // the counter's line is every connection's.)
+        if self.out.writes != before {
+            self.stats
+                .socket_writes
+                .fetch_add(self.out.writes - before, Ordering::Relaxed);
+        }
         match r {
             Ok(true) => {
                 self.work += 1;
