@@ -8,6 +8,12 @@
 //! each). This is what verbs' list of work requests and libfabric's
 //! `FI_MORE` give; DAT's C API has no such call.
 //!
+//! Every kind of request a DAT endpoint takes goes in a batch: Sends (with
+//! or without invalidation), RDMA Writes and Reads, window binds and
+//! unbinds, fast-registration maps and invalidations. A storage target's
+//! "register, then tell the peer" is one batch: the map or bind and the
+//! Send that carries its key.
+//!
 //! Guarantees: the requests are queued in the order posted, as separate
 //! posts would be; whatever was queued is handed on when the batch ends,
 //! also when the closure returns early, fails or panics.
@@ -16,8 +22,10 @@ use super::{Ep, WrOp};
 use crate::CompletionFlags;
 use crate::buf::{Buf, BufRefused};
 use crate::error::Result;
-use crate::mem::{LmrTriplet, RmrTriplet};
+use crate::mem::{LmrTriplet, MemPriv, Region, RmrTriplet};
+use crate::pz::{Lmr, Rmr};
 use std::cell::Cell;
+use std::sync::Arc;
 
 /// The requests of one [`Ep::post_batch`].
 pub struct Batch<'a> {
@@ -81,6 +89,73 @@ impl Batch<'_> {
         flags: CompletionFlags,
     ) -> Result<()> {
         self.post(WrOp::RdmaRead(remote), iov, cookie, flags)
+    }
+
+    /// [`Ep::post_send_with_invalidate`] within the batch.
+    pub fn post_send_with_invalidate(
+        &self,
+        iov: &[LmrTriplet],
+        rmr_context: u32,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<()> {
+        self.post(WrOp::SendInvalidate(rmr_context), iov, cookie, flags)
+    }
+
+    /// [`Ep::post_rmr_bind`] within the batch: the window's new key, for
+    /// a Send of the same batch to carry (it is valid for the peer once
+    /// the bind executed, and the bind executes before anything posted
+    /// after it).
+    pub fn post_rmr_bind(
+        &self,
+        rmr: &Rmr,
+        lmr: &Lmr,
+        target: LmrTriplet,
+        privs: MemPriv,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<u32> {
+        let k = self
+            .ep
+            .rmr_rebind::<true>(rmr, Some((lmr, target)), privs, cookie, flags)?;
+        self.queued.set(self.queued.get() + 1);
+        Ok(k)
+    }
+
+    /// [`Ep::post_rmr_unbind`] within the batch.
+    pub fn post_rmr_unbind(&self, rmr: &Rmr, cookie: u64, flags: CompletionFlags) -> Result<u32> {
+        let k = self
+            .ep
+            .rmr_rebind::<true>(rmr, None, MemPriv::NONE, cookie, flags)?;
+        self.queued.set(self.queued.get() + 1);
+        Ok(k)
+    }
+
+    /// [`Ep::post_lmr_fmr`] within the batch: the mapping's new key (as
+    /// for [`Batch::post_rmr_bind`], a Send of the same batch may carry it).
+    pub fn post_lmr_fmr(
+        &self,
+        lmr: &Lmr,
+        region: Arc<Region>,
+        privs: MemPriv,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<u32> {
+        let k = self.ep.lmr_fmr::<true>(lmr, region, privs, cookie, flags)?;
+        self.queued.set(self.queued.get() + 1);
+        Ok(k)
+    }
+
+    /// [`Ep::post_lmr_invalidate`] within the batch.
+    pub fn post_lmr_invalidate(
+        &self,
+        lmr: &Lmr,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<u32> {
+        let k = self.ep.lmr_invalidate::<true>(lmr, cookie, flags)?;
+        self.queued.set(self.queued.get() + 1);
+        Ok(k)
     }
 
     /// Requests queued so far.

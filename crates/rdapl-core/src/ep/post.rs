@@ -131,15 +131,17 @@ impl Ep {
         cookie: u64,
         flags: CompletionFlags,
     ) -> Result<u32> {
-        self.rmr_rebind(rmr, Some((lmr, target)), privs, cookie, flags)
+        self.rmr_rebind::<false>(rmr, Some((lmr, target)), privs, cookie, flags)
     }
 
     /// Unbinds `rmr` (a bind of length zero). Returns its new context.
     pub fn post_rmr_unbind(&self, rmr: &Rmr, cookie: u64, flags: CompletionFlags) -> Result<u32> {
-        self.rmr_rebind(rmr, None, MemPriv::NONE, cookie, flags)
+        self.rmr_rebind::<false>(rmr, None, MemPriv::NONE, cookie, flags)
     }
 
-    fn rmr_rebind(
+    /// A bind (`target`) or unbind (`None`) of `rmr` (`MORE`: in a batch,
+    /// with more to follow).
+    pub(super) fn rmr_rebind<const MORE: bool>(
         &self,
         rmr: &Rmr,
         target: Option<(&Lmr, LmrTriplet)>,
@@ -187,7 +189,7 @@ impl Ep {
         // Rotate the key once the request is sure to be queued (a refused
         // bind leaves the window as it was): the old context is dead from
         // here on; the new one is unbound until the work request executes.
-        inner.post_with::<false>(op, &[], (&mut None, 0), cookie, flags, |op| {
+        inner.post_with::<MORE>(op, &[], (&mut None, 0), cookie, flags, |op| {
             // The new key is unbound; the old binding is released (the LMR
             // it was bound to no longer counts it) under the table's lock,
             // also when the window has no key left: then the window is
@@ -209,6 +211,18 @@ impl Ep {
     /// context, valid once the `LmrFmr` DTO completes. The previous mapping
     /// and its key die at once, and every window bound to it is unbound.
     pub fn post_lmr_fmr(
+        &self,
+        lmr: &Lmr,
+        region: Arc<Region>,
+        privs: MemPriv,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<u32> {
+        self.lmr_fmr::<false>(lmr, region, privs, cookie, flags)
+    }
+
+    /// [`Ep::post_lmr_fmr`] (`MORE`: in a batch, with more to follow).
+    pub(super) fn lmr_fmr<const MORE: bool>(
         &self,
         lmr: &Lmr,
         region: Arc<Region>,
@@ -241,7 +255,7 @@ impl Ep {
             new_ctx: 0,
         }));
         let mut new_ctx = 0;
-        inner.post_with::<false>(op, &[], (&mut None, 0), cookie, flags, |op| {
+        inner.post_with::<MORE>(op, &[], (&mut None, 0), cookie, flags, |op| {
             let ctx = self.fmr_rekey(lmr, old)?;
             op.set_new_ctx(ctx);
             new_ctx = ctx;
@@ -261,6 +275,17 @@ impl Ep {
         cookie: u64,
         flags: CompletionFlags,
     ) -> Result<u32> {
+        self.lmr_invalidate::<false>(lmr, cookie, flags)
+    }
+
+    /// [`Ep::post_lmr_invalidate`] (`MORE`: in a batch, with more to
+    /// follow).
+    pub(super) fn lmr_invalidate<const MORE: bool>(
+        &self,
+        lmr: &Lmr,
+        cookie: u64,
+        flags: CompletionFlags,
+    ) -> Result<u32> {
         if lmr.inner.kind != crate::mem::EntryKind::Fmr {
             return Err(Error::param(1, "not a fast-registration LMR"));
         }
@@ -274,7 +299,7 @@ impl Ep {
         }));
         let mut new_ctx = 0;
         self.inner
-            .post_with::<false>(op, &[], (&mut None, 0), cookie, flags, |op| {
+            .post_with::<MORE>(op, &[], (&mut None, 0), cookie, flags, |op| {
                 // Reserve the next key now (it is returned), apply it when the
                 // request executes: requests queued before the invalidate (a
                 // map, a transfer) still see the current key.
