@@ -15,7 +15,7 @@
 //! byte is summed on both sides, so the rate matters, and no rule by CPU
 //! feature picks right (the folding wins on Zen 1 and with AVX-512, the
 //! instruction on a Zen 4 without AVX-512; figures in rdapl-bench's
-//! README). So the first sum of [`WIDE_MIN`] bytes or more in a process
+//! HISTORY.md). So the first sum of [`WIDE_MIN`] bytes or more in a process
 //! times both on the same 64 KiB, as Linux picks its RAID-6 and XOR
 //! routines at boot, and keeps the faster for inputs from that size.
 //! Smaller inputs take the instruction (crc-fast's fixed cost per call
