@@ -1,0 +1,201 @@
+//! Every crate rdapl builds with is under a licence that lets rdapl stay
+//! MIT OR Apache-2.0: the workspace's own crates say exactly that, and
+//! each dependency (for this host, dev and build dependencies included)
+//! offers at least one choice made only of permissive licences.
+//!
+//! Reads `cargo metadata` (offline first: a built workspace has every
+//! crate it needs; then with the registry). Where neither works it skips
+//! with the reason, unless `RDAPL_REQUIRE_EXTERNAL=1`.
+
+use std::process::Command;
+
+/// Licences a dependency may use (SPDX identifiers; `WITH` exceptions
+/// listed whole).
+const ALLOWED: &[&str] = &[
+    "MIT",
+    "Apache-2.0",
+    "Apache-2.0 WITH LLVM-exception",
+    "BSD-2-Clause",
+    "BSD-3-Clause",
+    "ISC",
+    "Zlib",
+    "Unlicense",
+    "0BSD",
+    "CC0-1.0",
+    "BSL-1.0",
+    "Unicode-3.0",
+    "Unicode-DFS-2016",
+];
+
+/// Whether the SPDX expression `e` can be taken under allowed licences
+/// only: some `OR` alternative whose `AND` parts are all allowed. Old
+/// crates write `MIT/Apache-2.0` for `MIT OR Apache-2.0`.
+fn permissive(e: &str) -> bool {
+    let e = e.replace('/', " OR ");
+    eval(e.trim())
+}
+
+fn eval(e: &str) -> bool {
+    let e = strip_parens(e);
+    if let Some(parts) = split_top(e, " OR ") {
+        return parts.iter().any(|p| eval(p));
+    }
+    if let Some(parts) = split_top(e, " AND ") {
+        return parts.iter().all(|p| eval(p));
+    }
+    ALLOWED.contains(&e)
+}
+
+/// `e` without parentheses around all of it.
+fn strip_parens(mut e: &str) -> &str {
+    while e.len() >= 2 && e.starts_with('(') && e.ends_with(')') && depth_ok(&e[1..e.len() - 1]) {
+        e = e[1..e.len() - 1].trim();
+    }
+    e
+}
+
+/// Whether the parentheses of `e` balance without going below zero.
+fn depth_ok(e: &str) -> bool {
+    let mut d = 0i32;
+    for c in e.chars() {
+        match c {
+            '(' => d += 1,
+            ')' => d -= 1,
+            _ => {}
+        }
+        if d < 0 {
+            return false;
+        }
+    }
+    d == 0
+}
+
+/// `e` split at `op` outside parentheses, if `op` occurs there.
+fn split_top<'a>(e: &'a str, op: &str) -> Option<Vec<&'a str>> {
+    let mut parts = Vec::new();
+    let (mut d, mut start, mut i) = (0i32, 0, 0);
+    let b = e.as_bytes();
+    while i < b.len() {
+        match b[i] {
+            b'(' => d += 1,
+            b')' => d -= 1,
+            _ if d == 0 && e[i..].starts_with(op) => {
+                parts.push(e[start..i].trim());
+                i += op.len();
+                start = i;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    parts.push(e[start..].trim());
+    Some(parts)
+}
+
+fn host() -> Option<String> {
+    let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .arg("-vV")
+        .output()
+        .ok()?;
+    String::from_utf8(out.stdout)
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+}
+
+fn metadata() -> Result<serde_json::Value, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let host = host().ok_or("rustc -vV named no host")?;
+    let mut why = String::new();
+    for offline in [true, false] {
+        let mut c = Command::new(&cargo);
+        c.args(["metadata", "--format-version", "1", "--locked"])
+            .args(["--filter-platform", &host])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if offline {
+            c.arg("--offline");
+        }
+        match c.output() {
+            Ok(o) if o.status.success() => {
+                return serde_json::from_slice(&o.stdout).map_err(|e| e.to_string());
+            }
+            Ok(o) => why = String::from_utf8_lossy(&o.stderr).into_owned(),
+            Err(e) => why = e.to_string(),
+        }
+    }
+    Err(why)
+}
+
+#[test]
+fn every_crate_is_under_a_licence_rdapl_may_use() {
+    let m = match metadata() {
+        Ok(m) => m,
+        Err(why) => {
+            assert!(
+                std::env::var("RDAPL_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
+                "cargo metadata failed: {why}"
+            );
+            eprintln!("skipped: cargo metadata failed: {why}");
+            return;
+        }
+    };
+    let members: Vec<&str> = m["workspace_members"]
+        .as_array()
+        .expect("workspace_members")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    let packages = m["packages"].as_array().expect("packages");
+    assert!(packages.len() > members.len(), "no dependency listed");
+    let mut bad = Vec::new();
+    for p in packages {
+        let name = p["name"].as_str().unwrap_or("?");
+        let version = p["version"].as_str().unwrap_or("?");
+        let licence = p["license"].as_str();
+        let ours = members.contains(&p["id"].as_str().unwrap_or(""));
+        let ok = match (ours, licence) {
+            (true, Some(l)) => l == "MIT OR Apache-2.0",
+            (false, Some(l)) => permissive(l),
+            (_, None) => false,
+        };
+        if !ok {
+            bad.push(format!("{name} {version}: {licence:?}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "crates under a licence rdapl may not use:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_expressions_are_read_right() {
+    for ok in [
+        "MIT",
+        "MIT OR Apache-2.0",
+        "MIT/Apache-2.0",
+        "Apache-2.0 / MIT",
+        "(MIT OR Apache-2.0) AND Unicode-3.0",
+        "Apache-2.0 WITH LLVM-exception OR Apache-2.0 OR MIT",
+        "MIT OR Apache-2.0 OR LGPL-2.1-or-later",
+        "Unlicense OR MIT",
+    ] {
+        assert!(permissive(ok), "{ok}");
+    }
+    for no in [
+        "GPL-3.0",
+        "LGPL-2.1-or-later",
+        "MIT AND GPL-2.0",
+        "(MIT OR Apache-2.0) AND MPL-2.0",
+        "MPL-2.0",
+        "",
+        "Apache-2.0 WITH Classpath-exception-2.0",
+    ] {
+        assert!(!permissive(no), "{no}");
+    }
+}
