@@ -1193,3 +1193,85 @@ fn a_batch_posts_in_order_and_a_refusal_keeps_what_came_before() {
     assert_eq!((d.cookie, d.status), (20, DtoStatus::Success));
     empty(&p.c.req);
 }
+
+/// Takes every DTO completion of `evd` until `n` came (or 10 s passed):
+/// each cookie once, with its status.
+fn completions(evd: &Evd, n: usize) -> Vec<(u64, DtoStatus)> {
+    (0..n)
+        .map(|_| {
+            let d = next_dto(evd);
+            (d.cookie, d.status)
+        })
+        .collect()
+}
+
+/// A batch cut short by the end of its endpoint's connection: requests
+/// queued before the end (of which the provider has not heard yet: it
+/// hears at the batch's end) complete exactly once, delivered or flushed,
+/// in post order; those posted after it are refused; the batch's end then
+/// finds the endpoint disconnected, or freed, and does no harm.
+#[case]
+fn a_batch_cut_short_by_the_end_of_the_connection_loses_nothing() {
+    let ok = |s: DtoStatus| matches!(s, DtoStatus::Success | DtoStatus::Flushed);
+    // An abrupt disconnect inside the batch.
+    let p = pair("127.0.23.43", "127.0.23.44", 4143);
+    let rbuf = p.s.buf(4 * 64);
+    for i in 0..4u64 {
+        p.s.recv(&rbuf, i * 64, 64, 100 + i);
+    }
+    let src = p.c.lmr(pattern(64, 9));
+    let t = src.triplet(0, 64).unwrap();
+    p.c.ep.post_batch(|b| {
+        for i in 0..4u64 {
+            b.post_send(&[t], i, D).unwrap();
+        }
+        p.c.ep.disconnect(false).unwrap();
+        assert!(
+            b.post_send(&[t], 9, D).is_err(),
+            "refused once disconnected"
+        );
+        assert_eq!(b.len(), 4);
+    });
+    let got = completions(&p.c.req, 4);
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    assert!(got.iter().all(|g| ok(g.1)), "{got:?}");
+    p.expect_end(ConnectionEventKind::Disconnected);
+    let at_server = completions(&p.s.rcv, 4);
+    assert!(at_server.iter().all(|g| ok(g.1)), "{at_server:?}");
+    // What the client saw delivered (placed), the server received.
+    if !common::skip_unless_placed() {
+        let sent = got.iter().filter(|g| g.1 == DtoStatus::Success).count();
+        let landed = at_server
+            .iter()
+            .filter(|g| g.1 == DtoStatus::Success)
+            .count();
+        assert!(sent <= landed, "{got:?} {at_server:?}");
+    }
+    empty(&p.c.req);
+    empty(&p.s.rcv);
+
+    // The endpoint freed inside the batch.
+    let p = pair("127.0.23.45", "127.0.23.46", 4145);
+    let rbuf = p.s.buf(4 * 64);
+    for i in 0..4u64 {
+        p.s.recv(&rbuf, i * 64, 64, 100 + i);
+    }
+    let src = p.c.lmr(pattern(64, 10));
+    let t = src.triplet(0, 64).unwrap();
+    p.c.ep.post_batch(|b| {
+        for i in 0..3u64 {
+            b.post_send(&[t], 10 + i, D).unwrap();
+        }
+        p.c.ep.free().unwrap();
+        assert!(b.post_send(&[t], 19, D).is_err(), "refused once freed");
+    });
+    let got = completions(&p.c.req, 3);
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [10, 11, 12]);
+    assert!(got.iter().all(|g| ok(g.1)), "{got:?}");
+    empty(&p.c.req);
+    // The server hears of the end.
+    assert!(!matches!(
+        common::conn_kind(&p.s.conn),
+        ConnectionEventKind::Established
+    ));
+}
