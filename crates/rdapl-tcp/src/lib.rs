@@ -102,6 +102,17 @@
 //! to the peer's fence, on which the peer's send completes) goes out
 //! within [`progress::HOLD_MS`] whatever `poll_fresh_ms` says.
 //!
+//! So a consumer that waits for the peer's RDMA Writes by polling its own
+//! memory (perftest's `ib_write_lat`, MPI's eager RDMA) keeps dequeuing
+//! the EVD in the same loop, as `rdapl pingpong --op write` does: each
+//! empty dequeue is a pass that reads the socket and places what came. A
+//! loop that looks at memory only, having polled the EVD shortly before,
+//! sees the bytes land once the thread takes the input back, within
+//! `poll_fresh_ms`; one that dequeues now and then, but more often than
+//! every `poll_fresh_ms`, keeps the input, so bytes land at its dequeues
+//! only: such a consumer waits on the EVD or enables its upcalls instead
+//! (a park), or lowers `poll_fresh_ms`.
+//!
 //! # Example
 //!
 //! ```no_run
