@@ -308,6 +308,16 @@ impl Tcp {
         })
     }
 
+    /// System calls its connections made that read data from their
+    /// sockets (a diagnostic: a burst of small messages shares them).
+    pub fn socket_reads(&self) -> u64 {
+        self.core.lock().as_ref().map_or(0, |c| {
+            c.sh.stats
+                .socket_reads
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
     /// The progress thread, started on first use.
     fn core(&self) -> Result<Arc<Core>> {
         let mut g = self.core.lock();

@@ -472,6 +472,9 @@ pub(crate) struct Stats {
     pub sent_direct: AtomicU64,
     /// System calls that wrote to a connection's socket.
     pub socket_writes: AtomicU64,
+    /// System calls that read data from a connection's socket (not those
+    /// that found none).
+    pub socket_reads: AtomicU64,
     /// Consumers' passes over a group (an EVD's connections).
     pub passes: AtomicU64,
     /// Connections a pass pumped.
