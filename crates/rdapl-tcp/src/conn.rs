@@ -73,6 +73,16 @@ pub(crate) const IO_HIGH: usize = 256 << 10;
 /// `fence_now` for the rule below it).
 const MAX_FENCES: usize = 4;
 
+/// Sends and Writes of one burst after which a fence may go out before
+/// the burst's end (`Conn::pull`; `fence_now` decides), counting those
+/// shorter than [`BURST_FENCE_LONG`] only.
+const BURST_FENCE_COUNT: usize = 4;
+
+/// A Send or Write this long moves so much between two fences that an
+/// earlier fence gains nothing (measured: 1 MiB streams ran 5-8% slower
+/// with fences every four messages, 64 KiB ones 25-30% faster).
+const BURST_FENCE_LONG: u64 = 256 << 10;
+
 /// Most output bytes a polling consumer's pass holds back.
 const HOLD_MAX: usize = 4096;
 
@@ -1017,6 +1027,10 @@ impl Conn {
         let Some(ep) = self.ep.clone() else {
             return;
         };
+        // A long burst gets its fences as it goes, not one at its end: the
+        // first part completes (and its sender refills) while the rest is
+        // on its way.
+        let mut count = 0usize;
         while self.slots.len() < MAX_INFLIGHT && self.mem.staged_bytes < MAX_STAGED {
             let wr = {
                 let mut c = ep.lock();
@@ -1030,6 +1044,16 @@ impl Conn {
             };
             if !self.post(&ep, wr) {
                 break;
+            }
+            if let Some(s) = self.slots.back()
+                && matches!(s.kind, SlotKind::Send { .. } | SlotKind::Write { .. })
+                && s.len < BURST_FENCE_LONG
+            {
+                count += 1;
+                if count >= BURST_FENCE_COUNT {
+                    self.maybe_fence();
+                    count = 0;
+                }
             }
         }
         self.maybe_fence();
@@ -1188,7 +1212,9 @@ impl Conn {
     /// the last of them leads here again). A few small windows get a fence
     /// each instead of waiting a round trip for the one before; a stream
     /// that refills its window one completion at a time gets fences over
-    /// batches that double, not one a request.
+    /// batches that double, not one a request; a burst of small requests
+    /// taken at once is looked at every [`BURST_FENCE_COUNT`] of them
+    /// (`Conn::pull`), so its first part completes while the rest travels.
     fn maybe_fence(&mut self) {
         if self.complete == Completion::Sent || !self.fence_due {
             return;
@@ -1241,6 +1267,7 @@ impl Conn {
         };
         if e.post_read(id, rr).is_ok() {
             self.fence_due = false;
+            self.stats.fences.fetch_add(1, Ordering::Relaxed);
             self.push_slot(Slot {
                 id,
                 kind: SlotKind::Fence { msn: self.read_msn },

@@ -318,6 +318,15 @@ impl Tcp {
         })
     }
 
+    /// Zero-length RDMA Reads its connections posted as fences, the proof
+    /// of placement on which `complete=placed` Sends and Writes complete
+    /// (a diagnostic).
+    pub fn fences(&self) -> u64 {
+        self.core.lock().as_ref().map_or(0, |c| {
+            c.sh.stats.fences.load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
     /// The progress thread, started on first use.
     fn core(&self) -> Result<Arc<Core>> {
         let mut g = self.core.lock();

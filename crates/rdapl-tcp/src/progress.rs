@@ -475,6 +475,8 @@ pub(crate) struct Stats {
     /// System calls that read data from a connection's socket (not those
     /// that found none).
     pub socket_reads: AtomicU64,
+    /// Zero-length reads posted as fences (`complete=placed`).
+    pub fences: AtomicU64,
     /// Consumers' passes over a group (an EVD's connections).
     pub passes: AtomicU64,
     /// Connections a pass pumped.

@@ -4,7 +4,7 @@
 //! the socket's buffer take only part), where separate posts, or 4 KiB
 //! messages written from their registered memory, take one each; every
 //! byte arrives. A burst of small messages is read several to a system
-//! call.
+//! call, and fenced as it goes.
 
 mod common;
 
@@ -109,4 +109,46 @@ fn a_burst_of_small_messages_is_read_in_few_socket_reads() {
         let d = next_dto(&p.c.req);
         assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
     }
+}
+
+/// A burst of small placed Sends gets fences as it goes, not one at its
+/// end: its first Sends complete (and a streaming sender refills its
+/// window) while the rest are on their way; every Send completes.
+#[test]
+fn a_burst_of_small_sends_is_fenced_as_it_goes() {
+    let (tc, ts) = (Tcp::new(), Tcp::new());
+    let p = Pair::new(
+        Node::new(&tc, "127.0.14.5", ""),
+        Node::new(&ts, "127.0.14.6", ""),
+    );
+    p.connect();
+    let (len, n) = (256usize, 16usize);
+    let rbuf = p.s.buf(n * len);
+    for i in 0..n {
+        p.s.recv(&rbuf, (i * len) as u64, len as u64, i as u64);
+    }
+    let src = p.c.lmr(pattern(n * len, 4));
+    let before = tc.fences();
+    p.c.ep
+        .post_batch(|b| {
+            for i in 0..n {
+                let t = src.triplet((i * len) as u64, len as u64)?;
+                b.post_send(&[t], i as u64, D)?;
+            }
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    for i in 0..n {
+        let d = next_dto(&p.c.req);
+        assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
+    }
+    for i in 0..n {
+        let d = next_dto(&p.s.rcv);
+        assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
+    }
+    let fences = tc.fences() - before;
+    assert!(
+        (2..=n as u64).contains(&fences),
+        "{n} Sends in a burst took {fences} fences"
+    );
 }
