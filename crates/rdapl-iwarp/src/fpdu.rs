@@ -53,6 +53,14 @@ impl std::ops::Deref for HeaderBuf {
     }
 }
 
+impl HeaderBuf {
+    /// Whether the FPDU ends its DDP message (the control byte's L bit,
+    /// after the ULPDU length).
+    pub fn last(&self) -> bool {
+        self.len > 2 && self.bytes[2] & 0x40 != 0
+    }
+}
+
 /// Pad and CRC after the payload (4 to 7 bytes).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct TrailerBuf {

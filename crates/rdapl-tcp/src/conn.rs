@@ -67,6 +67,10 @@ pub(crate) const MAX_INFLIGHT: usize = 512;
 pub(crate) const MAX_STAGED: usize = 16 << 20;
 /// Input and output buffer high-water mark.
 pub(crate) const IO_HIGH: usize = 256 << 10;
+/// The output may pass [`IO_HIGH`] up to this to end the message it is
+/// in: a stream of large messages leaves in writes of a message each, not
+/// of `IO_HIGH` (which streamed 1 MiB messages slower: see the commit).
+const OUT_MESSAGE_MAX: usize = 1 << 20;
 
 /// Most reads (fences included) outstanding before a burst of sends waits
 /// for one of them to come back rather than get a fence of its own (see
@@ -1450,7 +1454,10 @@ impl Conn {
         if self.phase == Phase::Dead {
             return;
         }
-        while self.out.len() < IO_HIGH {
+        // Past IO_HIGH only to finish the message being framed: a large
+        // message leaves in writes of up to OUT_MESSAGE_MAX.
+        let mut high = IO_HIGH;
+        while self.out.len() < high {
             let Some(e) = self.engine.as_mut() else {
                 return;
             };
@@ -1458,6 +1465,10 @@ impl Conn {
                 break;
             };
             self.work += 1;
+            high = match &t {
+                Transmit::Fpdu { header, .. } if !header.last() => OUT_MESSAGE_MAX,
+                _ => IO_HIGH,
+            };
             if !self.queue(&t) {
                 // The engine checked the source; this does not happen.
                 self.break_local();
