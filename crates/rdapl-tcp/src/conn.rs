@@ -37,7 +37,9 @@
 //!   the sender's Send completes `ReceiverNotReady` and both sides break.
 //! * **Bounded memory.** At most `MAX_INFLIGHT` requests and
 //!   `MAX_STAGED` staged bytes per connection leave the core's queue;
-//!   the input and output buffers stop growing at `IO_HIGH` bytes.
+//!   the input buffer stops growing at `IO_HIGH` bytes, the output at
+//!   `IO_HIGH` or, to finish the message it is in, `OUT_MESSAGE_MAX`
+//!   (the output holds large payload by reference, not copied).
 //!
 //! The engine is fed one FPDU at a time (its header is looked at first:
 //! whether it needs a receive, whether it is a Read Request to stage,
