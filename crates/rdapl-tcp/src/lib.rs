@@ -260,70 +260,53 @@ impl Tcp {
     /// Consumers' passes over the EVDs its connections feed so far (one
     /// per EVD a pass runs on, whatever number of connections feed it).
     pub fn passes(&self) -> u64 {
-        self.core.lock().as_ref().map_or(0, |c| {
-            c.sh.stats.passes.load(std::sync::atomic::Ordering::Relaxed)
-        })
+        self.stat(|s| &s.passes)
     }
 
     /// Payload bytes its connections read from their sockets straight
     /// into the receive or region they were for, with no intermediate copy
     /// (a diagnostic: bulk transfers go that way).
     pub fn placed_direct(&self) -> u64 {
-        self.core.lock().as_ref().map_or(0, |c| {
-            c.sh.stats
-                .placed_direct
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
+        self.stat(|s| &s.placed_direct)
     }
 
     /// Accepted connections it closed before their MPA request came,
     /// because their listener already had its IA's `setups` waiting (a
     /// diagnostic: a flood of idle connections).
     pub fn setups_dropped(&self) -> u64 {
-        self.core.lock().as_ref().map_or(0, |c| {
-            c.sh.stats
-                .setups_dropped
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
+        self.stat(|s| &s.setups_dropped)
     }
 
     /// Payload bytes its connections wrote to their sockets straight from
     /// registered memory (Sends, RDMA Writes and Read Responses of at least
     /// 256 bytes per FPDU), with no staging copy (a diagnostic).
     pub fn sent_direct(&self) -> u64 {
-        self.core.lock().as_ref().map_or(0, |c| {
-            c.sh.stats
-                .sent_direct
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
+        self.stat(|s| &s.sent_direct)
     }
 
     /// System calls its connections made to write to their sockets (a
     /// diagnostic: Sends posted together, `Ep::post_batch`, share them).
     pub fn socket_writes(&self) -> u64 {
-        self.core.lock().as_ref().map_or(0, |c| {
-            c.sh.stats
-                .socket_writes
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
+        self.stat(|s| &s.socket_writes)
     }
 
     /// System calls its connections made that read data from their
     /// sockets (a diagnostic: a burst of small messages shares them).
     pub fn socket_reads(&self) -> u64 {
-        self.core.lock().as_ref().map_or(0, |c| {
-            c.sh.stats
-                .socket_reads
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
+        self.stat(|s| &s.socket_reads)
     }
 
     /// Zero-length RDMA Reads its connections posted as fences, the proof
     /// of placement on which `complete=placed` Sends and Writes complete
     /// (a diagnostic).
     pub fn fences(&self) -> u64 {
+        self.stat(|s| &s.fences)
+    }
+
+    /// One of the diagnostics' counters (0 before the thread started).
+    fn stat(&self, which: impl Fn(&progress::Stats) -> &std::sync::atomic::AtomicU64) -> u64 {
         self.core.lock().as_ref().map_or(0, |c| {
-            c.sh.stats.fences.load(std::sync::atomic::Ordering::Relaxed)
+            which(&c.sh.stats).load(std::sync::atomic::Ordering::Relaxed)
         })
     }
 

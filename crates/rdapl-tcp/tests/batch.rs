@@ -11,16 +11,50 @@ mod common;
 use common::*;
 use rdapl::*;
 use rdapl_tcp::Tcp;
+use std::sync::Arc;
+
+/// A connected pair with a provider instance per side (each side's
+/// system calls counted alone): the client's and the server's instance.
+fn pair_apart(client: &str, server: &str) -> (Arc<Tcp>, Arc<Tcp>, Pair) {
+    let (tc, ts) = (Tcp::new(), Tcp::new());
+    let p = Pair::new(Node::new(&tc, client, ""), Node::new(&ts, server, ""));
+    p.connect();
+    (tc, ts, p)
+}
+
+/// The server posts `n` receives of `len` bytes, in one region.
+fn receives(p: &Pair, len: usize, n: usize) -> Lmr {
+    let rbuf = p.s.buf(n * len);
+    for i in 0..n {
+        p.s.recv(&rbuf, (i * len) as u64, len as u64, i as u64);
+    }
+    rbuf
+}
+
+/// The client sends `n` messages of `len` bytes of `src`, one batch.
+fn send_batch(p: &Pair, src: &Lmr, len: usize, n: usize) {
+    p.c.ep
+        .post_batch(|b| {
+            for i in 0..n {
+                let t = src.triplet((i * len) as u64, len as u64)?;
+                b.post_send(&[t], i as u64, D)?;
+            }
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+}
+
+/// `n` successful completions on `evd`, cookies 0 to `n - 1` in order.
+fn in_order(evd: &Evd, n: usize) {
+    for i in 0..n {
+        let d = next_dto(evd);
+        assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
+    }
+}
 
 #[test]
 fn a_batch_of_small_sends_is_one_socket_write() {
-    // A provider instance per side: the client's writes counted alone.
-    let (tc, ts) = (Tcp::new(), Tcp::new());
-    let p = Pair::new(
-        Node::new(&tc, "127.0.14.1", ""),
-        Node::new(&ts, "127.0.14.2", ""),
-    );
-    p.connect();
+    let (tc, _ts, p) = pair_apart("127.0.14.1", "127.0.14.2");
     // One message first: the server's answer to its fence is an FPDU of
     // the peer, after which the client sends no more MPA nudges (RTR
     // repeats) that would count as writes.
@@ -30,32 +64,15 @@ fn a_batch_of_small_sends_is_one_socket_write() {
     assert_eq!(next_dto(&p.s.rcv).status, DtoStatus::Success);
     assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
     for (len, n, most, seed) in [(4096usize, 8usize, 2u64, 1u8), (64, 16, 1, 2)] {
-        let rbuf = p.s.buf(n * len);
-        for i in 0..n {
-            p.s.recv(&rbuf, (i * len) as u64, len as u64, i as u64);
-        }
+        let rbuf = receives(&p, len, n);
         let data = pattern(n * len, seed);
         let src = p.c.lmr(data.clone());
         // The client's writes from before the batch to its completions:
         // the batch and its fence (the client writes nothing else here).
         let before = tc.socket_writes();
-        p.c.ep
-            .post_batch(|b| {
-                for i in 0..n {
-                    let t = src.triplet((i * len) as u64, len as u64)?;
-                    b.post_send(&[t], i as u64, D)?;
-                }
-                Ok::<_, Error>(())
-            })
-            .unwrap();
-        for i in 0..n {
-            let d = next_dto(&p.s.rcv);
-            assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
-        }
-        for i in 0..n {
-            let d = next_dto(&p.c.req);
-            assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
-        }
+        send_batch(&p, &src, len, n);
+        in_order(&p.s.rcv, n);
+        in_order(&p.c.req, n);
         let batched = tc.socket_writes() - before;
         assert!(
             (1..=most).contains(&batched),
@@ -71,44 +88,21 @@ fn a_batch_of_small_sends_is_one_socket_write() {
 /// byte arrives.
 #[test]
 fn a_burst_of_small_messages_is_read_in_few_socket_reads() {
-    // A provider instance per side: the server's reads counted alone.
-    let (tc, ts) = (Tcp::new(), Tcp::new());
-    let p = Pair::new(
-        Node::new(&tc, "127.0.14.3", ""),
-        Node::new(&ts, "127.0.14.4", ""),
-    );
-    p.connect();
+    let (_tc, ts, p) = pair_apart("127.0.14.3", "127.0.14.4");
     let (len, n) = (4096usize, 24usize);
-    let rbuf = p.s.buf(n * len);
-    for i in 0..n {
-        p.s.recv(&rbuf, (i * len) as u64, len as u64, i as u64);
-    }
+    let rbuf = receives(&p, len, n);
     let data = pattern(n * len, 3);
     let src = p.c.lmr(data.clone());
     let before = ts.socket_reads();
-    p.c.ep
-        .post_batch(|b| {
-            for i in 0..n {
-                let t = src.triplet((i * len) as u64, len as u64)?;
-                b.post_send(&[t], i as u64, D)?;
-            }
-            Ok::<_, Error>(())
-        })
-        .unwrap();
-    for i in 0..n {
-        let d = next_dto(&p.s.rcv);
-        assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
-    }
+    send_batch(&p, &src, len, n);
+    in_order(&p.s.rcv, n);
     let reads = ts.socket_reads() - before;
     assert!(
         reads <= (n / 2) as u64,
         "{n} messages of {len} B took {reads} reads"
     );
     assert!(rbuf.to_vec().unwrap() == data, "bytes differ");
-    for i in 0..n {
-        let d = next_dto(&p.c.req);
-        assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
-    }
+    in_order(&p.c.req, n);
 }
 
 /// A burst of small placed Sends gets fences as it goes, not one at its
@@ -116,36 +110,14 @@ fn a_burst_of_small_messages_is_read_in_few_socket_reads() {
 /// window) while the rest are on their way; every Send completes.
 #[test]
 fn a_burst_of_small_sends_is_fenced_as_it_goes() {
-    let (tc, ts) = (Tcp::new(), Tcp::new());
-    let p = Pair::new(
-        Node::new(&tc, "127.0.14.5", ""),
-        Node::new(&ts, "127.0.14.6", ""),
-    );
-    p.connect();
+    let (tc, _ts, p) = pair_apart("127.0.14.5", "127.0.14.6");
     let (len, n) = (256usize, 16usize);
-    let rbuf = p.s.buf(n * len);
-    for i in 0..n {
-        p.s.recv(&rbuf, (i * len) as u64, len as u64, i as u64);
-    }
+    let _rbuf = receives(&p, len, n);
     let src = p.c.lmr(pattern(n * len, 4));
     let before = tc.fences();
-    p.c.ep
-        .post_batch(|b| {
-            for i in 0..n {
-                let t = src.triplet((i * len) as u64, len as u64)?;
-                b.post_send(&[t], i as u64, D)?;
-            }
-            Ok::<_, Error>(())
-        })
-        .unwrap();
-    for i in 0..n {
-        let d = next_dto(&p.c.req);
-        assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
-    }
-    for i in 0..n {
-        let d = next_dto(&p.s.rcv);
-        assert_eq!((d.status, d.cookie), (DtoStatus::Success, i as u64));
-    }
+    send_batch(&p, &src, len, n);
+    in_order(&p.c.req, n);
+    in_order(&p.s.rcv, n);
     let fences = tc.fences() - before;
     assert!(
         (2..=n as u64).contains(&fences),

@@ -41,11 +41,22 @@ impl Batch<'_> {
         cookie: u64,
         flags: CompletionFlags,
     ) -> Result<()> {
-        self.ep
-            .inner
-            .post_with::<true>(op, iov, (&mut None, 0), cookie, flags, |_| Ok(()))?;
-        self.queued.set(self.queued.get() + 1);
-        Ok(())
+        self.counted(self.ep.inner.post_with::<true>(
+            op,
+            iov,
+            (&mut None, 0),
+            cookie,
+            flags,
+            |_| Ok(()),
+        ))
+    }
+
+    /// Counts a request of the batch that was queued (`r` is `Ok`).
+    fn counted<T, E>(&self, r: std::result::Result<T, E>) -> std::result::Result<T, E> {
+        if r.is_ok() {
+            self.queued.set(self.queued.get() + 1);
+        }
+        r
     }
 
     /// [`Ep::post_send`] within the batch.
@@ -62,11 +73,7 @@ impl Batch<'_> {
         cookie: u64,
         flags: CompletionFlags,
     ) -> std::result::Result<(), BufRefused> {
-        self.ep
-            .inner
-            .post_send_buf::<true>(buf, len, cookie, flags)?;
-        self.queued.set(self.queued.get() + 1);
-        Ok(())
+        self.counted(self.ep.inner.post_send_buf::<true>(buf, len, cookie, flags))
     }
 
     /// [`Ep::post_rdma_write`] within the batch.
@@ -115,20 +122,18 @@ impl Batch<'_> {
         cookie: u64,
         flags: CompletionFlags,
     ) -> Result<u32> {
-        let k = self
-            .ep
-            .rmr_rebind::<true>(rmr, Some((lmr, target)), privs, cookie, flags)?;
-        self.queued.set(self.queued.get() + 1);
-        Ok(k)
+        self.counted(
+            self.ep
+                .rmr_rebind::<true>(rmr, Some((lmr, target)), privs, cookie, flags),
+        )
     }
 
     /// [`Ep::post_rmr_unbind`] within the batch.
     pub fn post_rmr_unbind(&self, rmr: &Rmr, cookie: u64, flags: CompletionFlags) -> Result<u32> {
-        let k = self
-            .ep
-            .rmr_rebind::<true>(rmr, None, MemPriv::NONE, cookie, flags)?;
-        self.queued.set(self.queued.get() + 1);
-        Ok(k)
+        self.counted(
+            self.ep
+                .rmr_rebind::<true>(rmr, None, MemPriv::NONE, cookie, flags),
+        )
     }
 
     /// [`Ep::post_lmr_fmr`] within the batch: the mapping's new key (as
@@ -141,9 +146,7 @@ impl Batch<'_> {
         cookie: u64,
         flags: CompletionFlags,
     ) -> Result<u32> {
-        let k = self.ep.lmr_fmr::<true>(lmr, region, privs, cookie, flags)?;
-        self.queued.set(self.queued.get() + 1);
-        Ok(k)
+        self.counted(self.ep.lmr_fmr::<true>(lmr, region, privs, cookie, flags))
     }
 
     /// [`Ep::post_lmr_invalidate`] within the batch.
@@ -153,9 +156,7 @@ impl Batch<'_> {
         cookie: u64,
         flags: CompletionFlags,
     ) -> Result<u32> {
-        let k = self.ep.lmr_invalidate::<true>(lmr, cookie, flags)?;
-        self.queued.set(self.queued.get() + 1);
-        Ok(k)
+        self.counted(self.ep.lmr_invalidate::<true>(lmr, cookie, flags))
     }
 
     /// Requests queued so far.
