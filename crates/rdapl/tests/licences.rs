@@ -28,72 +28,12 @@ const ALLOWED: &[&str] = &[
 ];
 
 /// Whether the SPDX expression `e` can be taken under allowed licences
-/// only: some `OR` alternative whose `AND` parts are all allowed. Old
-/// crates write `MIT/Apache-2.0` for `MIT OR Apache-2.0`.
+/// only: some `OR` alternative whose `AND` parts are all allowed (the
+/// `spdx` crate parses and evaluates it; its lax mode reads old crates'
+/// `MIT/Apache-2.0` as `MIT OR Apache-2.0`).
 fn permissive(e: &str) -> bool {
-    let e = e.replace('/', " OR ");
-    eval(e.trim())
-}
-
-fn eval(e: &str) -> bool {
-    let e = strip_parens(e);
-    if let Some(parts) = split_top(e, " OR ") {
-        return parts.iter().any(|p| eval(p));
-    }
-    if let Some(parts) = split_top(e, " AND ") {
-        return parts.iter().all(|p| eval(p));
-    }
-    ALLOWED.contains(&e)
-}
-
-/// `e` without parentheses around all of it.
-fn strip_parens(mut e: &str) -> &str {
-    while e.len() >= 2 && e.starts_with('(') && e.ends_with(')') && depth_ok(&e[1..e.len() - 1]) {
-        e = e[1..e.len() - 1].trim();
-    }
-    e
-}
-
-/// Whether the parentheses of `e` balance without going below zero.
-fn depth_ok(e: &str) -> bool {
-    let mut d = 0i32;
-    for c in e.chars() {
-        match c {
-            '(' => d += 1,
-            ')' => d -= 1,
-            _ => {}
-        }
-        if d < 0 {
-            return false;
-        }
-    }
-    d == 0
-}
-
-/// `e` split at `op` outside parentheses, if `op` occurs there.
-fn split_top<'a>(e: &'a str, op: &str) -> Option<Vec<&'a str>> {
-    let mut parts = Vec::new();
-    let (mut d, mut start, mut i) = (0i32, 0, 0);
-    let b = e.as_bytes();
-    while i < b.len() {
-        match b[i] {
-            b'(' => d += 1,
-            b')' => d -= 1,
-            _ if d == 0 && e[i..].starts_with(op) => {
-                parts.push(e[start..i].trim());
-                i += op.len();
-                start = i;
-                continue;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    if parts.is_empty() {
-        return None;
-    }
-    parts.push(e[start..].trim());
-    Some(parts)
+    spdx::Expression::parse_mode(e, spdx::ParseMode::LAX)
+        .is_ok_and(|x| x.evaluate(|req| ALLOWED.contains(&req.to_string().as_str())))
 }
 
 fn host() -> Option<String> {
