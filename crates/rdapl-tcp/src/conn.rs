@@ -108,9 +108,10 @@ const DIRECT_TAIL: usize = 256;
 
 /// FPDU starts after a large one during which a read at a boundary takes
 /// a header's worth first ([`Conn::read_socket`]): a message's small last
-/// FPDU, the fence and its answer do not make the next large message's
-/// first FPDU land in the input buffer.
-const LARGE_AFTER: u8 = 4;
+/// FPDU, the peer's fence and the answers to ours (four small FPDUs
+/// between the messages of a ping-pong) do not make the next large
+/// message's first FPDU land in the input buffer.
+const LARGE_AFTER: u8 = 8;
 
 /// Whether a fence goes out behind `uncovered` (> 0) Sends and Writes
 /// while `outstanding` reads will complete `covered` earlier ones, on a
@@ -871,6 +872,21 @@ impl Conn {
     /// At an FPDU boundary: looks at the header and returns the FPDU's
     /// length, or `None` to wait (more bytes, or a receive).
     fn fpdu_start(&mut self, now: u64) -> Option<usize> {
+        let len = self.fpdu_look(now);
+        // Counted once an FPDU starts for good: a look that waits (for
+        // the rest of its header, or for a receive) is repeated.
+        if len.is_some() {
+            self.large_recent = if self.direct {
+                LARGE_AFTER
+            } else {
+                self.large_recent.saturating_sub(1)
+            };
+        }
+        len
+    }
+
+    /// [`Conn::fpdu_start`]'s look at the header.
+    fn fpdu_look(&mut self, now: u64) -> Option<usize> {
         let b = &self.inbuf[self.in_pos..self.in_end];
         let eof = self.eof;
         if b.len() < 3 {
@@ -880,11 +896,6 @@ impl Conn {
         let total = 2 + ulpdu + fpdu::pad_len(ulpdu) + 4;
         // Bulk input while FPDUs are large (see `read_direct`).
         self.direct = ulpdu >= DIRECT_MIN;
-        self.large_recent = if self.direct {
-            LARGE_AFTER
-        } else {
-            self.large_recent.saturating_sub(1)
-        };
         let hlen = DdpHeader::len_for_control(b[2]);
         if ulpdu < hlen {
             return Some(total); // the engine refuses it

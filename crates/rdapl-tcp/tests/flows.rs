@@ -638,36 +638,69 @@ fn a_stream_of_large_messages_to_a_waiting_receiver_goes_straight_to_its_place()
 /// every byte checked.
 #[test]
 fn a_burst_of_one_large_message_goes_straight_to_its_place() {
+    ping_pong_goes_straight_to_its_place(64 << 10, "127.0.12.3", "127.0.12.4");
+}
+
+/// As above with 256 KiB messages: between two of them come the last
+/// FPDU of one, the peer's fence and the answer to ours, each looked at
+/// more than once when its header arrives in pieces. Counting every look
+/// as an FPDU gave up on large input before the next message, so its
+/// first 64 KiB went through the input buffer (75% placed directly).
+#[test]
+fn a_ping_pong_of_large_messages_goes_straight_to_its_place() {
+    ping_pong_goes_straight_to_its_place(256 << 10, "127.0.12.5", "127.0.12.6");
+}
+
+fn ping_pong_goes_straight_to_its_place(n: usize, server: &str, client: &str) {
     let tcp = Tcp::new();
-    let p = Pair::connected(&tcp, "127.0.12.3", "127.0.12.4", "crc=on");
-    let n = 64usize << 10;
+    let p = Pair::connected(&tcp, server, client, "crc=on");
     let rounds = 20u64;
     let (sbuf, cbuf) = (p.s.buf(n), p.c.buf(n));
     let (ssrc, csrc) = (p.s.lmr(pattern(n, 8)), p.c.lmr(pattern(n, 9)));
     let before = tcp.placed_direct();
+    // The server polls in a thread of its own and answers at once, as a
+    // ping-pong server does, while the client polls for the answer.
+    p.s.recv(&sbuf, 0, n as u64, 0);
+    let (sep, srcv, sreq) = (p.s.ep.clone(), p.s.rcv.clone(), p.s.req.clone());
+    let server = std::thread::spawn(move || {
+        for i in 0..rounds {
+            let s = poll_dto(&srcv);
+            assert_eq!(
+                (s.status, s.transferred_length),
+                (DtoStatus::Success, n as u64)
+            );
+            assert!(sbuf.to_vec().unwrap() == pattern(n, 9), "round {i}, server");
+            sbuf.write_at(0, &vec![0u8; n]).unwrap();
+            if i + 1 < rounds {
+                sep.post_recv(&[sbuf.triplet(0, n as u64).unwrap()], i + 1, D)
+                    .unwrap();
+            }
+            sep.post_send(&[ssrc.triplet(0, n as u64).unwrap()], i, D)
+                .unwrap();
+            assert_eq!(poll_dto(&sreq).status, DtoStatus::Success);
+        }
+    });
     for i in 0..rounds {
-        // (The server answers at once, as a ping-pong server does.)
-        let (s, c) = round_trip(&p, (&sbuf, &cbuf), (&ssrc, &csrc), n as u64, i, poll_dto);
+        p.c.recv(&cbuf, 0, n as u64, i);
+        p.c.send(&csrc, 0, n as u64, i);
+        let c = poll_dto(&p.c.rcv);
         assert_eq!(
-            (s.transferred_length, c.transferred_length),
-            (n as u64, n as u64)
+            (c.status, c.transferred_length),
+            (DtoStatus::Success, n as u64)
         );
-        assert!(sbuf.to_vec().unwrap() == pattern(n, 9), "round {i}, server");
         assert!(cbuf.to_vec().unwrap() == pattern(n, 8), "round {i}, client");
-        sbuf.write_at(0, &vec![0u8; n]).unwrap();
         cbuf.write_at(0, &vec![0u8; n]).unwrap();
+        assert_eq!(poll_dto(&p.c.req).status, DtoStatus::Success);
     }
+    server.join().unwrap();
     // Of each message a header's worth is read into the buffer (256
-    // bytes, with whatever came before it), and its last FPDU is small.
-    // A reader kept off its CPU can find a whole message or two queued
-    // behind other input and take them in one read into the buffer (seen
-    // with the other tests of this file running: 94.9-97.4% in 14 of 130
-    // runs, above 98.4% in the others): 90% of the bytes, where a burst's
-    // first large FPDU always landed in the buffer before (0%, then
-    // 52-60%).
+    // bytes, with whatever came before it), and its last FPDU is small:
+    // 97.5% of the bytes at least go straight to their place. Giving up
+    // on large input between two messages put a whole large FPDU through
+    // the buffer now and then, which this bound catches most of the time.
     let direct = tcp.placed_direct() - before;
     let total = 2 * rounds * n as u64;
-    let want = total * 9 / 10;
+    let want = total * 39 / 40;
     assert!(
         direct >= want,
         "only {direct} of {total} bytes placed directly (want {want})"
