@@ -1,0 +1,183 @@
+//! What the engine reports, turned into what the core is told:
+//! completions, connection events, the end of the connection.
+
+use crate::params::Completion;
+use rdapl::{ConnectionEventKind, DtoStatus};
+use rdapl_iwarp::{ConnError, Event, ProtocolError, Role, Rtr};
+use std::sync::{Arc, Weak};
+
+use super::Conn;
+
+impl Conn {
+    /// Handles the engine's events.
+    pub(super) fn events(&mut self) {
+        loop {
+            let Some(ev) = self.engine.as_mut().and_then(|e| e.poll_event()) else {
+                return;
+            };
+            self.work += 1;
+            self.event(ev);
+        }
+    }
+
+    fn event(&mut self, ev: Event) {
+        match ev {
+            Event::ConnectRequest(req) => {
+                let sp = self
+                    .sp
+                    .as_ref()
+                    .and_then(Weak::upgrade)
+                    .filter(|s| !s.freed());
+                let token = self.token;
+                let ops = |sh: &Arc<crate::progress::Shared>| {
+                    Box::new(crate::TcpCr {
+                        sh: sh.clone(),
+                        token,
+                    }) as Box<dyn rdapl::provider::CrOps>
+                };
+                let req_sp = sp.zip(self.shared.as_ref());
+                match req_sp.map(|(sp, sh)| sp.request(self.peer.0, req.private_data, ops(sh))) {
+                    Some(Ok(cr)) => self.cr = Some(cr),
+                    // Nobody to take it: drop the TCP connection (the
+                    // active side sees a non-peer reject).
+                    _ => {
+                        if let Some(e) = self.engine.as_mut() {
+                            e.close();
+                        }
+                    }
+                }
+            }
+            Event::Established { private_data, .. } => {
+                self.connect_deadline = None;
+                let Some(ep) = self.ep.clone() else {
+                    return self.abort_engine();
+                };
+                let pd = (self.role == Role::Initiator).then_some(&private_data[..]);
+                match ep.established(self.peer, pd) {
+                    Some(c) => {
+                        self.dat_conn = c;
+                        self.told = true;
+                        if let Some(cell) = self.hook.as_ref().and_then(Weak::upgrade) {
+                            cell.join_groups(&ep);
+                        }
+                        if let Some(n) = self.engine.as_ref().and_then(|e| e.negotiated()) {
+                            // A peer that takes no reads (IRD 0) cannot be
+                            // asked for proof of placement: Sends and
+                            // Writes complete once TCP has them.
+                            if n.ord == 0 {
+                                self.complete = Completion::Sent;
+                            }
+                            if n.rtr == Some(Rtr::Send) {
+                                self.send_msn = 2;
+                            }
+                            if n.rtr == Some(Rtr::Read) {
+                                self.read_msn = 2;
+                            }
+                        }
+                    }
+                    None => {
+                        self.told = true;
+                        self.abort_engine();
+                    }
+                }
+            }
+            Event::Rejected { private_data } => {
+                self.setup_fail = (ConnectionEventKind::PeerRejected, Some(private_data));
+            }
+            Event::RecvComplete {
+                wr_id,
+                len,
+                solicited,
+                invalidated,
+            } => {
+                self.recv_order.retain(|&i| i != wr_id);
+                if let Some(mut r) = self.mem.recvs.remove(&wr_id) {
+                    let st = r.status.unwrap_or(DtoStatus::Success);
+                    if solicited {
+                        r.wr.set_solicited();
+                    }
+                    let n = if st == DtoStatus::Success {
+                        u64::from(len)
+                    } else {
+                        0
+                    };
+                    if let Some(ep) = &self.ep {
+                        match invalidated {
+                            Some(k) if st == DtoStatus::Success => {
+                                ep.complete_recv_invalidated(r.wr, n, k)
+                            }
+                            _ => ep.complete_recv(r.wr, st, n),
+                        }
+                        self.delivered += 1;
+                    }
+                    if st != DtoStatus::Success {
+                        self.break_local();
+                    }
+                }
+            }
+            Event::SendComplete { wr_id } => {
+                self.mem.unstage(wr_id);
+                // Its last byte is queued: the queue's position now.
+                let at = self.out.pushed();
+                if let Some(s) = self.slot_mut(wr_id) {
+                    s.sent = true;
+                    s.sent_at = at;
+                }
+            }
+            Event::ReadComplete { wr_id, .. } => self.read_done(wr_id),
+            Event::Flushed { wr_id } => {
+                self.mem.unstage(wr_id);
+                if let Some(r) = self.mem.recvs.remove(&wr_id) {
+                    self.recv_order.retain(|&i| i != wr_id);
+                    let st = r.status.unwrap_or(DtoStatus::Flushed);
+                    if let Some(ep) = &self.ep {
+                        ep.complete_recv(r.wr, st, 0);
+                    }
+                } else if let Some(s) = self.slot_mut(wr_id)
+                    && s.status.is_none()
+                {
+                    s.status = Some(DtoStatus::Flushed);
+                }
+            }
+            Event::TerminateReceived(t) => {
+                self.end_kind = ConnectionEventKind::Broken;
+                self.terminated(&t);
+            }
+            Event::Error(e) => {
+                self.end_kind = ConnectionEventKind::Broken;
+                match e {
+                    ConnError::Mpa(rdapl_iwarp::MpaError::Timeout) => {
+                        self.setup_fail = (ConnectionEventKind::TimedOut, None)
+                    }
+                    ConnError::Protocol(ProtocolError::MessageTooLong { .. }) => {
+                        if let Some(&id) = self.recv_order.front()
+                            && let Some(r) = self.mem.recvs.get_mut(&id)
+                        {
+                            r.status.get_or_insert(DtoStatus::LocalLength);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Event::Closed => {
+                let now = 0; // finalize does not read the clock
+                self.finalize(now);
+            }
+        }
+    }
+
+    fn abort_engine(&mut self) {
+        if let Some(e) = self.engine.as_mut() {
+            e.abort();
+        }
+    }
+
+    /// A local error: Terminate, both sides break.
+    pub(super) fn break_local(&mut self) {
+        self.end_kind = ConnectionEventKind::Broken;
+        if let Some(e) = self.engine.as_mut() {
+            e.abort();
+        }
+        self.events();
+    }
+}

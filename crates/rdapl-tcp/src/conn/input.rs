@@ -1,0 +1,460 @@
+//! The input side of a connection: reading the socket, into the input
+//! buffer or straight into the payload's place, and feeding the engine
+//! one MPA frame or FPDU at a time.
+//!
+//! * Large payload (from `DIRECT_MIN`) is read straight into its receive,
+//!   region or read sink; smaller FPDUs several to a system call.
+//! * An FPDU's header is looked at before it is fed: a Send waits for a
+//!   receive, a Read Request's source is staged, tagged payload is told
+//!   apart. Nothing the wire says is trusted: every range is checked.
+
+use crate::memory::{RecvState, RxOp, StagedRead};
+use rdapl::{ConnectionEventKind, DtoStatus, RmrTriplet};
+use rdapl_iwarp::{Buffer, DdpHeader, Opcode, ReadRequest, State, fpdu};
+use std::io::{self, IoSliceMut, Read};
+use std::sync::Arc;
+use std::sync::atomic::{Ordering, fence};
+
+use super::{Conn, IO_HIGH, Phase};
+
+/// The least room a read into the input buffer gets.
+const READ_CHUNK: usize = 64 << 10;
+
+/// The least payload due that is read straight into its destination:
+/// the FPDUs of a large message (on loopback, where the MSS is about
+/// 32 KiB). Smaller ones go through the input buffer, several to a system
+/// call, and are copied to their place: for them the copy costs less than
+/// a system call each (small messages come in bursts, posted together).
+const DIRECT_MIN: usize = 16 << 10;
+
+/// What a direct read takes into the input buffer after the payload: the
+/// trailer and the next FPDU's header, with a little payload.
+const DIRECT_TAIL: usize = 256;
+
+/// FPDU starts after a large one during which a read at a boundary takes
+/// a header's worth first ([`Conn::read_socket`]): a message's small last
+/// FPDU, the peer's fence and the answers to ours (four small FPDUs
+/// between the messages of a ping-pong) do not make the next large
+/// message's first FPDU land in the input buffer.
+pub(super) const LARGE_AFTER: u8 = 8;
+
+/// True if `b` is a whole number of FPDUs.
+fn whole_fpdus(mut b: &[u8]) -> bool {
+    while b.len() >= 2 {
+        let ulpdu = usize::from(u16::from_be_bytes([b[0], b[1]]));
+        let total = 2 + ulpdu + fpdu::pad_len(ulpdu) + 4;
+        if total > b.len() {
+            return false;
+        }
+        b = &b[total..];
+    }
+    b.is_empty()
+}
+
+impl Conn {
+    pub(super) fn read_socket(&mut self, now: u64) {
+        if self.eof || self.phase == Phase::Dead || self.rx_drained {
+            return;
+        }
+        if self.in_pos == self.in_end {
+            self.in_pos = 0;
+            self.in_end = 0;
+            if self.phase == Phase::Open
+                && let Some(r) = self.read_direct(now)
+            {
+                match r {
+                    Ok((0, _, _)) => self.eof = true,
+                    Ok((n, placed, room)) => {
+                        self.work += 1;
+                        self.stats.socket_reads.fetch_add(1, Ordering::Relaxed);
+                        self.rx_drained = n < room;
+                        self.frame_left = self.frame_left.saturating_sub(placed);
+                        self.stats
+                            .placed_direct
+                            .fetch_add(placed as u64, Ordering::Relaxed);
+                        self.in_end = n - placed;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.rx_drained = true,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        self.eof = true;
+                        self.socket_failed();
+                    }
+                }
+                // What followed the payload is fed before more is read.
+                return;
+            }
+        }
+        while self.in_end - self.in_pos < IO_HIGH {
+            // Room for a large read, straight into the input buffer (its
+            // memory is zeroed once, when it grows, never per read).
+            if self.inbuf.len() - self.in_end < READ_CHUNK {
+                if self.in_pos > 0 {
+                    self.inbuf.copy_within(self.in_pos..self.in_end, 0);
+                    self.in_end -= self.in_pos;
+                    self.in_pos = 0;
+                }
+                if self.inbuf.len() - self.in_end < READ_CHUNK {
+                    self.inbuf.resize(self.in_end + READ_CHUNK, 0);
+                }
+            }
+            let mut room = (self.inbuf.len() - self.in_end).min(READ_CHUNK);
+            let buffered = self.in_end - self.in_pos;
+            // While large FPDUs are expected, a read stops a header's
+            // worth past the FPDU being fed (a small one too: the last
+            // piece of a large message, a fence): if the next one is
+            // large, its payload goes straight to its place (one more,
+            // small read; no copy of it).
+            let head = self.large_recent > 0;
+            if self.direct || head {
+                // Bulk input: the rest of this FPDU and the next header
+                // only, so that the next payload can go straight to its
+                // place.
+                room = room.min(self.frame_left.saturating_sub(buffered) + DIRECT_TAIL);
+            }
+            match self
+                .sock
+                .read(&mut self.inbuf[self.in_end..self.in_end + room])
+            {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.work += 1;
+                    self.stats.socket_reads.fetch_add(1, Ordering::Relaxed);
+                    // A short read took what the socket held: this pump
+                    // does not ask again (level-triggered readiness, or the
+                    // next poll, brings the rest).
+                    self.rx_drained = n < room;
+                    if self.phase != Phase::Draining {
+                        self.in_end += n; // (draining: nothing more is fed)
+                    }
+                    // After a header's worth, fed first: a large FPDU may
+                    // begin behind small ones (the answer to the peer's
+                    // fence rides just ahead of its reply).
+                    if self.rx_drained || self.direct || head || self.bulk_next() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.rx_drained = true;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.eof = true;
+                    self.socket_failed();
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Reads the rest of the current FPDU's payload straight into its
+    /// destination (the receive, or the region of an RDMA Write or Read
+    /// Response) and what follows (its trailer, the next header) into the
+    /// input buffer, in one vectored read: bulk payload is placed with no
+    /// intermediate copy, and the engine is told with
+    /// `Connection::handle_placed`. Returns (bytes read, bytes placed,
+    /// room offered); `None` when it does not apply (no placement due, a
+    /// small one, or memory the core does not lend): the caller reads into
+    /// the buffer. The input buffer is empty when it is called.
+    fn read_direct(&mut self, now: u64) -> Option<io::Result<(usize, usize, usize)>> {
+        let (place, due) = self.engine.as_ref()?.rx_direct()?;
+        let due = due as usize;
+        if due < DIRECT_MIN {
+            return None;
+        }
+        if self.inbuf.len() < DIRECT_TAIL {
+            self.inbuf.resize(DIRECT_TAIL, 0);
+        }
+        let engine = self.engine.as_mut()?;
+        let sock = &mut self.sock;
+        let tail = &mut self.inbuf[..DIRECT_TAIL];
+        let r = self.mem.lend(&place, due, |dst| {
+            let room = dst.len() + tail.len();
+            let n = sock.read_vectored(&mut [IoSliceMut::new(dst), IoSliceMut::new(tail)])?;
+            let placed = n.min(dst.len());
+            // At most what is due: always taken.
+            let taken = engine.handle_placed(now, &dst[..placed]);
+            debug_assert!(taken);
+            Ok((n, placed, room))
+        })?;
+        Some(r)
+    }
+
+    /// Whether the buffered input begins a large FPDU: it is fed before
+    /// more is read, so that the rest of its payload goes straight to its
+    /// place ([`Conn::read_direct`]).
+    fn bulk_next(&self) -> bool {
+        let b = &self.inbuf[self.in_pos..self.in_end];
+        self.frame_left == 0
+            && b.len() >= 2
+            && usize::from(u16::from_be_bytes([b[0], b[1]])) >= DIRECT_MIN
+    }
+
+    /// The socket reported an error or a hang-up (epoll's `ERR`/`HUP`,
+    /// which come whatever the interest). A pump may not have read it (a
+    /// full input buffer, or a Send of the peer waiting for a receive,
+    /// stops the reads), so it is looked at here: a pending error or a
+    /// connection closed both ways breaks an open connection now, instead
+    /// of the report coming back on every wait until the reads resume.
+    pub fn hung_up(&mut self) {
+        if self.phase != Phase::Open || self.eof {
+            return;
+        }
+        // (`take_error` clears the error: it is acted on here.)
+        let _ = self.sock.take_error();
+        self.eof = true;
+        self.stall_since = None;
+        self.socket_failed();
+    }
+
+    pub(super) fn socket_failed(&mut self) {
+        self.end_kind = ConnectionEventKind::Broken;
+        if let Some(e) = self.engine.as_mut()
+            && !e.is_closed()
+        {
+            e.handle_eof();
+        }
+        self.out.clear();
+        self.events();
+    }
+
+    /// Feeds buffered input to the engine, one MPA frame or FPDU (part) at
+    /// a time.
+    pub(super) fn feed(&mut self, now: u64) {
+        if self.phase != Phase::Open {
+            return;
+        }
+        loop {
+            let Some(state) = self.engine.as_ref().map(|e| e.state()) else {
+                return;
+            };
+            let avail = self.in_end - self.in_pos;
+            if avail == 0 {
+                break;
+            }
+            let n = match state {
+                State::Closed | State::Terminating => {
+                    self.in_pos = self.in_end;
+                    break;
+                }
+                State::AwaitRequest | State::AwaitReply => {
+                    if self.frame_left == 0 {
+                        if avail < 20 && !self.eof {
+                            break;
+                        }
+                        let b = &self.inbuf[self.in_pos..self.in_end];
+                        let pd = if b.len() >= 20 {
+                            usize::from(u16::from_be_bytes([b[18], b[19]]))
+                        } else {
+                            0
+                        };
+                        self.frame_left = 20 + pd;
+                    }
+                    self.frame_left.min(avail)
+                }
+                State::AwaitRtr | State::Established => {
+                    if self.frame_left == 0 {
+                        match self.fpdu_start(now) {
+                            Some(len) => self.frame_left = len,
+                            None => break,
+                        }
+                    }
+                    self.frame_left.min(avail)
+                }
+                State::Idle | State::AwaitAccept => avail,
+            };
+            let chunk = &self.inbuf[self.in_pos..self.in_pos + n];
+            if let Some(e) = self.engine.as_mut() {
+                e.handle_input(now, chunk, &mut self.mem);
+            }
+            self.in_pos += n;
+            self.work += 1;
+            self.frame_left = self.frame_left.saturating_sub(n);
+            if self.frame_left == 0 {
+                self.mem.rx_op = RxOp::Other;
+                self.mem.pending_read = None;
+            }
+            self.events();
+            if self.mem.fault {
+                self.mem.fault = false;
+                self.end_kind = ConnectionEventKind::Broken;
+                if let Some(e) = self.engine.as_mut() {
+                    e.abort();
+                }
+                self.events();
+            }
+        }
+        if self.in_pos == self.in_end {
+            self.in_pos = 0;
+            self.in_end = 0;
+        }
+        if self.eof && self.stall_since.is_some() {
+            // The peer ended while a Send of it waited for a receive: the
+            // sender flushed it (its completion needs our fence answer),
+            // so it is dropped. A stream cut inside an FPDU is broken.
+            if !whole_fpdus(&self.inbuf[self.in_pos..self.in_end]) {
+                self.end_kind = ConnectionEventKind::Broken;
+            }
+            self.in_pos = 0;
+            self.in_end = 0;
+            self.stall_since = None;
+        }
+        if self.eof && !self.eof_fed && self.in_pos == self.in_end && self.stall_since.is_none() {
+            self.eof_fed = true;
+            if let Some(e) = self.engine.as_mut() {
+                e.handle_eof();
+            }
+            self.events();
+        }
+    }
+
+    /// At an FPDU boundary: looks at the header and returns the FPDU's
+    /// length, or `None` to wait (more bytes, or a receive).
+    fn fpdu_start(&mut self, now: u64) -> Option<usize> {
+        let len = self.fpdu_look(now);
+        // Counted once an FPDU starts for good: a look that waits (for
+        // the rest of its header, or for a receive) is repeated.
+        if len.is_some() {
+            self.large_recent = if self.direct {
+                LARGE_AFTER
+            } else {
+                self.large_recent.saturating_sub(1)
+            };
+        }
+        len
+    }
+
+    /// [`Conn::fpdu_start`]'s look at the header.
+    fn fpdu_look(&mut self, now: u64) -> Option<usize> {
+        let b = &self.inbuf[self.in_pos..self.in_end];
+        let eof = self.eof;
+        if b.len() < 3 {
+            return (eof).then_some(b.len());
+        }
+        let ulpdu = usize::from(u16::from_be_bytes([b[0], b[1]]));
+        let total = 2 + ulpdu + fpdu::pad_len(ulpdu) + 4;
+        // Bulk input while FPDUs are large (see `read_direct`).
+        self.direct = ulpdu >= DIRECT_MIN;
+        let hlen = DdpHeader::len_for_control(b[2]);
+        if ulpdu < hlen {
+            return Some(total); // the engine refuses it
+        }
+        if b.len() < 2 + hlen {
+            return eof.then_some(total);
+        }
+        let Some(h) = DdpHeader::decode(&b[2..]) else {
+            return Some(total);
+        };
+        let op = Opcode::from_u8(h.opcode);
+        self.mem.rx_op = match (h.buffer, op) {
+            (Buffer::Tagged { .. }, Some(Opcode::Write)) => RxOp::Write,
+            (Buffer::Tagged { .. }, Some(Opcode::ReadResponse)) => RxOp::ReadResponse,
+            _ => RxOp::Other,
+        };
+        match (h.buffer, op) {
+            (
+                Buffer::Untagged { qn: 0, mo: 0, .. },
+                Some(
+                    Opcode::Send
+                    | Opcode::SendSe
+                    | Opcode::SendInvalidate
+                    | Opcode::SendSeInvalidate,
+                ),
+            ) => {
+                let rtr = self
+                    .engine
+                    .as_ref()
+                    .is_some_and(|e| e.state() == State::AwaitRtr);
+                let have = rtr || self.ensure_recv() || {
+                    // The Dekker pattern with a poster (`TcpIa::kick`): it
+                    // queues its receive, then reads `stalled`; this sets
+                    // `stalled`, then looks again.
+                    self.stalled.store(true, Ordering::SeqCst);
+                    fence(Ordering::SeqCst);
+                    self.ensure_recv()
+                };
+                if !have {
+                    let since = *self.stall_since.get_or_insert(now);
+                    if now < since.saturating_add(self.ia.recv_wait_ms) {
+                        return None;
+                    }
+                    // Waited long enough: the engine refuses it (no buffer).
+                } else if !rtr {
+                    self.free_recvs -= 1;
+                }
+                self.stall_since = None;
+                self.stalled.store(false, Ordering::Relaxed);
+            }
+            (Buffer::Untagged { qn: 1, .. }, Some(Opcode::ReadRequest)) => {
+                let body = 2 + rdapl_iwarp::ddp::UNTAGGED_HEADER_LEN;
+                if b.len() < body + 28 {
+                    return eof.then_some(total);
+                }
+                if let Some(rr) = ReadRequest::decode(&b[body..body + 28])
+                    && rr.size > 0
+                {
+                    self.mem.pending_read = Some(self.stage_read(&rr));
+                }
+            }
+            _ => {}
+        }
+        Some(total)
+    }
+
+    fn stage_read(&self, rr: &ReadRequest) -> StagedRead {
+        let data = match &self.ep {
+            Some(ep) => {
+                let src = RmrTriplet {
+                    rmr_context: rr.src_stag,
+                    target_address: rr.src_to,
+                    segment_length: u64::from(rr.size),
+                };
+                ep.remote_gather(src).map(Arc::new)
+            }
+            None => Err(DtoStatus::RemoteAccess),
+        };
+        StagedRead {
+            stag: rr.src_stag,
+            to: rr.src_to,
+            data,
+        }
+    }
+
+    /// Makes sure the engine holds a free receive: takes one from the core
+    /// if needed. False if there is none.
+    fn ensure_recv(&mut self) -> bool {
+        if self.free_recvs > 0 {
+            return true;
+        }
+        let Some(ep) = self.ep.clone() else {
+            return false;
+        };
+        let Some(r) = ep.take_recv(self.dat_conn) else {
+            return false;
+        };
+        let id = self.next_id();
+        let cap = u32::try_from(r.capacity()).unwrap_or(u32::MAX);
+        let Some(e) = self.engine.as_mut() else {
+            ep.complete_recv(r, DtoStatus::Flushed, 0);
+            return false;
+        };
+        if e.post_recv(id, cap).is_err() {
+            ep.complete_recv(r, DtoStatus::Flushed, 0);
+            return false;
+        }
+        self.mem.recvs.insert(
+            id,
+            RecvState {
+                wr: r,
+                status: None,
+            },
+        );
+        self.recv_order.push_back(id);
+        self.free_recvs += 1;
+        true
+    }
+}

@@ -1,0 +1,505 @@
+//! One TCP connection: its iWARP engine, its socket buffers, its requests
+//! in flight, and what the core is told.
+//!
+//! Behind a lock (`progress::ConnCell`) that the progress thread,
+//! posters and polling consumers take ([`crate::progress`]).
+//!
+//! # Guarantees
+//!
+//! * **Exactly once.** Every request taken from the core (a send, an RDMA
+//!   write or read, a memory operation, a receive) is completed exactly
+//!   once: by its outcome, or `Flushed` when the connection ends first.
+//!   The core is told of the connection's end once ([`EpInner::ended`]),
+//!   after the provider's own requests are completed, so the requests of
+//!   one queue complete in post order.
+//! * **What a completion means.** A Send or RDMA Write completes when the
+//!   peer has placed it, not when it was handed to TCP (siw's meaning):
+//!   iWARP has no acknowledgement, so after a burst of Sends and Writes the
+//!   provider posts a zero-length RDMA Read (a *fence*; any RDMA Read does
+//!   it; up to `MAX_FENCES` outstanding, a further one only once it
+//!   covers as many requests as those before it), whose response proves
+//!   that the peer processed everything before it. A remote error
+//!   therefore reaches the request that caused it: the
+//!   peer's Terminate names the offending segment (STag or MSN), that
+//!   request completes with `RemoteAccess` (key, right, bounds),
+//!   `ReceiverNotReady` (no receive) or `RemoteResponder` (anything else),
+//!   those before it with `Success`, those after it `Flushed`. With
+//!   [`Completion::Sent`] there are no fences: a Send or Write succeeds
+//!   once the socket took its last byte (the output queue's position
+//!   passed it, so its memory is no longer read), and a Terminate breaks
+//!   the connection (what did not complete yet is `Flushed`). A peer whose
+//!   IRD is 0 takes no fence, so its connection completes that way too.
+//! * **A Send that finds no receive.** The receiver stops feeding (and
+//!   then reading) that socket at the first segment of a Send while no
+//!   receive is posted, so TCP flow control holds the sender back. A
+//!   receive posted within `recv_wait_ms` lets it go on; after that the
+//!   Send is fed anyway: the engine answers with a Terminate (no buffer),
+//!   the sender's Send completes `ReceiverNotReady` and both sides break.
+//! * **Bounded memory.** At most `MAX_INFLIGHT` requests and
+//!   `MAX_STAGED` staged bytes per connection leave the core's queue;
+//!   the input buffer stops growing at `IO_HIGH` bytes, the output at
+//!   `IO_HIGH` or, to finish the message it is in, `OUT_MESSAGE_MAX`
+//!   (the output holds large payload by reference, not copied).
+//!
+//! The engine is fed one FPDU at a time (its header is looked at first:
+//! whether it needs a receive, whether it is a Read Request to stage,
+//! whether tagged payload is a Write or a Read Response). A peer that
+//! sends garbage meets the engine's checks: an error, a Terminate, the
+//! connection broken, never a panic.
+//!
+//! # Layout
+//!
+//! This file holds the connection's state and the pump that drives it;
+//! each concern of the pump is a module of its own: `input` (reading and
+//! feeding), `requests` (work requests, fences, completions),
+//! `output` (framing and writing), `events` (what the engine reports)
+//! and `lifecycle` (setup, accept, reject, disconnect, the end).
+
+use crate::memory::ConnMemory;
+use crate::outq::OutQueue;
+use crate::params::{Completion, IaParams};
+use rdapl::provider::{CrInner, EpInner, SpInner, Wr};
+use rdapl::{ConnectionEventKind, DtoStatus};
+use rdapl_iwarp::{Connection, Role, State};
+use std::collections::VecDeque;
+use std::net::{IpAddr, TcpStream};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Weak};
+
+mod events;
+mod input;
+mod lifecycle;
+mod output;
+mod requests;
+
+/// Most requests one connection takes from the core's queue at once.
+pub(crate) const MAX_INFLIGHT: usize = 512;
+/// Most gathered bytes one connection stages at once.
+pub(crate) const MAX_STAGED: usize = 16 << 20;
+/// Input and output buffer high-water mark.
+pub(crate) const IO_HIGH: usize = 256 << 10;
+
+/// Most output bytes a polling consumer's pass holds back.
+const HOLD_MAX: usize = 4096;
+
+/// The IRD and ORD an endpoint asks for (its attributes'
+/// `max_rdma_read_in` and `max_rdma_read_out`, which the core holds to
+/// the IA's `max_rdma_read_per_ep`): offered in MPA, where the peer's
+/// ORD may raise the IRD and its IRD lower the ORD (RFC 6581). At least
+/// 1 each way: a fence is a read, so a connection whose ORD is 0 could
+/// never complete a Send or Write once placed, nor could an rdapl peer's
+/// facing an IRD of 0.
+fn read_depths(ep: &EpInner) -> (u16, u16) {
+    let a = ep.attr();
+    let depth = |n: usize| u16::try_from(n.max(1)).unwrap_or(u16::MAX);
+    (depth(a.max_rdma_read_in), depth(a.max_rdma_read_out))
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum SlotKind {
+    Send { msn: u32 },
+    Write { stag: u32, to: u64, len: u64 },
+    Read { msn: u32, sink: u32 },
+    Fence { msn: u32 },
+    Local,
+}
+
+/// A request taken from the core, in post order.
+struct Slot {
+    id: u64,
+    kind: SlotKind,
+    /// The request (a read's is in its sink).
+    wr: Option<Wr>,
+    len: u64,
+    /// Handed to TCP in full (Sends and Writes).
+    sent: bool,
+    /// Once `sent`: the output position past its last byte.
+    sent_at: u64,
+    status: Option<DtoStatus>,
+}
+
+/// Where the connection is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// TCP connect in progress (active side).
+    Connecting,
+    /// MPA setup and data.
+    Open,
+    /// The core was told; the last bytes drain, then the socket closes.
+    Draining,
+    /// To be dropped.
+    Dead,
+}
+
+pub(crate) struct Conn {
+    pub token: u64,
+    pub sock: TcpStream,
+    pub ia: Arc<IaParams>,
+    pub role: Role,
+    pub phase: Phase,
+    pub engine: Option<Connection>,
+    pub mem: ConnMemory,
+    pub ep: Option<Arc<EpInner>>,
+    pub cr: Option<Arc<CrInner>>,
+    pub sp: Option<Weak<SpInner>>,
+    /// The peer's address and the qualifier.
+    pub peer: (IpAddr, u64),
+    /// Active side: the private data to send once TCP is up.
+    pub connect_pd: Vec<u8>,
+    pub connect_deadline: Option<u64>,
+    /// The core's connection number (0 until established).
+    pub dat_conn: u64,
+    told: bool,
+    /// How an active attempt failed, with the reject's private data.
+    setup_fail: (ConnectionEventKind, Option<Vec<u8>>),
+    /// How an established connection ends.
+    end_kind: ConnectionEventKind,
+    // input
+    /// Input: bytes `in_pos..in_end` of `inbuf` are unfed.
+    inbuf: Vec<u8>,
+    in_end: usize,
+    in_pos: usize,
+    /// Bytes left of the FPDU or MPA frame being fed (0: at a boundary).
+    frame_left: usize,
+    /// Bulk input: the FPDU being fed is large, so reads into the buffer
+    /// stop at the next header and its payload goes straight to its place
+    /// ([`Conn::read_direct`]).
+    direct: bool,
+    /// FPDU starts left before large input is no longer expected (set to
+    /// [`input::LARGE_AFTER`] at the start and by a large FPDU, less one
+    /// by each small one).
+    large_recent: u8,
+    eof: bool,
+    eof_fed: bool,
+    stall_since: Option<u64>,
+    // output
+    out: OutQueue,
+    shut: bool,
+    linger_deadline: Option<u64>,
+    // requests
+    /// In post order, so by increasing `id` (see `push_slot`).
+    slots: VecDeque<Slot>,
+    /// A Send or Write was queued since `maybe_fence` last found every
+    /// one covered by a read: only then does it look.
+    fence_due: bool,
+    recv_order: VecDeque<u64>,
+    free_recvs: usize,
+    next_id: u64,
+    next_sink: u32,
+    send_msn: u32,
+    read_msn: u32,
+    /// Counts every step that moved something (bytes read, fed, queued or
+    /// written; events): `pump` goes on while it moves.
+    work: u64,
+    /// A Send of the peer waits for a receive: a posted receive must kick
+    /// (read by posters without the lock; see `fpdu_start`).
+    pub stalled: Arc<AtomicBool>,
+    /// The epoll interest registered (`None`: not registered).
+    pub registered: Option<(bool, bool)>,
+    /// A consumer drives the input: the progress thread does not poll for
+    /// it ([`crate::progress`]).
+    pub polled: bool,
+    /// Its own cell: it joins the groups of the endpoint's EVDs once
+    /// established ([`crate::group`]).
+    pub hook: Option<Weak<crate::progress::ConnCell>>,
+    /// Completions delivered to the core so far.
+    delivered: u64,
+    /// The socket had nothing more to read in this pump.
+    rx_drained: bool,
+    /// `write_socket` holds its bytes back (a polling consumer's pass).
+    hold_out: bool,
+    /// Output held back for the consumer's answer (see `pump_polled`).
+    pub out_held: bool,
+    /// What a Send or Write's completion means on this connection: the
+    /// IA's choice, or `Sent` where the peer takes no reads (a fence could
+    /// never go out).
+    complete: Completion,
+    /// The provider's counters.
+    pub stats: Arc<crate::progress::Stats>,
+    /// The provider's shared state (a responder's requests answer through
+    /// it).
+    pub shared: Option<Arc<crate::progress::Shared>>,
+}
+
+/// The earlier of two optional instants.
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+fn total_len(wr: &Wr) -> u64 {
+    match wr.data() {
+        Some(d) => d.len() as u64,
+        None => wr
+            .iov()
+            .iter()
+            .fold(0u64, |n, t| n.saturating_add(t.segment_length)),
+    }
+}
+
+impl Conn {
+    pub fn new(
+        token: u64,
+        sock: TcpStream,
+        ia: Arc<IaParams>,
+        role: Role,
+        peer: (IpAddr, u64),
+    ) -> Conn {
+        let complete = ia.complete;
+        Conn {
+            token,
+            sock,
+            ia,
+            role,
+            phase: Phase::Open,
+            engine: None,
+            mem: ConnMemory::new(),
+            ep: None,
+            cr: None,
+            sp: None,
+            peer,
+            connect_pd: Vec::new(),
+            connect_deadline: None,
+            dat_conn: 0,
+            told: false,
+            setup_fail: (ConnectionEventKind::NonPeerRejected, None),
+            end_kind: ConnectionEventKind::Disconnected,
+            inbuf: Vec::new(),
+            in_end: 0,
+            in_pos: 0,
+            frame_left: 0,
+            direct: false,
+            // (a first message may be large too)
+            large_recent: input::LARGE_AFTER,
+            eof: false,
+            eof_fed: false,
+            stall_since: None,
+            out: OutQueue::default(),
+            shut: false,
+            linger_deadline: None,
+            slots: VecDeque::new(),
+            fence_due: false,
+            recv_order: VecDeque::new(),
+            free_recvs: 0,
+            next_id: 1,
+            next_sink: 2,
+            send_msn: 1,
+            read_msn: 1,
+            work: 0,
+            stalled: Arc::new(AtomicBool::new(false)),
+            registered: None,
+            polled: false,
+            hook: None,
+            delivered: 0,
+            rx_drained: false,
+            hold_out: false,
+            out_held: false,
+            complete,
+            stats: Arc::default(),
+            shared: None,
+        }
+    }
+
+    /// The engine config for this connection's socket.
+    pub fn engine_config(&self) -> rdapl_iwarp::Config {
+        let mss = self.ia.mss.unwrap_or_else(|| {
+            socket2::SockRef::from(&self.sock)
+                .tcp_mss()
+                .unwrap_or(1460)
+                .clamp(64, 65535)
+        });
+        let mut cfg = rdapl_iwarp::Config {
+            crc: self.ia.crc,
+            peer_to_peer: true,
+            mss,
+            // The consumer's connect timeout (`connect_deadline`) bounds
+            // the wait for the Reply, or nothing does: DAT's indefinite
+            // wait. MPA's own 10 s would refuse a slow accept the
+            // consumer was prepared to wait for.
+            reply_timeout_ms: None,
+            request_timeout_ms: self.ia.mpa_timeout_ms,
+            ..rdapl_iwarp::Config::default()
+        };
+        // The endpoint's read depths, once it is known (an initiator's
+        // is; a responder's comes with the accept).
+        if let Some(ep) = &self.ep {
+            (cfg.ird, cfg.ord) = read_depths(ep);
+        }
+        cfg
+    }
+
+    /// Binds the endpoint whose requests and memory this connection uses.
+    pub fn bind_ep(&mut self, ep: &Arc<EpInner>) {
+        self.ep = Some(ep.clone());
+        self.mem.ep = Some(ep.clone());
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.phase == Phase::Dead
+    }
+
+    /// An accepted connection whose MPA request has not come yet: no
+    /// consumer knows of it.
+    pub fn in_setup(&self) -> bool {
+        self.role == Role::Responder
+            && self.phase == Phase::Open
+            && self.cr.is_none()
+            && self.ep.is_none()
+            && self
+                .engine
+                .as_ref()
+                .is_some_and(|e| e.state() == State::AwaitRequest)
+    }
+
+    /// Closes the connection if it is [`Conn::in_setup`] (its listener
+    /// has too many waiting): nobody is told, the peer sees its socket
+    /// close. False if it was not in setup.
+    pub fn drop_setup(&mut self) -> bool {
+        let drop = self.in_setup();
+        if drop {
+            self.phase = Phase::Dead;
+        }
+        drop
+    }
+
+    /// The earliest timer of this connection (ms).
+    pub fn deadline(&self) -> Option<u64> {
+        let stall = self
+            .stall_since
+            .map(|s| s.saturating_add(self.ia.recv_wait_ms));
+        let engine = self.engine.as_ref().and_then(|e| e.poll_timeout());
+        [self.connect_deadline, stall, self.linger_deadline]
+            .into_iter()
+            .fold(engine, earliest)
+    }
+
+    /// Nothing to do until the socket has input: open, no input buffered
+    /// unfed, no Send waiting for a receive, no output queued or held.
+    /// (A consumer's pass may then skip the connection, see
+    /// `progress::ConnCell`.)
+    pub fn quiet(&self) -> bool {
+        self.phase == Phase::Open
+            && self.in_pos == self.in_end
+            && self.stall_since.is_none()
+            && !self.eof
+            && self.out.is_empty()
+            && !self.out_held
+    }
+
+    /// What the socket should be polled for: (readable, writable).
+    pub fn interest(&self) -> (bool, bool) {
+        match self.phase {
+            Phase::Connecting => (false, true),
+            Phase::Dead => (false, false),
+            Phase::Draining => (!self.eof, !self.out.is_empty()),
+            Phase::Open => (
+                !self.eof && self.in_end - self.in_pos < IO_HIGH,
+                !self.out.is_empty() && !self.out_held,
+            ),
+        }
+    }
+
+    /// Does everything that can be done now: read, feed, post, transmit,
+    /// write, time out.
+    pub fn pump(&mut self, now: u64) {
+        self.rx_drained = false;
+        self.pump_inner(now);
+    }
+
+    /// [`Conn::pump`] for a poster: it reads the socket only while a read
+    /// or fence of ours waits for its response (a stream of sends then
+    /// takes the answers in as it goes, so the peer's small responses do
+    /// not pile up in the socket); otherwise the input is the polling
+    /// consumer's or the thread's, and a system call that finds nothing
+    /// would only delay the send (a ping-pong's case).
+    pub fn pump_tx(&mut self, now: u64) {
+        // (From the back: the newest fence is there.)
+        self.rx_drained = !self.slots.iter().rev().any(|s| {
+            matches!(s.kind, SlotKind::Read { .. } | SlotKind::Fence { .. }) && s.status.is_none()
+        });
+        self.pump_inner(now);
+    }
+
+    fn pump_inner(&mut self, now: u64) {
+        if matches!(self.phase, Phase::Connecting | Phase::Dead) {
+            return;
+        }
+        if !self.hold_out {
+            self.out_held = false;
+        }
+        loop {
+            let before = self.work;
+            self.read_socket(now);
+            self.feed(now);
+            self.pull();
+            self.transmit();
+            self.write_socket();
+            self.check_end(now);
+            if before == self.work || self.phase == Phase::Dead {
+                break;
+            }
+        }
+    }
+
+    /// [`Conn::pump`] for a polling consumer's pass (the progress thread
+    /// leaves the input to it: `polled`). If the pass delivered
+    /// completions and what it has to send is small (an answer to the
+    /// peer's fence, typically), the bytes are held back once: the
+    /// consumer is likely to post in reply at once, and its send then
+    /// carries them in the same segment (one system call, one wakeup of
+    /// the peer instead of two). They go with the next pump of any kind:
+    /// the consumer's post, its next pass, its `park`, or the progress
+    /// thread's check of a polled connection (within
+    /// [`crate::progress::HOLD_MS`]).
+    pub fn pump_polled(&mut self, now: u64) {
+        let held_before = self.out_held;
+        let d0 = self.delivered;
+        self.hold_out = self.polled && !held_before;
+        self.pump(now);
+        self.hold_out = false;
+        let pending = self.out.len();
+        if pending == 0 {
+            self.out_held = false;
+            return;
+        }
+        if self.polled
+            && !held_before
+            && self.delivered != d0
+            && pending <= HOLD_MAX
+            && self.phase == Phase::Open
+        {
+            self.out_held = true;
+        } else {
+            self.pump(now);
+        }
+    }
+
+    /// Timers that are due at `now`.
+    pub fn on_timer(&mut self, now: u64) {
+        if let Some(d) = self.connect_deadline
+            && now >= d
+            && self.dat_conn == 0
+        {
+            self.connect_deadline = None;
+            self.setup_fail = (ConnectionEventKind::TimedOut, None);
+            match self.engine.as_mut() {
+                Some(e) => e.close(),
+                None => self.finalize(now),
+            }
+            self.events();
+        }
+        if let Some(e) = self.engine.as_mut() {
+            e.handle_timeout(now);
+        }
+        self.events();
+        if let Some(d) = self.linger_deadline
+            && now >= d
+        {
+            self.phase = Phase::Dead;
+        }
+        self.pump(now);
+    }
+}
