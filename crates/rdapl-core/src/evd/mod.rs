@@ -68,6 +68,17 @@
 //!   with no lock of the EVD held. An EVD without hooks (the loopback
 //!   provider's) pays one relaxed load of a read-mostly line, and only
 //!   when found empty.
+//!
+//! # Layout
+//!
+//! This file holds the EVD itself: its creation, its state word and
+//! capacity counters, resize, query, free and the CNO. The rest, a
+//! concern a file: `consume.rs` (dequeue, wait, the progress hooks a
+//! consumer drives), `publish.rs` (pushing and waking listeners),
+//! `producer.rs` and `reservation.rs` (the providers' side), `upcall.rs`
+//! (upcalls, their policies and dispatch runs), `state.rs` (the state
+//! word's protocol), `ring.rs` (the lock-free event storage),
+//! `progress.rs` and `teardown_waits.rs`.
 
 #[cfg(rdapl_loom)]
 mod loom_storage;
@@ -76,15 +87,22 @@ mod loom_storage;
 pub(crate) mod ring;
 #[cfg_attr(rdapl_loom, allow(unused_imports))]
 pub(crate) use ring::{prefetch_read, prefetch_write};
+mod consume;
 mod producer;
 mod progress;
+mod publish;
 mod reservation;
 pub(crate) mod state;
 mod teardown_waits;
+mod upcall;
 
 pub use producer::EvdProducer;
 pub use progress::Progress;
+use publish::publish;
 pub use reservation::{Misdirected, Reservation};
+use upcall::enabling_policy;
+pub(crate) use upcall::run;
+pub use upcall::{Enabled, Upcall, UpcallPolicy};
 
 pub use state::{MAX_QLEN, ReEnable};
 
@@ -107,78 +125,6 @@ use state::{
 use std::convert::Infallible;
 use std::fmt;
 use std::time::Duration;
-
-/// A consumer's upcall (`DAT_UPCALL_OBJECT`).
-///
-/// `event` is `None` for a notify-only upcall; `more_events` says whether
-/// more events were queued after the one delivered.
-pub trait Upcall: Send + Sync + 'static {
-    /// Called in a dispatch context with one event (or none, notify-only).
-    fn upcall(&self, evd: &Evd, event: Option<Event>, more_events: bool);
-}
-
-impl<F> Upcall for F
-where
-    F: Fn(&Evd, Option<Event>, bool) + Send + Sync + 'static,
-{
-    fn upcall(&self, evd: &Evd, event: Option<Event>, more_events: bool) {
-        self(evd, event, more_events)
-    }
-}
-
-/// `DAT_UPCALL_POLICY` (kDAT names and values).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum UpcallPolicy {
-    /// `DAT_UPCALL_DISABLE`: no upcalls; events wait for `dequeue`/`wait`.
-    /// No upcall begins once `modify_upcall` returns; one that had begun
-    /// may still be running (`Teardown` waits for those).
-    Disable,
-    /// `DAT_UPCALL_SINGLE_INSTANCE`: at most one upcall at a time.
-    SingleInstance,
-    /// `DAT_UPCALL_MANY`: several upcalls may run at once.
-    Many,
-    /// `DAT_UPCALL_NORIFY` (sic): one upcall with no event, then off until
-    /// re-enabled.
-    NotifyOnly,
-    /// `DAT_UPCALL_TEARDOWN`: no new upcalls, and return only after every
-    /// running upcall has returned.
-    Teardown,
-}
-
-impl UpcallPolicy {
-    /// The DAT value (`DAT_UPCALL_*`).
-    pub fn to_dat(self) -> i32 {
-        match self {
-            UpcallPolicy::Disable => 0,
-            UpcallPolicy::SingleInstance => 1,
-            UpcallPolicy::NotifyOnly => 2,
-            UpcallPolicy::Many => 100,
-            UpcallPolicy::Teardown => -1,
-        }
-    }
-
-    /// The policy for a DAT value.
-    pub fn from_dat(v: i32) -> Option<UpcallPolicy> {
-        Some(match v {
-            0 => UpcallPolicy::Disable,
-            1 => UpcallPolicy::SingleInstance,
-            2 => UpcallPolicy::NotifyOnly,
-            100 => UpcallPolicy::Many,
-            -1 => UpcallPolicy::Teardown,
-            _ => return None,
-        })
-    }
-
-    fn from_state(p: Policy) -> UpcallPolicy {
-        match p {
-            Policy::Disabled => UpcallPolicy::Disable,
-            Policy::Single => UpcallPolicy::SingleInstance,
-            Policy::Many => UpcallPolicy::Many,
-            Policy::Notify => UpcallPolicy::NotifyOnly,
-            Policy::Teardown => UpcallPolicy::Teardown,
-        }
-    }
-}
 
 /// What `Evd::query` reports (`DAT_EVD_PARAM`, both the uDAT and kDAT forms).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -213,31 +159,6 @@ pub struct EvdParam {
     /// Reservations dropped unspent (their slots came back; the
     /// completions they stood for were never delivered).
     pub dropped_reservations: u64,
-}
-
-/// What [`Evd::enable_upcalls`] did with the events already queued.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Enabled {
-    /// Upcalls are on and nothing was queued at the switch.
-    Armed,
-    /// `OnNew`: upcalls are on for new arrivals; `pending` events queued
-    /// at the switch are the caller's to poll (and re-arm again after).
-    PollFirst {
-        /// Events queued at the switch.
-        pending: usize,
-    },
-    /// `OnAny`: upcalls are on and deliver the `pending` events queued at
-    /// the switch.
-    Delivering {
-        /// Events queued at the switch.
-        pending: usize,
-    },
-    /// `Strict`: refused because `pending` events were queued; the policy
-    /// is unchanged. Poll them, then try again.
-    Refused {
-        /// Events queued at the check.
-        pending: usize,
-    },
 }
 
 /// The overflow outcome of [`EvdProducer::post_event`].
@@ -301,9 +222,9 @@ pub(crate) struct EvdInner {
     pub(crate) dropped_reservations: AtomicU64,
     feeders: AtomicUsize,
     /// Runs between their last look at the policy and the entry of the
-    /// upcall they decided to make (see [`UpcallGate`]). `Disable` and
-    /// `free` wait for this to reach zero, so that no upcall begins after
-    /// they return.
+    /// upcall they decided to make (see [`upcall::UpcallGate`]).
+    /// `Disable` and `free` wait for this to reach zero, so that no upcall
+    /// begins after they return.
     starting: CachePadded<AtomicUsize>,
     #[cfg(feature = "stream")]
     pub(crate) stream_wakers: Mutex<crate::stream::Wakers>,
@@ -483,15 +404,6 @@ pub(crate) fn default_dispatch() -> Result<Arc<dyn Dispatch>> {
     ))
 }
 
-fn enabling_policy(p: UpcallPolicy) -> Option<Policy> {
-    match p {
-        UpcallPolicy::SingleInstance => Some(Policy::Single),
-        UpcallPolicy::Many => Some(Policy::Many),
-        UpcallPolicy::NotifyOnly => Some(Policy::Notify),
-        UpcallPolicy::Disable | UpcallPolicy::Teardown => None,
-    }
-}
-
 impl EvdInner {
     fn load(&self) -> State {
         State(self.state.load(Ordering::SeqCst))
@@ -628,271 +540,6 @@ impl EvdInner {
             Ok(s)
         }
     }
-
-    /// Takes one event for a waiter if at least `threshold` are queued.
-    fn take_for_waiter(&self, threshold: usize) -> Option<(Event, usize)> {
-        // One event: the pop itself is the check.
-        if threshold > 1 && !self.storage.ready_at_least(threshold) {
-            return None;
-        }
-        let ev = self.storage.pop()?;
-        // The depth reads the producers' tail line: only when something is
-        // left (a ping-pong partner's line stays where it is).
-        let left = if self.storage.is_empty() {
-            0
-        } else {
-            self.storage.len()
-        };
-        Some((ev, left))
-    }
-
-    /// `dequeue` found the EVD empty: runs its progress hooks, if it has
-    /// any; true if it did (look again). Out of line: the hot path keeps
-    /// its one inlined pop.
-    #[cold]
-    #[inline(never)]
-    fn on_empty(&self) -> bool {
-        if !self.progress.any() {
-            return false;
-        }
-        self.run_progress();
-        true
-    }
-
-    /// [`EvdInner::on_empty`] for `dequeue_batch`: runs the progress
-    /// hooks, then takes up to `max` events.
-    #[cold]
-    #[inline(never)]
-    fn progress_then_pop_batch(&self, out: &mut Vec<Event>, max: usize) -> usize {
-        self.run_progress();
-        self.storage.pop_batch(max, |e| out.push(e))
-    }
-
-    /// One progress pass of the hooks for a consumer that found the EVD
-    /// empty. If the EVD would notify someone of its next event (upcalls
-    /// enabled, an enabled CNO, an armed stream), that consumer is about to
-    /// rely on the notification rather than poll again (it drains, then
-    /// sleeps): the hooks are parked after the pass.
-    fn run_progress(&self) {
-        self.progress.run();
-        let s = self.load();
-        if s.has(CNO_ENABLED)
-            || s.has(STREAM_ARMED)
-            || matches!(s.policy(), Policy::Single | Policy::Many | Policy::Notify)
-        {
-            self.park_progress();
-        }
-    }
-
-    /// Tells the progress hooks that the consumer will now be notified
-    /// rather than poll: whatever input a hook held back for a polling
-    /// consumer goes back to the provider's own progress at once.
-    fn park_progress(&self) {
-        #[cfg(not(rdapl_loom))]
-        if self.progress.any() {
-            self.progress.park();
-        }
-    }
-
-    /// Waits until no run is between its look at the policy and the entry
-    /// of its upcall ([`UpcallGate`]): called after a switch that stops
-    /// upcalls, so that none begins once the caller returns.
-    fn wait_for_starting(&self) {
-        fence(Ordering::SeqCst);
-        let mut spins = 0;
-        while self.starting.load(Ordering::SeqCst) != 0 {
-            sync::spin_wait(&mut spins);
-        }
-    }
-
-    /// Schedules the runs that queued events need under the current policy
-    /// (after a re-enable, or when a run ends with events left).
-    fn kick_runs(&self) -> u64 {
-        fence(Ordering::SeqCst);
-        let max_runs = self.max_runs;
-        self.update::<_, ()>(|s| Ok(state::schedule_runs(s, self.storage.len(), max_runs)))
-            .unwrap_or(0)
-    }
-}
-
-/// Pushes one event (its slot is reserved) and tells whoever listens.
-#[inline]
-fn publish(inner: &Arc<EvdInner>, ev: Event) {
-    // The producer half of the Dekker pattern (`state.rs`): the state word
-    // is read after the push's position is claimed and before the event is
-    // written (`Storage::push_then`). While nobody listens, this read is the
-    // whole publish; otherwise the slow path runs once the event is written.
-    let attention = inner.storage.push_then(ev, || {
-        state::needs_attention(State(inner.state.load(Ordering::SeqCst)))
-    });
-    if attention {
-        publish_slow(inner);
-    }
-}
-
-#[cold]
-fn publish_slow(inner: &Arc<EvdInner>) {
-    let max_runs = inner.max_runs;
-    let wake = match inner.update::<_, ()>(|s| Ok(state::publish(s, inner.storage.len(), max_runs)))
-    {
-        Ok(w) => w,
-        Err(()) => return,
-    };
-    if wake.any() {
-        act(inner, wake);
-    }
-}
-
-fn act(inner: &Arc<EvdInner>, wake: state::Wake) {
-    for _ in 0..wake.runs {
-        inner.dispatch.schedule(DispatchRun(inner.clone()));
-    }
-    if wake.waiter {
-        inner.waiter.raise();
-    }
-    #[cfg(feature = "stream")]
-    if wake.stream {
-        {
-            // Taken under the lock, woken after it (a waker may poll the
-            // stream inline).
-            let wakers = inner.stream_wakers.lock().take();
-            crate::stream::wake_all(wakers);
-        }
-    }
-    if wake.cno {
-        let cno = inner.cno.lock().clone();
-        if let Some(cno) = cno {
-            cno.trigger(inner.id);
-        }
-    }
-}
-
-/// The right to make one upcall, taken only while the policy allows it.
-///
-/// Entering counts the run in `starting` before it reads the state word;
-/// `Disable` and `free` write the state word and then wait for `starting`
-/// to drain (the Dekker pattern): either the run sees the switch and gives
-/// up, or the switch waits until the run has entered its upcall. Nothing
-/// inside the gate blocks or runs consumer code, so that wait is short.
-struct UpcallGate<'a>(&'a EvdInner);
-
-impl<'a> UpcallGate<'a> {
-    fn enter(evd: &'a EvdInner, allowed: impl Fn(State) -> bool) -> Option<UpcallGate<'a>> {
-        evd.starting.fetch_add(1, Ordering::SeqCst);
-        // Loom models a `SeqCst` read-modify-write followed by a `SeqCst`
-        // load more weakly than C++ does (as acquire/release): the fence
-        // stands for that order there, as in `loom_storage::push_then`.
-        #[cfg(rdapl_loom)]
-        fence(Ordering::SeqCst);
-        let gate = UpcallGate(evd);
-        allowed(evd.load()).then_some(gate)
-    }
-}
-
-impl Drop for UpcallGate<'_> {
-    fn drop(&mut self) {
-        self.0.starting.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Calls the consumer's upcall; `gate` is given up just before it is
-/// entered.
-fn call_upcall(
-    evd: &Arc<EvdInner>,
-    handle: &Evd,
-    event: Option<Event>,
-    more: bool,
-    gate: UpcallGate<'_>,
-) {
-    let upcall = evd.upcall.lock().clone();
-    drop(gate);
-    if let Some(u) = upcall {
-        let prev = IN_UPCALL.with(|c| c.replace(evd.id.0));
-        // A panicking upcall must not wedge the EVD (its run and in-upcall
-        // counts would never drop): catch, count, go on.
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            u.upcall(handle, event, more)
-        }));
-        IN_UPCALL.with(|c| c.set(prev));
-        if r.is_err() {
-            evd.upcall_panics.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-    // No upcall object: the event is dropped only if the consumer enabled
-    // upcalls without one, which `modify_upcall` refuses.
-}
-
-/// Executes one dispatch run of `evd` (see [`DispatchRun`]).
-pub(crate) fn run(evd: &Arc<EvdInner>) {
-    let handle = Evd { inner: evd.clone() };
-    let mut in_upcall = false;
-    let mut first = true;
-    let mut spins = 0;
-    loop {
-        let nonempty = evd.storage.any_claimed();
-        let step = evd
-            .update::<_, ()>(|s| Ok(state::run_step(s, in_upcall, nonempty, first)))
-            .unwrap_or(RunStep::Exit {
-                wake_teardown: false,
-            });
-        first = false;
-        in_upcall = false;
-        match step {
-            RunStep::Exit { wake_teardown } => {
-                if wake_teardown {
-                    // Taking the lock orders this notify after the waiter's
-                    // check of `inup` (it checks under the same lock).
-                    let _g = evd.teardown_lock.lock();
-                    evd.teardown_cv.notify_all();
-                }
-                // The run's half of the Dekker pattern: a producer that
-                // pushed after our look at storage may have seen this run
-                // still counted and left the event to it.
-                fence(Ordering::SeqCst);
-                if !evd.storage.any_claimed() || !State(evd.state.load(Ordering::SeqCst)).delivers()
-                {
-                    return;
-                }
-                let runs = evd.kick_runs();
-                if runs == 0 {
-                    return;
-                }
-                // This thread carries on as one of the new runs.
-                for _ in 1..runs {
-                    evd.dispatch.schedule(DispatchRun(evd.clone()));
-                }
-                first = true;
-            }
-            RunStep::Notify => {
-                in_upcall = true;
-                let notifies = |s: State| s.policy() == Policy::Notify && !s.has(FREED);
-                if let Some(gate) = UpcallGate::enter(evd, notifies) {
-                    call_upcall(evd, &handle, None, false, gate);
-                }
-            }
-            RunStep::Deliver => {
-                in_upcall = true;
-                // Deliver while the policy keeps delivering; the upcall slot
-                // (`inup`) is held throughout, so `Teardown` waits for it.
-                // The policy is looked at before each event is taken (in the
-                // gate), so none is taken for an upcall once `Disable`
-                // returned.
-                let mut delivered = false;
-                let delivers = |s: State| s.delivers() && !s.has(FREED);
-                while let Some(gate) = UpcallGate::enter(evd, delivers) {
-                    let Some(ev) = evd.storage.pop() else { break };
-                    delivered = true;
-                    let more = !evd.storage.is_empty();
-                    call_upcall(evd, &handle, Some(ev), more, gate);
-                }
-                if !delivered {
-                    // Claimed by a producer and not yet written: it is
-                    // about to be; wait for it rather than spin hot.
-                    sync::spin_wait(&mut spins);
-                }
-            }
-        }
-    }
 }
 
 impl Evd {
@@ -929,203 +576,6 @@ impl Evd {
         self.inner.flags
     }
 
-    /// Removes the oldest event (`dat_evd_dequeue`). `Ok(None)` when empty.
-    /// Refused with `InvalidState` while a waiter owns the EVD.
-    #[inline]
-    pub fn dequeue(&self) -> Result<Option<Event>> {
-        let inner = &self.inner;
-        inner.check_consumer()?;
-        // Found empty: the progress hooks' pass, if any, then one more look.
-        let mut looked = false;
-        Ok(inner
-            .storage
-            .pop_again(|| !std::mem::replace(&mut looked, true) && inner.on_empty()))
-    }
-
-    /// Moves up to `max` events (oldest first) to the end of `out`, with
-    /// one atomic claim. Returns how many were moved (0 when empty).
-    #[inline]
-    pub fn dequeue_batch(&self, out: &mut Vec<Event>, max: usize) -> Result<usize> {
-        let inner = &self.inner;
-        inner.check_consumer()?;
-        let n = inner.storage.pop_batch(max, |e| out.push(e));
-        if n == 0 && max > 0 && inner.progress.any() {
-            return Ok(inner.progress_then_pop_batch(out, max));
-        }
-        Ok(n)
-    }
-
-    /// Fills `buf` from the front with up to `buf.len()` events. Returns how
-    /// many slots were filled.
-    pub fn dequeue_into(&self, buf: &mut [Option<Event>]) -> Result<usize> {
-        let inner = &self.inner;
-        inner.check_consumer()?;
-        if !buf.is_empty() && inner.storage.is_empty() && inner.progress.any() {
-            inner.run_progress();
-        }
-        let mut slots = buf.iter_mut();
-        Ok(inner.storage.pop_batch(slots.len(), |e| {
-            if let Some(slot) = slots.next() {
-                *slot = Some(e);
-            }
-        }))
-    }
-
-    /// Blocks until at least `threshold` events are queued or `timeout`
-    /// passes (`None`: infinite), then returns the oldest event and the
-    /// number still queued (`dat_evd_wait`).
-    ///
-    /// Errors: `InvalidParameter` for threshold 0 or above the queue length;
-    /// `InvalidState` if the EVD is unwaitable, another waiter owns it, or
-    /// it becomes unwaitable while waiting; `TimeoutExpired { nmore }`;
-    /// `Abort` if the EVD is freed while waiting.
-    pub fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<(Event, usize)> {
-        let inner = &self.inner;
-        // Liveness first: a freed EVD has queue length 0.
-        inner.check_live()?;
-        // (The queue length is at least 1 while the EVD lives: threshold 1
-        // needs no read of the producers' line.)
-        if threshold == 0 || (threshold > 1 && threshold > inner.qlen()) {
-            return Err(Error::param(
-                3,
-                "threshold must be between 1 and the queue length",
-            ));
-        }
-        // Spin briefly before taking ownership and arming (as crossbeam's
-        // channels do): a ping-pong partner often answers within
-        // microseconds. A wait that finds its events this way never blocked,
-        // so it takes them as a dequeue would, without writing the state
-        // word (which every producer reads). Ownership, and with it the
-        // refusal of other waiters and of dequeue, starts when it blocks.
-        #[cfg(not(rdapl_loom))]
-        if inner.progress.any() {
-            // A provider that progresses in software: drive it from this
-            // thread for a short while (each pass is a few system calls),
-            // then hand progress back to its thread and block.
-            let start = std::time::Instant::now();
-            loop {
-                let s = inner.load();
-                if s.has(FREED) {
-                    return Err(Error::Abort("the EVD was freed while waiting"));
-                }
-                if s.0 & (UNWAITABLE | WAITER) != 0 {
-                    break; // the checks below say why
-                }
-                if let Some(got) = inner.take_for_waiter(threshold) {
-                    return Ok(got);
-                }
-                if start.elapsed() >= WAIT_PROGRESS {
-                    break;
-                }
-                inner.progress.run();
-            }
-            inner.progress.park();
-        } else {
-            // Checks at a fixed, fine grain (one pause apart) rather than
-            // with exponential back-off: the waiter only reads lines the
-            // producer writes once per event, so polling them costs the
-            // producer nothing, while a coarse grain adds up to the longest
-            // pause to the wake-up. Then a few yields, then block.
-            for i in 0..WAIT_SPINS + WAIT_YIELDS {
-                let s = inner.load();
-                if s.has(FREED) {
-                    return Err(Error::Abort("the EVD was freed while waiting"));
-                }
-                if s.0 & (UNWAITABLE | WAITER) != 0 {
-                    break; // the checks below say why
-                }
-                if let Some(got) = inner.take_for_waiter(threshold) {
-                    return Ok(got);
-                }
-                if i < WAIT_SPINS {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        }
-        // Take ownership.
-        inner.update(|s| {
-            if s.has(FREED) {
-                return Err(Error::InvalidHandle(Subtype::NoSubtype));
-            }
-            if s.has(UNWAITABLE) {
-                return Err(Error::state(
-                    Subtype::InvalidStateEvdUnwaitable,
-                    "the EVD is unwaitable",
-                ));
-            }
-            if s.has(WAITER) {
-                return Err(Error::state(
-                    Subtype::InvalidStateEvdWaiter,
-                    "another thread already waits on this EVD",
-                ));
-            }
-            Ok((s.set(WAITER), ()))
-        })?;
-        let out = self.wait_owned(threshold, sync::deadline(timeout));
-        // Give ownership back (on a freed EVD this is harmless).
-        let _ = inner.update::<_, ()>(|s| Ok((s.clear(WAITER | WAIT_ARMED), ())));
-        out
-    }
-
-    fn wait_owned(
-        &self,
-        threshold: usize,
-        deadline: Option<std::time::Instant>,
-    ) -> Result<(Event, usize)> {
-        let inner = &self.inner;
-        let gone = |s: State| -> Result<()> {
-            if s.has(FREED) {
-                return Err(Error::Abort("the EVD was freed while waiting"));
-            }
-            if s.has(UNWAITABLE) {
-                return Err(Error::state(
-                    Subtype::InvalidStateEvdUnwaitable,
-                    "the EVD was made unwaitable",
-                ));
-            }
-            Ok(())
-        };
-        let mut spins = 0;
-        loop {
-            gone(inner.load())?;
-            if let Some(got) = inner.take_for_waiter(threshold) {
-                return Ok(got);
-            }
-            // Arm, then look again: the consumer half of the Dekker pattern.
-            inner.update::<_, Error>(|s| {
-                gone(s)?;
-                Ok((s.set(WAIT_ARMED).with_threshold(threshold), ()))
-            })?;
-            fence(Ordering::SeqCst);
-            if inner.storage.any_claimed() && inner.storage.len() >= threshold {
-                // Met, or about to be (pushes in progress count): no sleep.
-                inner
-                    .update::<_, ()>(|s| Ok((s.clear(WAIT_ARMED), ())))
-                    .ok();
-                sync::spin_wait(&mut spins);
-                continue;
-            }
-            // A raise left over from an earlier arm only costs one more
-            // round of this loop.
-            if !inner.waiter.wait_until(deadline) {
-                // Timed out: disarm; take an event if the threshold was met
-                // meanwhile, or say why the wait ended.
-                inner
-                    .update::<_, ()>(|s| Ok((s.clear(WAIT_ARMED), ())))
-                    .ok();
-                gone(inner.load())?;
-                if let Some(got) = inner.take_for_waiter(threshold) {
-                    return Ok(got);
-                }
-                return Err(Error::TimeoutExpired {
-                    nmore: inner.storage.len(),
-                });
-            }
-        }
-    }
-
     /// Posts a software event (`dat_evd_post_se`). `QueueFull` if the EVD is
     /// full (nothing is queued).
     #[inline]
@@ -1139,176 +589,6 @@ impl Evd {
         }
         publish(&self.inner, Event::Software(value));
         Ok(())
-    }
-
-    /// Turns upcalls off (`modify_upcall(Disable)`): no upcall begins once
-    /// this returns. Returns the events queued at the switch, for the
-    /// caller to poll.
-    pub fn disable_upcalls(&self) -> Result<usize> {
-        self.modify_upcall(UpcallPolicy::Disable, None, ReEnable::OnNew)
-    }
-
-    /// Turns upcalls off and waits for running ones to return
-    /// (`modify_upcall(Teardown)`). Returns the events queued at the switch.
-    pub fn teardown_upcalls(&self) -> Result<usize> {
-        self.modify_upcall(UpcallPolicy::Teardown, None, ReEnable::OnNew)
-    }
-
-    /// Turns upcalls on under `policy` (`SingleInstance`, `Many` or
-    /// `NotifyOnly`) with the registered upcall object, and says what became
-    /// of the events already queued ([`Enabled`]): a `Strict` refusal is an
-    /// outcome here, not an error. `InvalidParameter` for `Disable` or
-    /// `Teardown` (use [`Evd::disable_upcalls`], [`Evd::teardown_upcalls`])
-    /// and when no upcall object is registered.
-    pub fn enable_upcalls(&self, policy: UpcallPolicy, mode: ReEnable) -> Result<Enabled> {
-        if enabling_policy(policy).is_none() {
-            return Err(Error::param(2, "enable_upcalls takes an enabling policy"));
-        }
-        match (self.modify_upcall(policy, None, mode), mode) {
-            (Ok(0), _) => Ok(Enabled::Armed),
-            (Ok(n), ReEnable::OnNew) => Ok(Enabled::PollFirst { pending: n }),
-            (Ok(n), _) => Ok(Enabled::Delivering { pending: n }),
-            (Err(Error::Busy { pending }), _) => Ok(Enabled::Refused { pending }),
-            (Err(e), _) => Err(e),
-        }
-    }
-
-    /// Changes the upcall policy (`dat_evd_modify_upcall`).
-    ///
-    /// `upcall: None` keeps the current upcall object (`DAT_UPCALL_SAME`).
-    /// For the enabling policies, `mode` says what happens to events already
-    /// queued ([`ReEnable`]). Returns the number of events queued at the
-    /// atomic switch: with `OnNew` the caller must poll again if it is not
-    /// zero; with `OnAny` they are being delivered by upcall; with `Strict` it
-    /// is always 0 (non-zero is refused as `Busy`).
-    pub fn modify_upcall(
-        &self,
-        policy: UpcallPolicy,
-        upcall: Option<Arc<dyn Upcall>>,
-        mode: ReEnable,
-    ) -> Result<usize> {
-        let inner = &self.inner;
-        inner.check_live()?;
-        match policy {
-            UpcallPolicy::Disable => {
-                let _g = inner.modify.lock();
-                if let Some(u) = upcall {
-                    *inner.upcall.lock() = Some(u);
-                }
-                inner.update::<_, Error>(|s| {
-                    Ok((
-                        s.with_policy(Policy::Disabled).clear(state::NOTIFY_ARMED),
-                        (),
-                    ))
-                })?;
-                // No upcall begins after this returns: a run that looked at
-                // the policy before the switch has entered its upcall (or
-                // given up) once this wait ends.
-                inner.wait_for_starting();
-                Ok(inner.storage.claimed())
-            }
-            UpcallPolicy::Teardown => {
-                // Called from inside an upcall, the wait below must not close
-                // a cycle: this EVD's own upcall, or an upcall of an EVD that
-                // (through others) waits for the caller's.
-                let from = IN_UPCALL.with(|c| c.get());
-                let Some(_waiting) = teardown_waits::enter(from, inner.id.0) else {
-                    return Err(Error::state(
-                        Subtype::InvalidStateEvdInUse,
-                        "Teardown from inside an upcall would deadlock: it is this EVD's own \
-                         upcall, or one that an upcall of this EVD waits for",
-                    ));
-                };
-                {
-                    let _g = inner.modify.lock();
-                    inner.update::<_, Error>(|s| {
-                        let n = s.with_policy(Policy::Teardown).clear(state::NOTIFY_ARMED);
-                        let n = if s.inup() > 0 { n.set(TD_WAITING) } else { n };
-                        Ok((n, ()))
-                    })?;
-                }
-                fence(Ordering::SeqCst);
-                let pending = inner.storage.claimed();
-                {
-                    let mut g = inner.teardown_lock.lock();
-                    loop {
-                        let s = inner.load();
-                        if s.inup() == 0 || s.has(FREED) || s.policy() != Policy::Teardown {
-                            break;
-                        }
-                        g = inner.teardown_cv.wait(g);
-                    }
-                }
-                let _ = inner.update::<_, ()>(|s| Ok((s.clear(TD_WAITING), ())));
-                if let Some(u) = upcall {
-                    *inner.upcall.lock() = Some(u);
-                }
-                Ok(pending)
-            }
-            p => {
-                let p = enabling_policy(p).unwrap_or(Policy::Disabled);
-                inner.dispatch.prepare()?;
-                {
-                    let mut slot = inner.upcall.lock();
-                    if let Some(u) = upcall {
-                        *slot = Some(u);
-                    } else if slot.is_none() {
-                        return Err(Error::param(3, "no upcall object registered"));
-                    }
-                }
-                let g = inner.modify.lock();
-                let strict = mode == ReEnable::Strict;
-                let prev = inner.update::<_, Infallible>(|s| Ok((state::enable(s, p, strict), s)));
-                let Ok(prev) = prev;
-                // The enabler's half of the Dekker pattern: after the fence,
-                // storage shows every event whose producer read the state
-                // word before the switch.
-                fence(Ordering::SeqCst);
-                let pending = inner.storage.claimed();
-                // A Strict re-enable always schedules what the queue needs
-                // once it ends: while the policy was held back, a run of the
-                // policy in force may have seen "not delivering" and ended
-                // with events queued, and producers left their runs to us.
-                let kick = mode == ReEnable::OnAny || strict;
-                let result = if strict {
-                    // The policy was held back (`ENABLING`): restore the old
-                    // one or let the new one take effect.
-                    let refuse = pending > 0;
-                    let _ = inner.update::<_, Infallible>(|s| {
-                        let n = if refuse {
-                            state::abort_enabling(s, prev)
-                        } else {
-                            state::finish_enabling(s)
-                        };
-                        Ok((n, ()))
-                    });
-                    if refuse {
-                        Err(Error::Busy { pending })
-                    } else {
-                        Ok(0)
-                    }
-                } else {
-                    Ok(pending)
-                };
-                drop(g);
-                if prev.has(TD_WAITING) && result.is_ok() {
-                    // A Teardown caller waits for a policy that just changed:
-                    // let it see that and return.
-                    let _g = inner.teardown_lock.lock();
-                    inner.teardown_cv.notify_all();
-                }
-                if kick {
-                    let runs = inner.kick_runs();
-                    for _ in 0..runs {
-                        inner.dispatch.schedule(DispatchRun(inner.clone()));
-                    }
-                }
-                // The consumer now waits for upcalls: a provider's input
-                // held for its polling goes back to the provider.
-                inner.park_progress();
-                result
-            }
-        }
     }
 
     /// Changes the queue length (`dat_evd_resize`), keeping every queued
@@ -1521,40 +801,6 @@ impl Evd {
     /// True if the EVD was freed.
     pub fn is_freed(&self) -> bool {
         self.inner.load().has(FREED)
-    }
-
-    /// Claim-and-arm step for the async stream: claims one event, or arms
-    /// the stream waker if none is queued (one CAS).
-    #[cfg(feature = "stream")]
-    pub(crate) fn claim_or_arm_stream(&self) -> Result<Option<Event>> {
-        let inner = &self.inner;
-        let mut spins = 0;
-        loop {
-            inner.check_consumer()?;
-            if let Some(ev) = inner.storage.pop() {
-                return Ok(Some(ev));
-            }
-            inner.update(|s| {
-                if s.has(FREED) {
-                    return Err(Error::InvalidHandle(Subtype::NoSubtype));
-                }
-                Ok((s.set(STREAM_ARMED), ()))
-            })?;
-            // Arm, then look again (the Dekker pattern of `state.rs`).
-            fence(Ordering::SeqCst);
-            if !inner.storage.any_claimed() {
-                // The task sleeps until woken: a provider's input held
-                // for a polling consumer goes back to the provider.
-                inner.park_progress();
-                return Ok(None);
-            }
-            sync::spin_wait(&mut spins);
-            // Something arrived: disarm (a producer may already have, and
-            // woken the task: a spurious poll) and take it.
-            inner
-                .update::<_, ()>(|s| Ok((s.clear(STREAM_ARMED), ())))
-                .ok();
-        }
     }
 }
 
