@@ -38,7 +38,7 @@ pub(crate) struct Group {
     sh: Arc<Shared>,
     members: Mutex<HashMap<u64, Weak<ConnCell>>>,
     /// Members to pump whatever their socket says (each once: see
-    /// `progress::Membership`).
+    /// `progress::cell::Membership`).
     busy: Mutex<Vec<u64>>,
     /// Members whose input the thread left to the consumer, or whose
     /// pass held output back: a park hands them back.
