@@ -183,7 +183,7 @@ fn poller_with_a_small_queue_does_not_hang() {
 /// Core bug: a `Teardown` caller blocked on a running upcall never returns if
 /// upcalls are re-enabled meanwhile.
 ///
-/// `modify_upcall(Teardown)` (crates/rdapl-core/src/evd/mod.rs) sets
+/// `modify_upcall(Teardown)` (crates/rdapl-core/src/evd/upcall.rs) sets
 /// `TD_WAITING` and sleeps on `teardown_cv` until `inup == 0 || FREED ||
 /// policy != Teardown`, with no timeout. The enabling branch of
 /// `modify_upcall` goes through `state::enable`, which clears `TD_WAITING`

@@ -33,7 +33,8 @@
 //!
 //! The functions here are pure: they take a state (and the storage depth the
 //! caller read after its fence) and return the next state plus what the
-//! caller must do once its CAS has succeeded. `evd/mod.rs` runs them in CAS
+//! caller must do once its CAS has succeeded. `evd/mod.rs` and the files
+//! beside it (`consume.rs`, `publish.rs`, `upcall.rs`) run them in CAS
 //! loops; the unit tests below and the loom models check them.
 
 /// Largest queue length an EVD supports.
