@@ -1,7 +1,7 @@
 //! Small pieces every benchmark shares: a spin-then-yield backoff, a
 //! cache-line padded cell, a watchdog that unblocks a stuck run, the event
-//! payloads sent through every queue, and the date/machine facts printed
-//! with the results.
+//! payloads sent through every queue, the date/machine facts printed
+//! with the results, and the size labels of the report.
 //!
 //! Nothing here measures anything; it only keeps the benchmark modules free
 //! of boilerplate and makes sure every queue under test is driven the same
@@ -283,6 +283,17 @@ pub fn format_utc(unix: u64) -> String {
         (secs / 60) % 60,
         secs % 60
     )
+}
+
+/// `4KiB`, `64KiB`, `1MiB`, `16MiB`, or bytes (`100B`).
+pub fn size_label(n: usize) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{}MiB", n >> 20)
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
+        format!("{}KiB", n >> 10)
+    } else {
+        format!("{n}B")
+    }
 }
 
 #[cfg(test)]

@@ -289,16 +289,7 @@ impl Transfer {
     }
 }
 
-/// `4KiB`, `64KiB`, `1MiB`, `16MiB`, or bytes (`100B`).
-pub fn size_label(n: usize) -> String {
-    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
-        format!("{}MiB", n >> 20)
-    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
-        format!("{}KiB", n >> 10)
-    } else {
-        format!("{n}B")
-    }
-}
+pub use crate::util::size_label;
 
 /// One half-round-trip row of the report.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -339,16 +339,7 @@ pub struct Output {
     pub setup: Setup,
 }
 
-/// `64B`, `4KiB`, `64KiB`, `1MiB`.
-pub fn size_label(n: usize) -> String {
-    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
-        format!("{}MiB", n >> 20)
-    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
-        format!("{}KiB", n >> 10)
-    } else {
-        format!("{n}B")
-    }
-}
+pub use crate::util::size_label;
 
 /// The cases of a run, grouped: a group's members run back to back within
 /// a repetition, in an order that changes from repetition to repetition.
