@@ -48,16 +48,17 @@ use crate::event::Event;
 use crate::sync::{self, AtomicPtr, AtomicU64, Mutex, Ordering, UnsafeCell};
 use crossbeam_utils::CachePadded;
 use std::mem::MaybeUninit;
+use std::sync::Arc as StdArc;
 
 /// Defines a prefetch hint: a function that asks the CPU for the cache
-/// line at `addr` with the given x86-64 instruction (a no-op elsewhere and
-/// under loom).
+/// line at `addr` with the given x86-64 instruction (a no-op elsewhere,
+/// under loom and under Miri, which runs no inline assembly).
 macro_rules! prefetch_hint {
     ($(#[$doc:meta])* $name:ident, $insn:literal) => {
         $(#[$doc])*
         #[inline(always)]
         pub fn $name(addr: *const u8) {
-            #[cfg(all(target_arch = "x86_64", not(rdapl_loom)))]
+            #[cfg(all(target_arch = "x86_64", not(rdapl_loom), not(miri)))]
             // SAFETY: a prefetch is a hint: it cannot fault (any address
             // is allowed, mapped or not), changes no register or memory
             // contents the program can observe, and CPUs without the
@@ -69,7 +70,7 @@ macro_rules! prefetch_hint {
                     options(nostack, preserves_flags, readonly)
                 );
             }
-            #[cfg(not(all(target_arch = "x86_64", not(rdapl_loom))))]
+            #[cfg(not(all(target_arch = "x86_64", not(rdapl_loom), not(miri))))]
             let _ = addr;
         }
     };
@@ -406,15 +407,17 @@ pub(crate) struct Storage {
     /// The ring consumers take from.
     cons: CachePadded<AtomicPtr<Ring>>,
     /// Owns every ring ever used, oldest first (see the module docs). The
-    /// box keeps a ring's address stable when the vector grows.
-    #[allow(clippy::vec_box)]
-    rings: Mutex<Vec<Box<Ring>>>,
+    /// `Arc` (never cloned) keeps a ring's address stable when the vector
+    /// grows and, unlike a `Box`, does not claim unique access to the ring
+    /// when it moves, so the raw pointers in `prod`, `cons` and the rings'
+    /// `next` stay valid under Rust's aliasing rules (Miri checks this).
+    rings: Mutex<Vec<StdArc<Ring>>>,
 }
 
 impl Storage {
     /// Storage for at least `cap` events.
     pub(crate) fn new(cap: usize) -> Storage {
-        let ring = Box::new(Ring::new(cap));
+        let ring = StdArc::new(Ring::new(cap));
         let p = ring_ptr(&ring);
         Storage {
             prod: CachePadded::new(AtomicPtr::new(p)),
@@ -697,7 +700,7 @@ impl Storage {
         if old.cap() >= cap as u64 {
             return;
         }
-        let ring = Box::new(Ring::new(cap));
+        let ring = StdArc::new(Ring::new(cap));
         let new = ring_ptr(&ring);
         rings.push(ring);
         old.next.store(new, Ordering::Release);
@@ -724,8 +727,8 @@ impl Storage {
     }
 }
 
-fn ring_ptr(r: &Ring) -> *mut Ring {
-    r as *const Ring as *mut Ring
+fn ring_ptr(r: &StdArc<Ring>) -> *mut Ring {
+    StdArc::as_ptr(r).cast_mut()
 }
 
 #[cfg(all(test, not(rdapl_loom)))]
@@ -881,7 +884,8 @@ mod tests {
         use std::sync::Arc;
         use std::sync::atomic::{AtomicI64, AtomicU64 as StdU64};
         use std::time::{Duration, Instant};
-        const N: u64 = 100_000;
+        // Fewer under Miri, which runs each event thousands of times slower.
+        const N: u64 = if cfg!(miri) { 1_000 } else { 100_000 };
         let s = Arc::new(Storage::new(8));
         let room = Arc::new(AtomicI64::new(8));
         let taken = Arc::new(StdU64::new(0));
