@@ -16,6 +16,11 @@
 # boots the lab VM (lab/vm/, built by its build.sh; .ci/run builds it) once
 # and runs rdapl rping against rping both ways, with CRC off and on.
 #
+# Miri (scripts/miri.sh) runs the tests of the unsafe code (the EVD ring,
+# region memory, borrowed LMRs) when a nightly toolchain with Miri is
+# there, and says why it skipped otherwise (a failure with
+# RDAPL_REQUIRE_MIRI=1, which .ci/run sets once it installed Miri).
+#
 # Tests that need an outside program skip with a printed reason unless
 # RDAPL_REQUIRE_EXTERNAL=1 (set by .ci/run), which turns a skip into a failure.
 set -euo pipefail
@@ -46,3 +51,6 @@ RUSTFLAGS="--cfg rdapl_loom -D warnings" \
 echo "== a downstream crate built with --cfg loom still sees the whole object model"
 RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/downstream-loom \
   cargo check -p rdapl-cli
+
+echo "== Miri over the tests of the unsafe code (nightly; skips with a printed reason without it)"
+./scripts/miri.sh
