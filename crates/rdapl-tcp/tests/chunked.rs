@@ -1,0 +1,548 @@
+//! The provider's own socket code under a hostile byte stream: a proxy
+//! between client and server forwards each direction in random pieces
+//! (from one byte to more than an FPDU, reads and writes chopped apart,
+//! short pauses), so MPA frames, FPDU headers, trailers and bulk payload
+//! arrive split at every kind of place. The protocol crate's simulation
+//! checks the engine under any split; this checks what the provider adds
+//! around it: the input buffer, reads straight into a payload's place,
+//! partial writes, the fence. Every byte and every completion is checked.
+//! A second proxy mode resets both connections once a chosen number of
+//! bytes went through (mid-FPDU): both sides see the connection broken
+//! and every request completes exactly once. Each case prints its seed;
+//! `CHUNK_SEED=n` replays a seed's choices (the kernel's timing varies).
+
+mod common;
+
+use common::*;
+use rdapl::*;
+use rdapl_tcp::Tcp;
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// splitmix64: the proxy's choices, reproducible from a seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// A piece's size: often a few bytes (headers and trailers split),
+    /// often a few KiB, sometimes more than a loopback FPDU.
+    fn piece(&mut self) -> usize {
+        match self.below(10) {
+            0..=2 => 1 + self.below(8) as usize,
+            3..=6 => 9 + self.below(4096) as usize,
+            _ => 4096 + self.below(70_000) as usize,
+        }
+    }
+}
+
+fn seed() -> u64 {
+    let s = std::env::var("CHUNK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    eprintln!("CHUNK_SEED={s}");
+    s
+}
+
+/// A forwarding proxy at `listen` for connections to `to`.
+struct Proxy {
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+}
+
+/// How a proxy forwards.
+#[derive(Clone, Copy)]
+struct Mode {
+    seed: u64,
+    /// Reset both connections (RST) once this many bytes went from the
+    /// client to the server.
+    cut_after: Option<u64>,
+    /// The proxy's sockets take small receive buffers: the provider's
+    /// writes come back short or would block, mid-FPDU.
+    small_windows: bool,
+}
+
+/// The receive buffer of the proxy's sockets in `small_windows` mode.
+const SMALL: usize = 4096;
+
+impl Proxy {
+    fn start(listen: SocketAddr, to: SocketAddr, mode: Mode) -> Proxy {
+        let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        if mode.small_windows {
+            // (Accepted sockets inherit it.)
+            l.set_recv_buffer_size(SMALL).unwrap();
+        }
+        l.bind(&listen.into()).unwrap();
+        l.listen(16).unwrap();
+        let l: TcpListener = l.into();
+        l.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let accept = std::thread::spawn(move || {
+            let mut pumps = Vec::new();
+            let mut n = 0u64;
+            while !stop2.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((a, _)) => {
+                        let b = socket2::Socket::new(
+                            socket2::Domain::IPV4,
+                            socket2::Type::STREAM,
+                            None,
+                        )
+                        .unwrap();
+                        if mode.small_windows {
+                            b.set_recv_buffer_size(SMALL).unwrap();
+                        }
+                        b.connect(&to.into()).unwrap();
+                        let b: TcpStream = b.into();
+                        a.set_nonblocking(false).unwrap();
+                        for s in [&a, &b] {
+                            s.set_nodelay(true).unwrap();
+                            s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+                        }
+                        let cut = Arc::new(AtomicBool::new(false));
+                        let slow = mode.small_windows;
+                        let seed = mode.seed.wrapping_add(n * 2);
+                        n += 1;
+                        let ends = [
+                            (
+                                a.try_clone().unwrap(),
+                                b.try_clone().unwrap(),
+                                seed,
+                                mode.cut_after,
+                            ),
+                            (b, a, seed + 1, None),
+                        ];
+                        for (from, to, seed, cut_after) in ends {
+                            let (stop, cut) = (stop2.clone(), cut.clone());
+                            pumps.push(std::thread::spawn(move || {
+                                pump(from, to, Rng(seed), cut_after, slow, &cut, &stop)
+                            }));
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(1))
+                    }
+                    Err(e) => panic!("proxy accept: {e}"),
+                }
+            }
+            for p in pumps {
+                let _ = p.join();
+            }
+        });
+        Proxy {
+            stop,
+            accept: Some(accept),
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(a) = self.accept.take() {
+            let _ = a.join();
+        }
+    }
+}
+
+/// Forwards `from` to `to` in random pieces until either ends, the proxy
+/// stops, or (`cut_after`) that many bytes went through: then both
+/// connections are reset (`cut` tells the other direction's pump).
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    mut rng: Rng,
+    cut_after: Option<u64>,
+    slow: bool,
+    cut: &AtomicBool,
+    stop: &AtomicBool,
+) {
+    let mut buf = vec![0u8; 128 << 10];
+    let mut total = 0u64;
+    let reset = |s: &TcpStream| {
+        let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
+    };
+    loop {
+        if cut.load(Ordering::Relaxed) {
+            // The last descriptor of each socket closes with linger 0: RST.
+            reset(&from);
+            reset(&to);
+            return;
+        }
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let want = rng.piece().min(buf.len());
+        let n = match from.read(&mut buf[..want]) {
+            Ok(0) => {
+                let _ = to.shutdown(std::net::Shutdown::Write);
+                return;
+            }
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                continue;
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => {
+                let _ = to.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+        };
+        let mut off = 0;
+        while off < n {
+            let mut k = rng.piece().min(n - off);
+            if let Some(limit) = cut_after {
+                k = k.min((limit - total) as usize);
+                if k == 0 {
+                    cut.store(true, Ordering::Relaxed);
+                    break;
+                }
+            }
+            if to.write_all(&buf[off..off + k]).is_err() {
+                let _ = from.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+            off += k;
+            total += k as u64;
+            // Pauses: often and long with small windows, so that the
+            // sender's socket fills and its writes come back short.
+            if slow && rng.below(3) == 0 {
+                std::thread::sleep(Duration::from_micros(200 + rng.below(2000)));
+            } else if rng.below(20) == 0 {
+                std::thread::sleep(Duration::from_micros(50 + rng.below(500)));
+            }
+        }
+    }
+}
+
+/// A connected pair whose client reaches the server through a proxy at
+/// `proxy_ip` (same port: the qualifier).
+fn through_proxy(tcp: &Arc<Tcp>, net: u8, params: &str, mode: Mode) -> (Pair, Proxy) {
+    let (c, s) = (
+        Node::new(tcp, &format!("127.0.{net}.1"), params),
+        Node::new(tcp, &format!("127.0.{net}.2"), params),
+    );
+    let p = Pair::new(c, s);
+    let proxy_ip: std::net::IpAddr = format!("127.0.{net}.3").parse().unwrap();
+    let proxy = Proxy::start(
+        SocketAddr::new(proxy_ip, p.qual as u16),
+        SocketAddr::new(p.s.ia.address(), p.qual as u16),
+        mode,
+    );
+    let pd = pattern(40, 5);
+    p.c.ep.connect(proxy_ip, p.qual, Some(T), &pd).unwrap();
+    let cr = next_cr(&p.s.ia, &p.s.cr);
+    assert_eq!(cr.private_data(), &pd[..], "the request's private data");
+    cr.accept(&p.s.ep, &pattern(30, 6)).unwrap();
+    assert_eq!(conn_kind(&p.s.conn), ConnectionEventKind::Established);
+    let est = conn_ev(&p.c.conn);
+    assert_eq!(est.kind, ConnectionEventKind::Established);
+    assert_eq!(
+        est.private_data.as_deref(),
+        Some(&pattern(30, 6)[..]),
+        "the reply's private data"
+    );
+    (p, proxy)
+}
+
+/// Sends of every size class one way (some before their receives, some
+/// after), RDMA writes and reads, then large ping-pongs; every byte and
+/// completion checked; then a graceful disconnect.
+fn conversation(net: u8, params: &str, small_windows: bool) {
+    let tcp = Tcp::new();
+    let mode = Mode {
+        seed: seed(),
+        cut_after: None,
+        small_windows,
+    };
+    let (p, _proxy) = through_proxy(&tcp, net, params, mode);
+
+    // Sends: empty, tiny, around the direct-placement size, bulk.
+    let sizes = [0usize, 1, 63, 4096, 16_383, 16_384, 20_000, 65_536, 300_001];
+    let total: usize = sizes.iter().sum();
+    let msgs: Vec<u8> = sizes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &n)| pattern(n, i as u8 * 11 + 3))
+        .collect();
+    let src = p.c.lmr(msgs.clone());
+    let rbuf = p.s.buf(total);
+    let offs: Vec<u64> = sizes
+        .iter()
+        .scan(0u64, |o, &n| {
+            let at = *o;
+            *o += n as u64;
+            Some(at)
+        })
+        .collect();
+    for (i, &n) in sizes.iter().enumerate().take(4) {
+        p.s.recv(&rbuf, offs[i], n as u64, 100 + i as u64);
+    }
+    for (i, &n) in sizes.iter().enumerate() {
+        p.c.send(&src, offs[i], n as u64, i as u64);
+    }
+    for (i, &n) in sizes.iter().enumerate().skip(4) {
+        p.s.recv(&rbuf, offs[i], n as u64, 100 + i as u64);
+    }
+    for (i, &n) in sizes.iter().enumerate() {
+        let r = next_dto(&p.s.rcv);
+        assert_eq!(
+            (r.cookie, r.status, r.transferred_length),
+            (100 + i as u64, DtoStatus::Success, n as u64)
+        );
+        let d = next_dto(&p.c.req);
+        assert_eq!((d.cookie, d.status), (i as u64, DtoStatus::Success));
+    }
+    assert!(rbuf.to_vec().unwrap() == msgs, "every sent byte in place");
+
+    // RDMA: a write and a read of odd ranges, then a burst of small ones.
+    let target = p.s.lmr(pattern(400_000, 9));
+    let mut expect = target.to_vec().unwrap();
+    let w = pattern(123_457, 2);
+    let wsrc = p.c.lmr(w.clone());
+    p.c.ep
+        .post_rdma_write(
+            &[wsrc.triplet(0, w.len() as u64).unwrap()],
+            target.rmr_triplet(77, w.len() as u64).unwrap(),
+            200,
+            D,
+        )
+        .unwrap();
+    expect[77..77 + w.len()].copy_from_slice(&w);
+    let sink = p.c.buf(300_000);
+    let m = 250_003u64;
+    p.c.ep
+        .post_rdma_read(
+            &[
+                sink.triplet(5, 1000).unwrap(),
+                sink.triplet(2000, m - 1000).unwrap(),
+            ],
+            target.rmr_triplet(50, m).unwrap(),
+            201,
+            D,
+        )
+        .unwrap();
+    for k in 0..16u64 {
+        p.c.ep
+            .post_rdma_write(
+                &[wsrc.triplet(k * 7, 7).unwrap()],
+                target.rmr_triplet(300_000 + k * 7, 7).unwrap(),
+                202 + k,
+                D,
+            )
+            .unwrap();
+        expect[300_000 + k as usize * 7..][..7].copy_from_slice(&w[k as usize * 7..][..7]);
+    }
+    for k in 200..218 {
+        let d = next_dto(&p.c.req);
+        assert_eq!((d.cookie, d.status), (k, DtoStatus::Success), "{d:?}");
+    }
+    assert!(target.to_vec().unwrap() == expect, "the writes, exactly");
+    let got = sink.to_vec().unwrap();
+    assert!(got[5..1005] == expect[50..1050], "the read's first segment");
+    assert!(
+        got[2000..2000 + (m - 1000) as usize] == expect[1050..50 + m as usize],
+        "the read's second segment"
+    );
+
+    // Ping-pong of large and small messages, both ways.
+    let big = 200_000usize;
+    let (cbuf, sbuf) = (p.c.buf(big), p.s.buf(big));
+    let (csrc, ssrc) = (p.c.lmr(pattern(big, 21)), p.s.lmr(pattern(big, 22)));
+    for (i, len) in [70_000u64, 64, 131_072, 1, 199_999, 16_384]
+        .into_iter()
+        .enumerate()
+    {
+        let (s, c) = round_trip(&p, (&sbuf, &cbuf), (&ssrc, &csrc), len, i as u64, next_dto);
+        assert_eq!((s.transferred_length, c.transferred_length), (len, len));
+        let n = len as usize;
+        assert!(
+            sbuf.to_vec().unwrap()[..n] == pattern(big, 21)[..n],
+            "round {i}: server"
+        );
+        assert!(
+            cbuf.to_vec().unwrap()[..n] == pattern(big, 22)[..n],
+            "round {i}: client"
+        );
+    }
+    if small_windows {
+        // More than the sender's socket holds while the proxy pauses: its
+        // writes come back short, mid-FPDU.
+        let n = 6usize << 20;
+        let (src, dst) = (p.c.lmr(pattern(n, 31)), p.s.buf(n));
+        p.s.recv(&dst, 0, n as u64, 300);
+        p.c.send(&src, 0, n as u64, 301);
+        let r = next_dto(&p.s.rcv);
+        assert_eq!(
+            (r.status, r.transferred_length),
+            (DtoStatus::Success, n as u64)
+        );
+        assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+        assert!(dst.to_vec().unwrap() == pattern(n, 31), "the large send");
+    }
+    for e in [&p.c.req, &p.c.rcv, &p.s.req, &p.s.rcv] {
+        empty(e);
+    }
+    p.c.ep.disconnect(true).unwrap();
+    p.expect_end(ConnectionEventKind::Disconnected);
+}
+
+#[test]
+fn a_conversation_in_random_pieces_crc_on() {
+    conversation(150, "crc=1", false);
+}
+
+#[test]
+fn a_conversation_in_random_pieces_crc_off() {
+    conversation(151, "crc=0", false);
+}
+
+#[test]
+fn a_conversation_in_random_pieces_small_fpdus() {
+    conversation(152, "mss=700", false);
+}
+
+#[test]
+fn a_conversation_in_random_pieces_through_small_windows() {
+    conversation(154, "crc=1", true);
+}
+
+/// Every completion of `evd` until `n` arrived (within `T`): cookie →
+/// status, each cookie once.
+fn collect(evd: &Evd, n: usize) -> HashMap<u64, DtoCompletion> {
+    let mut seen = HashMap::new();
+    let end = Instant::now() + T;
+    while seen.len() < n {
+        let left = end.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "{} of {n} completions", seen.len());
+        if let Ok((Event::Dto(d), _)) = evd.wait(Some(left), 1) {
+            let k = d.cookie;
+            assert!(seen.insert(k, d).is_none(), "cookie {k} twice");
+        }
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        evd.dequeue().unwrap(),
+        None,
+        "nothing after the last completion"
+    );
+    seen
+}
+
+/// The proxy resets both connections after a random number of bytes, in
+/// the middle of a stream of sends and RDMA writes: both sides see the
+/// connection broken, every request completes exactly once (a prefix in
+/// success, in order, the rest flushed or in error), and every receive
+/// that succeeded holds its bytes.
+fn reset_midway(net: u8, params: &str, round: u64) {
+    let tcp = Tcp::new();
+    let s = seed().wrapping_add(round);
+    const N: u64 = 40;
+    const LEN: usize = 50_000;
+    let mut rng = Rng(s);
+    // Past the connection set-up, inside the stream.
+    let cut = 200 + rng.below(N * LEN as u64 * 3 / 4);
+    let mode = Mode {
+        seed: s,
+        cut_after: Some(cut),
+        small_windows: round % 3 == 1,
+    };
+    let (p, _proxy) = through_proxy(&tcp, net, params, mode);
+    let msgs: Vec<u8> = (0..N).flat_map(|i| pattern(LEN, i as u8)).collect();
+    let src = p.c.lmr(msgs.clone());
+    let rbuf = p.s.buf(N as usize * LEN);
+    let target = p.s.buf(LEN);
+    for i in 0..N {
+        p.s.recv(&rbuf, i * LEN as u64, LEN as u64, 1000 + i);
+    }
+    // Posts stop being taken once the break is seen (the cut may come
+    // early): those refused are not requests.
+    let mut posted = 0u64;
+    for i in 0..N {
+        let r = if i % 4 == 3 {
+            p.c.ep.post_rdma_write(
+                &[src.triplet(i * LEN as u64, LEN as u64).unwrap()],
+                target.rmr_triplet(0, LEN as u64).unwrap(),
+                i,
+                D,
+            )
+        } else {
+            p.c.ep
+                .post_send(&[src.triplet(i * LEN as u64, LEN as u64).unwrap()], i, D)
+        };
+        match r {
+            Ok(()) => posted += 1,
+            Err(Error::InvalidState { .. }) => break,
+            Err(e) => panic!("post {i}: {e:?}"),
+        }
+    }
+    let got = collect(&p.c.req, posted as usize);
+    let rcvd = collect(&p.s.rcv, N as usize);
+    assert_eq!(conn_kind(&p.c.conn), ConnectionEventKind::Broken, "client");
+    assert_eq!(conn_kind(&p.s.conn), ConnectionEventKind::Broken, "server");
+    // The requests: a prefix succeeded, the rest did not.
+    let ok = (0..posted)
+        .take_while(|i| got[i].status == DtoStatus::Success)
+        .count() as u64;
+    for i in ok..posted {
+        assert_ne!(
+            got[&i].status,
+            DtoStatus::Success,
+            "request {i} after a failure"
+        );
+    }
+    assert!(
+        ok < N,
+        "the cut (after {cut} bytes) came after every request"
+    );
+    // The receives: those that succeeded hold their message, in order.
+    let mut k = 0;
+    for i in 0..N {
+        let r = &rcvd[&(1000 + i)];
+        if r.status == DtoStatus::Success {
+            assert_eq!(r.transferred_length, LEN as u64);
+            let msg = (0..N).filter(|j| j % 4 != 3).nth(k).unwrap();
+            let at = i as usize * LEN;
+            assert!(
+                rbuf.to_vec().unwrap()[at..at + LEN] == pattern(LEN, msg as u8)[..],
+                "receive {i} holds message {msg}"
+            );
+            k += 1;
+        } else {
+            assert_eq!(r.status, DtoStatus::Flushed, "receive {i}");
+        }
+    }
+    assert!(k as u64 <= N - N / 4);
+    // Every send the client saw succeed was placed (`placed` completions).
+    let sent_ok = (0..ok).filter(|i| i % 4 != 3).count();
+    assert!(k >= sent_ok, "{k} receives for {sent_ok} placed sends");
+}
+
+#[test]
+fn a_reset_mid_stream_breaks_both_and_completes_everything_once() {
+    for round in 0..4 {
+        reset_midway(153, if round % 2 == 0 { "crc=1" } else { "crc=0" }, round);
+    }
+}
