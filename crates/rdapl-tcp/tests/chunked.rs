@@ -425,6 +425,11 @@ fn a_conversation_in_random_pieces_small_fpdus() {
 }
 
 #[test]
+fn a_conversation_in_random_pieces_completing_when_sent() {
+    conversation(155, "complete=sent", false);
+}
+
+#[test]
 fn a_conversation_in_random_pieces_through_small_windows() {
     conversation(154, "crc=1", true);
 }
