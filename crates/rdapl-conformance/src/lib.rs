@@ -30,6 +30,13 @@
 //! }
 //! ```
 //!
+//! A provider whose IAs need settings for the cases passes them with
+//! [`Suite::ia_params`] (the tcp provider maps the cases' qualifiers, some
+//! below 1024, to ports anyone may bind with `port_base=`), and the
+//! parameters that make a Send without a receive fail quickly with
+//! [`Suite::quick_rnr`], under which the random operation sequences of
+//! `model_proptest` run on it.
+//!
 //! `cargo test` then runs every case, named `module::case`, with libtest's
 //! options: a filter, `--exact`, `--skip`, `--list`, `--test-threads`,
 //! `--nocapture`. All cases share one instance of the provider, so IAs of
@@ -106,6 +113,8 @@ fn sorted_cases() -> Vec<(String, fn())> {
 pub struct Suite {
     provider: Arc<dyn Provider>,
     in_process: bool,
+    ia_params: String,
+    quick_rnr: Option<String>,
 }
 
 impl Suite {
@@ -115,6 +124,8 @@ impl Suite {
         Suite {
             provider,
             in_process: false,
+            ia_params: String::new(),
+            quick_rnr: None,
         }
     }
 
@@ -122,6 +133,25 @@ impl Suite {
     /// side did the other knows at once (the loopback, pipe).
     pub fn in_process(mut self, yes: bool) -> Suite {
         self.in_process = yes;
+        self
+    }
+
+    /// Parameters added to those of every IA the cases open on this
+    /// provider (after its `addr=`): settings the cases' fixed qualifiers
+    /// need, such as the tcp provider's `port_base` (qualifiers below 1024
+    /// would be ports only root may bind).
+    pub fn ia_params(mut self, params: &str) -> Suite {
+        self.ia_params = params.to_string();
+        self
+    }
+
+    /// IA parameters of this provider under which a Send that finds no
+    /// posted receive fails within tens of milliseconds (`ReceiverNotReady`,
+    /// the connection broken), as the loopback's RNR time does. The random
+    /// operation sequences of `model_proptest` open their IAs with them;
+    /// without, they run on the loopback only.
+    pub fn quick_rnr(mut self, params: &str) -> Suite {
+        self.quick_rnr = Some(params.to_string());
         self
     }
 
@@ -135,7 +165,12 @@ impl Suite {
     pub fn run(self) -> ! {
         let args = libtest_mimic::Arguments::from_args();
         let installed = support::UNDER_TEST
-            .set((self.provider, self.in_process))
+            .set(support::UnderTest {
+                provider: self.provider,
+                in_process: self.in_process,
+                ia_params: self.ia_params,
+                quick_rnr: self.quick_rnr,
+            })
             .is_ok();
         assert!(installed, "one suite per process");
         let trials = sorted_cases()

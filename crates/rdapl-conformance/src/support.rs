@@ -257,10 +257,17 @@ pub fn ia_options(addr: &str) -> IaOptions {
     }
 }
 
-/// The provider under test and what it is, set once per process by
+/// The provider under test and what the suite was told of it.
+pub(crate) struct UnderTest {
+    pub(crate) provider: Arc<dyn rdapl::provider::Provider>,
+    pub(crate) in_process: bool,
+    pub(crate) ia_params: String,
+    pub(crate) quick_rnr: Option<String>,
+}
+
+/// The provider under test, set once per process by
 /// [`Suite::run`](crate::Suite::run).
-pub(crate) static UNDER_TEST: std::sync::OnceLock<(Arc<dyn rdapl::provider::Provider>, bool)> =
-    std::sync::OnceLock::new();
+pub(crate) static UNDER_TEST: std::sync::OnceLock<UnderTest> = std::sync::OnceLock::new();
 
 /// The provider the cases of this process run on: the one given to
 /// [`Suite`](crate::Suite), or (outside a suite run, as in plain `#[test]`s
@@ -271,7 +278,7 @@ pub fn provider() -> Arc<dyn rdapl::provider::Provider> {
     static P: std::sync::OnceLock<Arc<dyn rdapl::provider::Provider>> = std::sync::OnceLock::new();
     P.get_or_init(|| {
         let inner = match UNDER_TEST.get() {
-            Some((p, _)) => p.clone(),
+            Some(u) => u.provider.clone(),
             None => rdapl::builtin().get("loopback").unwrap(),
         };
         FaultInjector::with_faults(inner, faults().clone())
@@ -286,7 +293,13 @@ pub fn provider() -> Arc<dyn rdapl::provider::Provider> {
 /// never reaches the sender before the connection ends, and the sender
 /// reports that request flushed.
 pub fn in_process() -> bool {
-    UNDER_TEST.get().is_none_or(|(_, local)| *local)
+    UNDER_TEST.get().is_none_or(|u| u.in_process)
+}
+
+/// The IA parameters given to [`Suite::quick_rnr`](crate::Suite::quick_rnr),
+/// if any.
+pub fn quick_rnr() -> Option<&'static str> {
+    UNDER_TEST.get().and_then(|u| u.quick_rnr.as_deref())
 }
 
 /// The faults armed on the tests' endpoints: every IA the tests open goes
@@ -384,9 +397,27 @@ pub fn withdrawn(cr: &Cr) -> bool {
     eventually(T, || cr.state() == rdapl::CrState::Cancelled)
 }
 
-/// An IA at `addr` of the tests' provider ([`provider`]).
+/// An IA at `addr` of the tests' provider ([`provider`]), with the suite's
+/// [`ia_params`](crate::Suite::ia_params).
 pub fn open(addr: &str) -> Ia {
-    Ia::open_provider(provider(), ia_options(addr)).unwrap()
+    open_with(addr, "")
+}
+
+/// [`open`] with `extra` parameters after the suite's.
+pub fn open_with(addr: &str, extra: &str) -> Ia {
+    let suite = UNDER_TEST.get().map_or("", |u| u.ia_params.as_str());
+    let addr = format!("addr={addr}");
+    let words = [addr.as_str(), suite, extra];
+    let opts = IaOptions {
+        params: words
+            .iter()
+            .filter(|w| !w.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" "),
+        ..Default::default()
+    };
+    Ia::open_provider(provider(), opts).unwrap()
 }
 
 /// A loopback IA at `addr` of the fabric `lb` (a test with settings of its

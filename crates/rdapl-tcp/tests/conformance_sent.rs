@@ -7,5 +7,9 @@ fn main() {
         complete: rdapl_tcp::Completion::Sent,
         ..Default::default()
     });
-    rdapl_conformance::Suite::new(tcp).in_process(false).run()
+    rdapl_conformance::Suite::new(tcp)
+        .in_process(false)
+        .ia_params("port_base=20000")
+        .quick_rnr("recv_wait_ms=20")
+        .run()
 }
