@@ -628,6 +628,13 @@ fn rdapl_and_kernel_siw_rping_each_other() {
     }
     let run = data.join(format!("runs/test-siw-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&run);
+    // (A lab another user built: its folder is not ours to write.)
+    if let Err(e) = std::fs::create_dir_all(&run) {
+        return skip_or_fail(&format!(
+            "the lab's run folder {} cannot be made ({e}); set LAB_DATA to a lab of yours",
+            run.display()
+        ));
+    }
     let out = run.join("out");
     // The VM's script: the scenarios in order.
     let mut script = String::from(". \"$LAB/tests/interop.sh\"\ninterop_init\n");
@@ -636,7 +643,6 @@ fn rdapl_and_kernel_siw_rping_each_other() {
         script.push('\n');
     }
     script += "interop_end\n";
-    std::fs::create_dir_all(&run).unwrap();
     let script_path = run.join("scenarios.sh");
     std::fs::write(&script_path, script).unwrap();
     let fwd: Vec<String> = SCENARIOS
