@@ -67,6 +67,8 @@ fn the_thread_does_not_wait_for_a_polled_connection() {
 /// byte and completion checked, completions taken by `next`.
 fn at_once(n: usize, client: &str, server: &str, next: fn(&Evd) -> DtoCompletion) {
     const LEN: usize = 64 << 10;
+    // Two sockets a connection, and this file's other tests at once.
+    descriptors_for(4 * n as u64 + 256);
     let tcp = Tcp::new();
     let s = Node::with(common::ia(&tcp, server, ""), 4096);
     let c = Node::with(common::ia(&tcp, client, ""), 4096);
@@ -289,4 +291,26 @@ fn a_pass_over_shared_evds_skips_idle_connections() {
         IDLE + 1
     );
     drop((ceps, seps));
+}
+
+/// Raises this process's soft limit of open files to its hard limit (a
+/// user's soft limit is often 1024, root's higher) and fails, saying so,
+/// if that is still below `need`.
+fn descriptors_for(need: u64) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current.is_some_and(|c| c < need) {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: lim.maximum,
+                maximum: lim.maximum,
+            },
+        );
+    }
+    let now = getrlimit(Resource::Nofile).current;
+    assert!(
+        now.is_none_or(|c| c >= need),
+        "this test needs {need} open files and the hard limit allows {now:?} (ulimit -Hn)"
+    );
 }
