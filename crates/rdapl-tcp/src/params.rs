@@ -10,7 +10,7 @@
 //! | `crc` | ask for MPA CRC32c (`1`/`0`, `on`/`off`); used if either side asks | the instance's (on) |
 //! | `mss` | largest FPDU in bytes (64..=65535) | the socket's MSS |
 //! | `recv_wait_ms` | how long an arriving Send may wait for a receive | the instance's (5000) |
-//! | `timeout_ms` | how long a silent peer (link cut, host gone) goes unnoticed before the connection breaks (100..=3600000) | the instance's (10000) |
+//! | `timeout_ms` | how long a silent peer (link cut, host gone, or stopped inside an FPDU it began) goes unnoticed before the connection breaks (100..=3600000) | the instance's (10000) |
 //! | `complete` | when a Send or RDMA Write completes: `placed` (the peer placed it) or `sent` (handed to TCP, siw's meaning); see [`Completion`] | the instance's (`placed`) |
 //! | `poll_fresh_ms` | how long after a consumer's last polling pass the provider's thread leaves the input to it (1..=3600000) | the instance's (3) |
 //! | `mpa_timeout_ms` | how long a passive side waits for the MPA Request of a connection it accepted, and for the RTR after its Reply (100..=3600000); the active side's wait for the Reply is bounded by the consumer's connect timeout alone, and the consumer's decision on a request by nothing | 5000 (siw's) |
@@ -61,7 +61,9 @@ pub struct TcpConfig {
     pub linger_ms: u64,
     /// How long, in milliseconds, a connection whose peer falls silent
     /// (the link cut, the host gone) lasts before it breaks: sent data
-    /// unacknowledged that long, or keepalive probes unanswered.
+    /// unacknowledged that long, keepalive probes unanswered, or no byte
+    /// of an FPDU the peer began (a peer stopped mid-frame, a corrupted
+    /// length).
     pub timeout_ms: u64,
     /// How long, in milliseconds, after a consumer's last polling pass the
     /// progress thread still leaves that connection's input to it (a

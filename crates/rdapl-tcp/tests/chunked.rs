@@ -75,12 +75,64 @@ struct Proxy {
 #[derive(Clone, Copy)]
 struct Mode {
     seed: u64,
-    /// Reset both connections (RST) once this many bytes went from the
-    /// client to the server.
-    cut_after: Option<u64>,
+    /// What happens to the bytes from the client to the server.
+    fault: Fault,
     /// The proxy's sockets take small receive buffers: the provider's
     /// writes come back short or would block, mid-FPDU.
     small_windows: bool,
+}
+
+/// A fault of the client-to-server direction.
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    /// Both connections reset (RST) once this many bytes went through.
+    CutAfter(u64),
+    /// The byte at this offset of the stream has this bit flipped.
+    Flip(u64, u8),
+    /// The high byte of the length of this FPDU (counted from 0, after
+    /// the MPA Request) has this bit flipped.
+    FlipLength(u64, u8),
+}
+
+/// Where the FPDUs of a client's stream begin: follows the MPA Request
+/// and the length of each FPDU (RFC 5044: 2 bytes of length, the ULPDU,
+/// padding to 4 bytes, the CRC field).
+struct Framing {
+    seen: Vec<u8>,
+    /// The start of the next FPDU, and its number.
+    next: u64,
+    count: u64,
+}
+
+impl Framing {
+    fn new() -> Framing {
+        Framing {
+            seen: Vec::new(),
+            next: 0,
+            count: 0,
+        }
+    }
+
+    /// Takes the stream's next bytes; returns where FPDU `nth` begins
+    /// once that is known.
+    fn feed(&mut self, bytes: &[u8], nth: u64) -> Option<u64> {
+        self.seen.extend_from_slice(bytes);
+        if self.next == 0 && self.count == 0 {
+            if self.seen.len() < 20 {
+                return None;
+            }
+            let pd = u16::from_be_bytes([self.seen[18], self.seen[19]]);
+            self.next = 20 + u64::from(pd);
+        }
+        while self.count < nth && self.seen.len() as u64 >= self.next + 2 {
+            let at = self.next as usize;
+            let len = u64::from(u16::from_be_bytes([self.seen[at], self.seen[at + 1]]));
+            self.next += (2 + len).div_ceil(4) * 4 + 4;
+            self.count += 1;
+        }
+        (self.count == nth).then_some(self.next)
+    }
 }
 
 /// The receive buffer of the proxy's sockets in `small_windows` mode.
@@ -130,14 +182,14 @@ impl Proxy {
                                 a.try_clone().unwrap(),
                                 b.try_clone().unwrap(),
                                 seed,
-                                mode.cut_after,
+                                mode.fault,
                             ),
-                            (b, a, seed + 1, None),
+                            (b, a, seed + 1, Fault::None),
                         ];
-                        for (from, to, seed, cut_after) in ends {
+                        for (from, to, seed, fault) in ends {
                             let (stop, cut) = (stop2.clone(), cut.clone());
                             pumps.push(std::thread::spawn(move || {
-                                pump(from, to, Rng(seed), cut_after, slow, &cut, &stop)
+                                pump(from, to, Rng(seed), fault, slow, &cut, &stop)
                             }));
                         }
                     }
@@ -167,20 +219,22 @@ impl Drop for Proxy {
     }
 }
 
-/// Forwards `from` to `to` in random pieces until either ends, the proxy
-/// stops, or (`cut_after`) that many bytes went through: then both
-/// connections are reset (`cut` tells the other direction's pump).
+/// Forwards `from` to `to` in random pieces until either ends or the proxy
+/// stops, with `fault`: a flipped bit, or both connections reset after so
+/// many bytes (`cut` tells the other direction's pump).
 fn pump(
     mut from: TcpStream,
     mut to: TcpStream,
     mut rng: Rng,
-    cut_after: Option<u64>,
+    fault: Fault,
     slow: bool,
     cut: &AtomicBool,
     stop: &AtomicBool,
 ) {
     let mut buf = vec![0u8; 128 << 10];
-    let mut total = 0u64;
+    // Bytes written, and read.
+    let (mut total, mut read) = (0u64, 0u64);
+    let mut framing = Framing::new();
     let reset = |s: &TcpStream| {
         let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
     };
@@ -210,10 +264,29 @@ fn pump(
                 return;
             }
         };
+        if let Fault::Flip(at, bit) = fault
+            && (read..read + n as u64).contains(&at)
+        {
+            buf[(at - read) as usize] ^= 1 << bit;
+        }
+        if let Fault::FlipLength(nth, bit) = fault {
+            // (Where it begins is known from the bytes before it.)
+            let at = if framing.count == nth {
+                Some(framing.next)
+            } else {
+                framing.feed(&buf[..n], nth)
+            };
+            if let Some(at) = at
+                && (read..read + n as u64).contains(&at)
+            {
+                buf[(at - read) as usize] ^= 1 << bit;
+            }
+        }
+        read += n as u64;
         let mut off = 0;
         while off < n {
             let mut k = rng.piece().min(n - off);
-            if let Some(limit) = cut_after {
+            if let Fault::CutAfter(limit) = fault {
                 k = k.min((limit - total) as usize);
                 if k == 0 {
                     cut.store(true, Ordering::Relaxed);
@@ -274,7 +347,7 @@ fn conversation(net: u8, params: &str, small_windows: bool) {
     let tcp = Tcp::new();
     let mode = Mode {
         seed: seed(),
-        cut_after: None,
+        fault: Fault::None,
         small_windows,
     };
     let (p, _proxy) = through_proxy(&tcp, net, params, mode);
@@ -456,12 +529,11 @@ fn collect(evd: &Evd, n: usize) -> HashMap<u64, DtoCompletion> {
     seen
 }
 
-/// The proxy resets both connections after a random number of bytes, in
-/// the middle of a stream of sends and RDMA writes: both sides see the
-/// connection broken, every request completes exactly once (a prefix in
-/// success, in order, the rest flushed or in error), and every receive
-/// that succeeded holds its bytes.
-fn reset_midway(net: u8, params: &str, round: u64) {
+/// A fault mid-stream, in the middle of a stream of sends and RDMA
+/// writes: both sides see the connection broken, every request completes
+/// exactly once (a prefix in success, in order, the rest flushed or in
+/// error), and every receive that succeeded holds its bytes.
+fn fault_midway(net: u8, params: &str, round: u64, kind: u8) {
     let tcp = Tcp::new();
     let s = seed().wrapping_add(round);
     const N: u64 = 40;
@@ -469,9 +541,14 @@ fn reset_midway(net: u8, params: &str, round: u64) {
     let mut rng = Rng(s);
     // Past the connection set-up, inside the stream.
     let cut = 200 + rng.below(N * LEN as u64 * 3 / 4);
+    let fault = match kind {
+        CUT => Fault::CutAfter(cut),
+        FLIP => Fault::Flip(cut, rng.below(8) as u8),
+        _ => Fault::FlipLength(2 + rng.below(N), rng.below(8) as u8),
+    };
     let mode = Mode {
         seed: s,
-        cut_after: Some(cut),
+        fault,
         small_windows: round % 3 == 1,
     };
     let (p, _proxy) = through_proxy(&tcp, net, params, mode);
@@ -518,10 +595,7 @@ fn reset_midway(net: u8, params: &str, round: u64) {
             "request {i} after a failure"
         );
     }
-    assert!(
-        ok < N,
-        "the cut (after {cut} bytes) came after every request"
-    );
+    assert!(ok < N, "the fault (at byte {cut}) came after every request");
     // The receives: those that succeeded hold their message, in order.
     let mut k = 0;
     for i in 0..N {
@@ -535,9 +609,11 @@ fn reset_midway(net: u8, params: &str, round: u64) {
                 "receive {i} holds message {msg}"
             );
             k += 1;
-        } else {
+        } else if kind == CUT {
             assert_eq!(r.status, DtoStatus::Flushed, "receive {i}");
         }
+        // (After a flip, the receive the corrupted frame went to may end
+        // in its own error, LocalLength for one: no longer a Flushed.)
     }
     assert!(k as u64 <= N - N / 4);
     // Every send the client saw succeed was placed (`placed` completions).
@@ -545,9 +621,70 @@ fn reset_midway(net: u8, params: &str, round: u64) {
     assert!(k >= sent_ok, "{k} receives for {sent_ok} placed sends");
 }
 
+const CUT: u8 = 0;
+const FLIP: u8 = 1;
+const FLIP_LENGTH: u8 = 2;
+
 #[test]
 fn a_reset_mid_stream_breaks_both_and_completes_everything_once() {
     for round in 0..4 {
-        reset_midway(153, if round % 2 == 0 { "crc=1" } else { "crc=0" }, round);
+        let params = if round % 2 == 0 { "crc=1" } else { "crc=0" };
+        fault_midway(153, params, round, CUT);
+    }
+}
+
+/// With CRC, a bit flipped anywhere in an FPDU is caught: nothing
+/// corrupted is delivered, both sides break.
+#[test]
+fn a_flipped_bit_breaks_both_and_delivers_nothing_corrupted() {
+    for round in 0..4 {
+        fault_midway(156, "crc=1 timeout_ms=500", round, FLIP);
+    }
+}
+
+/// A flipped bit in an FPDU's length: the receiver's framing is off. A
+/// shorter length fails the CRC; a longer one takes bytes of the FPDUs
+/// after it and fails the CRC then, or waits for bytes that never come
+/// (the sender waits for its fence's answer) and times out: each ends in
+/// a break.
+#[test]
+fn a_flipped_length_breaks_both_and_delivers_nothing_corrupted() {
+    for round in 0..6 {
+        fault_midway(157, "crc=1 timeout_ms=500", round, FLIP_LENGTH);
+    }
+}
+
+/// A Send's length made longer (by 2 KiB, then by 16 KiB) while nothing
+/// follows but its fence: the receiver waits for bytes that never come,
+/// the sender for the fence's answer. Within the IA's `timeout_ms` of the
+/// last byte the receiver gives up on the frame (an MPA Terminate): both
+/// sides break, the Send completes in error and the receive is flushed.
+#[test]
+fn a_frame_whose_bytes_never_come_breaks_both_within_the_timeout() {
+    for bit in [3u8, 6] {
+        let tcp = Tcp::new();
+        let mode = Mode {
+            seed: u64::from(bit),
+            // FPDU 1: the Send (0 is the RTR).
+            fault: Fault::FlipLength(1, bit),
+            small_windows: false,
+        };
+        let (p, _proxy) = through_proxy(&tcp, 158, "crc=1 timeout_ms=300", mode);
+        let rbuf = p.s.buf(64 << 10);
+        p.s.recv(&rbuf, 0, 64 << 10, 1);
+        let src = p.c.lmr(pattern(1000, 3));
+        let t0 = Instant::now();
+        p.c.send(&src, 0, 1000, 2);
+        let d = collect(&p.c.req, 1)[&2].clone();
+        assert_eq!(d.status, DtoStatus::RemoteResponder, "bit {bit}: {d:?}");
+        let waited = t0.elapsed();
+        assert!(
+            waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
+            "bit {bit}: broken after {waited:?}"
+        );
+        assert_eq!(collect(&p.s.rcv, 1)[&1].status, DtoStatus::Flushed);
+        // (What a flushed receive's buffer holds is undefined: the
+        // frame's first bytes may be there.)
+        p.expect_end(ConnectionEventKind::Broken);
     }
 }

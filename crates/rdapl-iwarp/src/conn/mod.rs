@@ -619,9 +619,14 @@ impl Connection {
 
     /// Aborts with a Terminate (RDMAP, local catastrophic), then closes.
     pub fn abort(&mut self) {
+        self.abort_with(crate::terminate::rdmap::local_catastrophic());
+    }
+
+    /// [`Connection::abort`] whose Terminate carries `code` (the layer
+    /// that failed and why).
+    pub fn abort_with(&mut self, code: crate::terminate::TermCode) {
         if self.neg.is_some() && !matches!(self.state, State::Closed | State::Terminating) {
             self.flush_all();
-            let code = crate::terminate::rdmap::local_catastrophic();
             self.term_pending = Some(Terminate::new(code));
             self.state = State::Terminating;
         } else {

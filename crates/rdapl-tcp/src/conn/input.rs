@@ -66,6 +66,7 @@ impl Conn {
                     Ok((0, _, _)) => self.eof = true,
                     Ok((n, placed, room)) => {
                         self.work += 1;
+                        self.rx_last = now;
                         self.stats.socket_reads.fetch_add(1, Ordering::Relaxed);
                         self.rx_drained = n < room;
                         self.frame_left = self.frame_left.saturating_sub(placed);
@@ -122,6 +123,7 @@ impl Conn {
                 }
                 Ok(n) => {
                     self.work += 1;
+                    self.rx_last = now;
                     self.stats.socket_reads.fetch_add(1, Ordering::Relaxed);
                     // A short read took what the socket held: this pump
                     // does not ask again (level-triggered readiness, or the

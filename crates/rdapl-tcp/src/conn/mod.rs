@@ -35,6 +35,12 @@
 //!   receive posted within `recv_wait_ms` lets it go on; after that the
 //!   Send is fed anyway: the engine answers with a Terminate (no buffer),
 //!   the sender's Send completes `ReceiverNotReady` and both sides break.
+//! * **No frame waits forever.** A partial FPDU (its header or payload
+//!   incomplete) on which no byte arrives for the IA's `timeout_ms` breaks
+//!   the connection with an MPA Terminate (bad FPDU start): a peer stopped
+//!   mid-frame, or a length corrupted past the CRC's reach (a longer one
+//!   waits for bytes that never come), would otherwise hold every request
+//!   of the connection, on both sides, with no end.
 //! * **Bounded memory.** At most `MAX_INFLIGHT` requests and
 //!   `MAX_STAGED` staged bytes per connection leave the core's queue;
 //!   the input buffer stops growing at `IO_HIGH` bytes, the output at
@@ -172,6 +178,9 @@ pub(crate) struct Conn {
     eof: bool,
     eof_fed: bool,
     stall_since: Option<u64>,
+    /// When a read last brought bytes (ms): a partial frame times out
+    /// `timeout_ms` after it ([`Conn::mid_frame`]).
+    rx_last: u64,
     // output
     out: OutQueue,
     shut: bool,
@@ -277,6 +286,7 @@ impl Conn {
             eof: false,
             eof_fed: false,
             stall_since: None,
+            rx_last: 0,
             out: OutQueue::default(),
             shut: false,
             linger_deadline: None,
@@ -371,9 +381,27 @@ impl Conn {
             .stall_since
             .map(|s| s.saturating_add(self.ia.recv_wait_ms));
         let engine = self.engine.as_ref().and_then(|e| e.poll_timeout());
-        [self.connect_deadline, stall, self.linger_deadline]
+        let frame = self
+            .mid_frame()
+            .then(|| self.rx_last.saturating_add(self.ia.timeout_ms));
+        [self.connect_deadline, stall, self.linger_deadline, frame]
             .into_iter()
             .fold(engine, earliest)
+    }
+
+    /// Inside an FPDU whose bytes are still to come: open and reading
+    /// (not held back by a Send that waits for a receive), the stream
+    /// established, and a frame begun but not whole (its payload being
+    /// fed, or a header's first bytes buffered).
+    fn mid_frame(&self) -> bool {
+        self.phase == Phase::Open
+            && !self.eof
+            && self.stall_since.is_none()
+            && (self.frame_left > 0 || self.in_pos < self.in_end)
+            && self
+                .engine
+                .as_ref()
+                .is_some_and(|e| matches!(e.state(), State::Established | State::AwaitRtr))
     }
 
     /// Nothing to do until the socket has input: open, no input buffered
@@ -495,6 +523,16 @@ impl Conn {
             e.handle_timeout(now);
         }
         self.events();
+        if self.mid_frame() && now >= self.rx_last.saturating_add(self.ia.timeout_ms) {
+            // No byte of the frame for `timeout_ms`: it will not come.
+            self.end_kind = ConnectionEventKind::Broken;
+            if let Some(e) = self.engine.as_mut() {
+                e.abort_with(rdapl_iwarp::terminate::llp(
+                    rdapl_iwarp::terminate::llp::FPDU_START,
+                ));
+            }
+            self.events();
+        }
         if let Some(d) = self.linger_deadline
             && now >= d
         {
