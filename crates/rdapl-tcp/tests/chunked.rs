@@ -93,6 +93,9 @@ enum Fault {
     /// The high byte of the length of this FPDU (counted from 0, after
     /// the MPA Request) has this bit flipped.
     FlipLength(u64, u8),
+    /// After this many bytes the proxy stops reading from the client,
+    /// holding the connection open: a peer alive but no longer reading.
+    FreezeAfter(u64),
 }
 
 /// Where the FPDUs of a client's stream begin: follows the MPA Request
@@ -248,7 +251,16 @@ fn pump(
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let want = rng.piece().min(buf.len());
+        if let Fault::FreezeAfter(limit) = fault
+            && read >= limit
+        {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
+        let mut want = rng.piece().min(buf.len());
+        if let Fault::FreezeAfter(limit) = fault {
+            want = want.min((limit - read) as usize);
+        }
         let n = match from.read(&mut buf[..want]) {
             Ok(0) => {
                 let _ = to.shutdown(std::net::Shutdown::Write);
@@ -687,4 +699,48 @@ fn a_frame_whose_bytes_never_come_breaks_both_within_the_timeout() {
         // frame's first bytes may be there.)
         p.expect_end(ConnectionEventKind::Broken);
     }
+}
+
+/// The proxy stops reading from the client mid-stream, the connection
+/// held open (a peer alive, its kernel acknowledging, its process no
+/// longer reading): the client's socket fills and TCP's user timeout
+/// (`timeout_ms`) breaks its side, the server's frame stops mid-way and
+/// its own timer breaks the other; every request completes once.
+#[test]
+fn a_peer_that_stops_reading_breaks_both_within_the_timeout() {
+    let tcp = Tcp::new();
+    let mode = Mode {
+        seed: seed(),
+        fault: Fault::FreezeAfter(300_000),
+        small_windows: true,
+    };
+    let (p, _proxy) = through_proxy(&tcp, 159, "crc=1 timeout_ms=500", mode);
+    const N: u64 = 200;
+    const LEN: u64 = 50_000;
+    let src = p.c.lmr(pattern((N * LEN) as usize, 1));
+    let rbuf = p.s.buf((N * LEN) as usize);
+    for i in 0..N {
+        p.s.recv(&rbuf, i * LEN, LEN, 1000 + i);
+    }
+    let t0 = Instant::now();
+    for i in 0..N {
+        p.c.send(&src, i * LEN, LEN, i);
+    }
+    let got = collect(&p.c.req, N as usize);
+    let waited = t0.elapsed();
+    let ok = (0..N)
+        .take_while(|i| got[i].status == DtoStatus::Success)
+        .count() as u64;
+    assert!(ok < N, "every send completed through a proxy that stopped");
+    assert!(
+        (ok..N).all(|i| got[&i].status != DtoStatus::Success),
+        "a success after a failure"
+    );
+    assert!(waited < Duration::from_secs(5), "broken after {waited:?}");
+    let rcvd = collect(&p.s.rcv, N as usize);
+    let placed = (0..N)
+        .filter(|i| rcvd[&(1000 + i)].status == DtoStatus::Success)
+        .count() as u64;
+    assert!(placed >= ok, "{placed} receives for {ok} placed sends");
+    p.expect_end(ConnectionEventKind::Broken);
 }
