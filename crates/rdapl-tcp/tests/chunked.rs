@@ -6,10 +6,14 @@
 //! checks the engine under any split; this checks what the provider adds
 //! around it: the input buffer, reads straight into a payload's place,
 //! partial writes, the fence. Every byte and every completion is checked.
-//! A second proxy mode resets both connections once a chosen number of
-//! bytes went through (mid-FPDU): both sides see the connection broken
-//! and every request completes exactly once. Each case prints its seed;
-//! `CHUNK_SEED=n` replays a seed's choices (the kernel's timing varies).
+//! Faults of the proxy: both connections reset once a chosen number of
+//! bytes went through (mid-FPDU); a bit flipped anywhere, or in an FPDU's
+//! length, either way (with CRC); the proxy no longer reading from the
+//! client. Each time both sides see the connection broken, within the
+//! IA's `timeout_ms` where bytes stop coming, every request completes
+//! exactly once, and nothing corrupted completes in success. Each case
+//! prints its seed; `CHUNK_SEED=n` replays a seed's choices (the kernel's
+//! timing varies).
 
 mod common;
 
@@ -77,6 +81,8 @@ struct Mode {
     seed: u64,
     /// What happens to the bytes from the client to the server.
     fault: Fault,
+    /// And to those from the server to the client.
+    back: Fault,
     /// The proxy's sockets take small receive buffers: the provider's
     /// writes come back short or would block, mid-FPDU.
     small_windows: bool,
@@ -187,7 +193,7 @@ impl Proxy {
                                 seed,
                                 mode.fault,
                             ),
-                            (b, a, seed + 1, Fault::None),
+                            (b, a, seed + 1, mode.back),
                         ];
                         for (from, to, seed, fault) in ends {
                             let (stop, cut) = (stop2.clone(), cut.clone());
@@ -361,6 +367,7 @@ fn conversation(net: u8, params: &str, small_windows: bool) {
         seed: seed(),
         fault: Fault::None,
         small_windows,
+        back: Fault::None,
     };
     let (p, _proxy) = through_proxy(&tcp, net, params, mode);
 
@@ -562,6 +569,7 @@ fn fault_midway(net: u8, params: &str, round: u64, kind: u8) {
         seed: s,
         fault,
         small_windows: round % 3 == 1,
+        back: Fault::None,
     };
     let (p, _proxy) = through_proxy(&tcp, net, params, mode);
     let msgs: Vec<u8> = (0..N).flat_map(|i| pattern(LEN, i as u8)).collect();
@@ -680,6 +688,7 @@ fn a_frame_whose_bytes_never_come_breaks_both_within_the_timeout() {
             // FPDU 1: the Send (0 is the RTR).
             fault: Fault::FlipLength(1, bit),
             small_windows: false,
+            back: Fault::None,
         };
         let (p, _proxy) = through_proxy(&tcp, 158, "crc=1 timeout_ms=300", mode);
         let rbuf = p.s.buf(64 << 10);
@@ -713,6 +722,7 @@ fn a_peer_that_stops_reading_breaks_both_within_the_timeout() {
         seed: seed(),
         fault: Fault::FreezeAfter(300_000),
         small_windows: true,
+        back: Fault::None,
     };
     let (p, _proxy) = through_proxy(&tcp, 159, "crc=1 timeout_ms=500", mode);
     const N: u64 = 200;
@@ -743,4 +753,68 @@ fn a_peer_that_stops_reading_breaks_both_within_the_timeout() {
         .count() as u64;
     assert!(placed >= ok, "{placed} receives for {ok} placed sends");
     p.expect_end(ConnectionEventKind::Broken);
+}
+
+/// With CRC, a bit flipped in what the server sends back (RDMA Read
+/// Responses, straight into the client's sinks), anywhere or in an FPDU's
+/// length: both sides break, each read completes once, and no read that
+/// succeeded holds a wrong byte.
+#[test]
+fn a_flipped_bit_in_read_responses_breaks_both() {
+    for round in 0..8u64 {
+        let tcp = Tcp::new();
+        const N: u64 = 20;
+        const LEN: u64 = 50_000;
+        let s = seed().wrapping_add(round);
+        let mut rng = Rng(s);
+        let mode = Mode {
+            seed: s,
+            fault: Fault::None,
+            small_windows: round % 2 == 1,
+            back: if round < 4 {
+                Fault::Flip(200 + rng.below(N * LEN * 3 / 4), rng.below(8) as u8)
+            } else {
+                Fault::FlipLength(1 + rng.below(N), rng.below(8) as u8)
+            },
+        };
+        let (p, _proxy) = through_proxy(&tcp, 160, "crc=1 timeout_ms=500", mode);
+        let data = pattern((N * LEN) as usize, 5);
+        let target = p.s.lmr(data.clone());
+        let sink = p.c.buf((N * LEN) as usize);
+        let mut posted = 0;
+        for i in 0..N {
+            let r = p.c.ep.post_rdma_read(
+                &[sink.triplet(i * LEN, LEN).unwrap()],
+                target.rmr_triplet(i * LEN, LEN).unwrap(),
+                i,
+                D,
+            );
+            match r {
+                Ok(()) => posted += 1,
+                Err(Error::InvalidState { .. }) => break,
+                Err(e) => panic!("read {i}: {e:?}"),
+            }
+        }
+        let got = collect(&p.c.req, posted);
+        let ok = (0..posted as u64)
+            .take_while(|i| got[i].status == DtoStatus::Success)
+            .count() as u64;
+        assert!(
+            ok < N,
+            "round {round}: every read succeeded past a flipped bit"
+        );
+        let held = sink.to_vec().unwrap();
+        for i in 0..ok {
+            let r = (i * LEN) as usize..((i + 1) * LEN) as usize;
+            assert!(
+                held[r.clone()] == data[r],
+                "round {round}: read {i} succeeded with wrong bytes"
+            );
+        }
+        assert!(
+            (ok..posted as u64).all(|i| got[&i].status != DtoStatus::Success),
+            "round {round}: a success after a failure"
+        );
+        p.expect_end(ConnectionEventKind::Broken);
+    }
 }
