@@ -818,3 +818,64 @@ fn a_flipped_bit_in_read_responses_breaks_both() {
         p.expect_end(ConnectionEventKind::Broken);
     }
 }
+
+/// One provider, two connections through proxies: while one waits inside a
+/// frame whose bytes never come, until its timeout breaks it, the other
+/// keeps moving data, every byte checked, and stays connected.
+#[test]
+fn a_stalled_connection_leaves_the_others_alone() {
+    let tcp = Tcp::new();
+    let params = "crc=1 timeout_ms=300";
+    let bad_mode = Mode {
+        seed: 6,
+        fault: Fault::FlipLength(1, 6),
+        small_windows: false,
+        back: Fault::None,
+    };
+    let good_mode = Mode {
+        seed: seed(),
+        fault: Fault::None,
+        small_windows: false,
+        back: Fault::None,
+    };
+    let (bad, _p1) = through_proxy(&tcp, 161, params, bad_mode);
+    let (good, _p2) = through_proxy(&tcp, 162, params, good_mode);
+    let rbuf = bad.s.buf(64 << 10);
+    bad.s.recv(&rbuf, 0, 64 << 10, 1);
+    let src = bad.c.lmr(pattern(1000, 3));
+    bad.c.send(&src, 0, 1000, 2);
+    const LEN: u64 = 20_000;
+    let (sbuf, cbuf) = (good.s.buf(LEN as usize), good.c.buf(LEN as usize));
+    let (ssrc, csrc) = (
+        good.s.lmr(pattern(LEN as usize, 7)),
+        good.c.lmr(pattern(LEN as usize, 8)),
+    );
+    let t0 = Instant::now();
+    let mut rounds = 0u64;
+    let mut broke = None;
+    // Round trips until well past the bad one's break.
+    while broke.is_none_or(|b: Duration| t0.elapsed() < b + Duration::from_millis(200)) {
+        assert!(t0.elapsed() < T, "the stalled connection never broke");
+        round_trip(&good, (&sbuf, &cbuf), (&ssrc, &csrc), LEN, rounds, next_dto);
+        assert!(
+            sbuf.to_vec().unwrap() == pattern(LEN as usize, 8),
+            "round {rounds}"
+        );
+        assert!(
+            cbuf.to_vec().unwrap() == pattern(LEN as usize, 7),
+            "round {rounds}"
+        );
+        rounds += 1;
+        if broke.is_none() && bad.c.req.dequeue().unwrap().is_some() {
+            broke = Some(t0.elapsed());
+        }
+    }
+    let b = broke.unwrap();
+    assert!(b >= Duration::from_millis(250), "broke after {b:?}");
+    assert!(rounds > 10, "{rounds} round trips while the other stalled");
+    assert_eq!(collect(&bad.s.rcv, 1)[&1].status, DtoStatus::Flushed);
+    bad.expect_end(ConnectionEventKind::Broken);
+    assert_eq!(good.c.ep.state(), EpState::Connected);
+    good.c.ep.disconnect(true).unwrap();
+    good.expect_end(ConnectionEventKind::Disconnected);
+}
