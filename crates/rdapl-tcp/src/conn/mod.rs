@@ -179,7 +179,7 @@ pub(crate) struct Conn {
     eof_fed: bool,
     stall_since: Option<u64>,
     /// When a read last brought bytes (ms): a partial frame times out
-    /// `timeout_ms` after it ([`Conn::mid_frame`]).
+    /// `timeout_ms` after it ([`Conn::frame_deadline`]).
     rx_last: u64,
     // output
     out: OutQueue,
@@ -381,12 +381,21 @@ impl Conn {
             .stall_since
             .map(|s| s.saturating_add(self.ia.recv_wait_ms));
         let engine = self.engine.as_ref().and_then(|e| e.poll_timeout());
-        let frame = self
-            .mid_frame()
-            .then(|| self.rx_last.saturating_add(self.ia.timeout_ms));
-        [self.connect_deadline, stall, self.linger_deadline, frame]
-            .into_iter()
-            .fold(engine, earliest)
+        [
+            self.connect_deadline,
+            stall,
+            self.linger_deadline,
+            self.frame_deadline(),
+        ]
+        .into_iter()
+        .fold(engine, earliest)
+    }
+
+    /// When the frame being received times out: `timeout_ms` after the
+    /// last byte came, while [`Conn::mid_frame`].
+    fn frame_deadline(&self) -> Option<u64> {
+        self.mid_frame()
+            .then(|| self.rx_last.saturating_add(self.ia.timeout_ms))
     }
 
     /// Inside an FPDU whose bytes are still to come: open and reading
@@ -523,7 +532,7 @@ impl Conn {
             e.handle_timeout(now);
         }
         self.events();
-        if self.mid_frame() && now >= self.rx_last.saturating_add(self.ia.timeout_ms) {
+        if self.frame_deadline().is_some_and(|d| now >= d) {
             // No byte of the frame for `timeout_ms`: it will not come.
             self.end_kind = ConnectionEventKind::Broken;
             if let Some(e) = self.engine.as_mut() {
