@@ -10,9 +10,9 @@
 //! | `crc` | ask for MPA CRC32c (`1`/`0`, `on`/`off`); used if either side asks | the instance's (on) |
 //! | `mss` | largest FPDU in bytes (64..=65535) | the socket's MSS |
 //! | `recv_wait_ms` | how long an arriving Send may wait for a receive | the instance's (5000) |
-//! | `timeout_ms` | how long a silent peer (link cut, host gone, or stopped inside an FPDU it began) goes unnoticed before the connection breaks (100..=3600000) | the instance's (10000) |
+//! | `timeout_ms` | how long a silent peer (link cut, host gone, or stopped inside an FPDU it began or owing the answer to a read or fence) goes unnoticed before the connection breaks (100..=3600000); keep it above the peer's `recv_wait_ms`, during which a peer may rightly hold an answer back | the instance's (10000) |
 //! | `complete` | when a Send or RDMA Write completes: `placed` (the peer placed it) or `sent` (handed to TCP, siw's meaning); see [`Completion`] | the instance's (`placed`) |
-//! | `poll_fresh_ms` | how long after a consumer's last polling pass the provider's thread leaves the input to it (1..=3600000) | the instance's (3) |
+//! | `poll_fresh_ms` | how long after a consumer's last polling pass the provider's thread leaves the input to it (1..=3600000); keep it well below the peer's `timeout_ms`: input left unread that long holds back the answers the peer waits for | the instance's (3) |
 //! | `mpa_timeout_ms` | how long a passive side waits for the MPA Request of a connection it accepted, and for the RTR after its Reply (100..=3600000); the active side's wait for the Reply is bounded by the consumer's connect timeout alone, and the consumer's decision on a request by nothing | 5000 (siw's) |
 //! | `setups` | most accepted connections a listener keeps waiting for their MPA request (1..=65536); past it the oldest that waited a second are closed, so a flood of idle connections holds no more sockets than that (and what comes within a second) | 1024 |
 //!
@@ -61,14 +61,19 @@ pub struct TcpConfig {
     pub linger_ms: u64,
     /// How long, in milliseconds, a connection whose peer falls silent
     /// (the link cut, the host gone) lasts before it breaks: sent data
-    /// unacknowledged that long, keepalive probes unanswered, or no byte
+    /// unacknowledged that long, keepalive probes unanswered, no byte
     /// of an FPDU the peer began (a peer stopped mid-frame, a corrupted
-    /// length).
+    /// length), or no byte either way while the peer owes the answer to a
+    /// read or fence (a peer process stopped or hung while its kernel
+    /// acknowledges). Keep it above the peer's `recv_wait_ms`: a peer
+    /// holding a Send for a receive holds the answers behind it too.
     pub timeout_ms: u64,
     /// How long, in milliseconds, after a consumer's last polling pass the
     /// progress thread still leaves that connection's input to it (a
     /// consumer that arms a notification or blocks hands it back at
-    /// once; this bounds the wait of one that just stops polling).
+    /// once; this bounds the wait of one that just stops polling). Keep
+    /// it well below the peers' `timeout_ms`: input left unread holds
+    /// back the answers to their reads and fences.
     pub poll_fresh_ms: u64,
     /// When Sends and RDMA Writes complete ([`Completion::Placed`] by
     /// default).

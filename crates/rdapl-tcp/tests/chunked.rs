@@ -9,8 +9,9 @@
 //! Faults of the proxy: both connections reset once a chosen number of
 //! bytes went through (mid-FPDU); a bit flipped anywhere, or in an FPDU's
 //! length, either way (with CRC); the proxy no longer reading from the
-//! client. Each time both sides see the connection broken, within the
-//! IA's `timeout_ms` where bytes stop coming, every request completes
+//! client; the server's stream dropped from an FPDU on (answers that
+//! never come). Each time both sides see the connection broken, within
+//! the IA's `timeout_ms` where bytes stop coming, every request completes
 //! exactly once, and nothing corrupted completes in success. Each case
 //! prints its seed; `CHUNK_SEED=n` replays a seed's choices (the kernel's
 //! timing varies).
@@ -88,7 +89,7 @@ struct Mode {
     small_windows: bool,
 }
 
-/// A fault of the client-to-server direction.
+/// A fault of one direction.
 #[derive(Clone, Copy, PartialEq)]
 enum Fault {
     None,
@@ -102,6 +103,10 @@ enum Fault {
     /// After this many bytes the proxy stops reading from the client,
     /// holding the connection open: a peer alive but no longer reading.
     FreezeAfter(u64),
+    /// From the start of this FPDU on, the bytes are read and dropped: a
+    /// peer whose kernel acknowledges while its process sends nothing
+    /// more, or a middlebox that swallows frames.
+    DropFrom(u64),
 }
 
 /// Where the FPDUs of a client's stream begin: follows the MPA Request
@@ -300,10 +305,22 @@ fn pump(
                 buf[(at - read) as usize] ^= 1 << bit;
             }
         }
+        // Bytes of this read to forward.
+        let mut fwd = n;
+        if let Fault::DropFrom(nth) = fault {
+            let at = if framing.count == nth && framing.next != 0 {
+                Some(framing.next)
+            } else {
+                framing.feed(&buf[..n], nth)
+            };
+            if let Some(at) = at {
+                fwd = at.saturating_sub(read).min(n as u64) as usize;
+            }
+        }
         read += n as u64;
         let mut off = 0;
-        while off < n {
-            let mut k = rng.piece().min(n - off);
+        while off < fwd {
+            let mut k = rng.piece().min(fwd - off);
             if let Fault::CutAfter(limit) = fault {
                 k = k.min((limit - total) as usize);
                 if k == 0 {
@@ -683,8 +700,10 @@ fn a_flipped_length_breaks_both_and_delivers_nothing_corrupted() {
 /// A Send's length made longer (by 2 KiB, then by 16 KiB) while nothing
 /// follows but its fence: the receiver waits for bytes that never come,
 /// the sender for the fence's answer. Within the IA's `timeout_ms` of the
-/// last byte the receiver gives up on the frame (an MPA Terminate): both
-/// sides break, the Send completes in error and the receive is flushed.
+/// last byte the receiver gives up on the frame (an MPA Terminate: the
+/// Send completes `RemoteResponder`) or the sender on the answer (the
+/// Send is flushed), whichever comes first: both sides break and the
+/// receive is flushed.
 #[test]
 fn a_frame_whose_bytes_never_come_breaks_both_within_the_timeout() {
     for bit in [3u8, 6] {
@@ -703,7 +722,10 @@ fn a_frame_whose_bytes_never_come_breaks_both_within_the_timeout() {
         let t0 = Instant::now();
         p.c.send(&src, 0, 1000, 2);
         let d = collect(&p.c.req, 1)[&2].clone();
-        assert_eq!(d.status, DtoStatus::RemoteResponder, "bit {bit}: {d:?}");
+        assert!(
+            matches!(d.status, DtoStatus::RemoteResponder | DtoStatus::Flushed),
+            "bit {bit}: {d:?}"
+        );
         let waited = t0.elapsed();
         assert!(
             waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
@@ -759,6 +781,60 @@ fn a_peer_that_stops_reading_breaks_both_within_the_timeout() {
         .count() as u64;
     assert!(placed >= ok, "{placed} receives for {ok} placed sends");
     p.expect_end(ConnectionEventKind::Broken);
+}
+
+/// The server's answers never reach the client: the proxy drops the
+/// server's stream from its first FPDU on, its kernel still acknowledging
+/// (a peer process stopped or hung, a middlebox that swallows frames). A
+/// read, or on `placed` a Send (whose fence is a read), waits for an
+/// answer that never comes, no frame open: within the IA's `timeout_ms`
+/// the client gives up, both sides break, and the request completes
+/// once, not in success (the Send was placed, but nothing says so).
+#[test]
+fn an_answer_that_never_comes_breaks_both_within_the_timeout() {
+    for (net, read) in [(163u8, true), (164, false)] {
+        let tcp = Tcp::new();
+        let mode = Mode {
+            seed: seed(),
+            fault: Fault::None,
+            small_windows: false,
+            back: Fault::DropFrom(0),
+        };
+        let (p, _proxy) = through_proxy(&tcp, net, "crc=1 timeout_ms=300", mode);
+        let src = pattern(1000, 4);
+        let target = p.s.lmr(src.clone());
+        let (sink, rbuf) = (p.c.buf(1000), p.s.buf(1000));
+        let t0 = Instant::now();
+        if read {
+            p.c.ep
+                .post_rdma_read(
+                    &[sink.triplet(0, 1000).unwrap()],
+                    target.rmr_triplet(0, 1000).unwrap(),
+                    1,
+                    D,
+                )
+                .unwrap();
+        } else {
+            p.s.recv(&rbuf, 0, 1000, 7);
+            let l = p.c.lmr(src.clone());
+            p.c.send(&l, 0, 1000, 1);
+            let r = collect(&p.s.rcv, 1)[&7].clone();
+            assert_eq!(
+                (r.status, r.transferred_length),
+                (DtoStatus::Success, 1000),
+                "{r:?}"
+            );
+            assert!(rbuf.to_vec().unwrap() == src, "the Send placed");
+        }
+        let d = collect(&p.c.req, 1)[&1].clone();
+        let waited = t0.elapsed();
+        assert_ne!(d.status, DtoStatus::Success, "read {read}: {d:?}");
+        assert!(
+            waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
+            "read {read}: broken after {waited:?}"
+        );
+        p.expect_end(ConnectionEventKind::Broken);
+    }
 }
 
 /// With CRC, a bit flipped in what the server sends back (RDMA Read

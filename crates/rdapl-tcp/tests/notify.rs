@@ -9,6 +9,9 @@
 //! The last test: a consumer that polled a receive in and then went
 //! quiet still lets the answer to the peer's fence out (the peer's send
 //! completes on it), within the provider's hold bound, not the hour.
+//! And a consumer that polled and then paused for longer than
+//! `timeout_ms` while its read was answered is not mistaken for a peer
+//! that fell silent: the answer waits in the socket.
 
 mod common;
 
@@ -32,7 +35,16 @@ fn patient() -> Arc<Tcp> {
 /// follows its receive, so that it carries the answer to the peer's fence
 /// (a consumer that got a receive holds that answer back for its reply).
 fn warm_pair(client: &str, server: &str) -> Pair {
-    let p = Pair::connected(&patient(), client, server, "");
+    warm_pair_with(client, (server, &patient()), "")
+}
+
+/// [`warm_pair`] with IA parameters, the server on a provider of its own.
+fn warm_pair_with(client: &str, server: (&str, &Arc<Tcp>), params: &str) -> Pair {
+    let p = Pair::new(
+        Node::new(&patient(), client, params),
+        Node::new(server.1, server.0, params),
+    );
+    p.connect();
     let ok = |evd: &Evd, what: &str| {
         let got = evd.wait(Some(T), 1).expect(what);
         assert!(
@@ -206,4 +218,39 @@ fn a_held_answer_goes_out_though_the_consumer_goes_quiet() {
     // The server's send completes on the client's answer.
     let d = next_dto(&p.s.req);
     assert_eq!((d.cookie, d.status), (7, DtoStatus::Success), "{d:?}");
+}
+
+/// A consumer posts an RDMA Read while it polls, then pauses for three
+/// times the IA's `timeout_ms`: the response reaches the client's socket
+/// and stays there (the thread leaves the input to the consumer), so no
+/// byte is read while the read is outstanding. That is not a silent
+/// peer: the connection stays up and the read completes. (The server's
+/// provider is an ordinary one: its thread answers whoever polled last.)
+#[test]
+fn a_paused_poller_is_not_taken_for_a_silent_peer() {
+    let server = Tcp::new();
+    let p = warm_pair_with("127.0.36.1", ("127.0.36.2", &server), "timeout_ms=200");
+    // (The warm-up's own fences leave a check of the client's timer
+    // pending for a timeout: it passes first, so that the read's check
+    // finds its answer in the socket rather than read by that pump.)
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    for _ in 0..10 {
+        assert_eq!(p.c.req.dequeue().unwrap(), None);
+    }
+    let target = p.s.lmr(pattern(4096, 3));
+    let sink = p.c.buf(4096);
+    p.c.ep
+        .post_rdma_read(
+            &[sink.triplet(0, 4096).unwrap()],
+            target.rmr_triplet(0, 4096).unwrap(),
+            1,
+            D,
+        )
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert_eq!(p.c.ep.state(), EpState::Connected, "broken while paused");
+    let d = next_dto(&p.c.req);
+    assert_eq!((d.cookie, d.status), (1, DtoStatus::Success), "{d:?}");
+    assert_eq!(sink.to_vec().unwrap(), pattern(4096, 3));
+    assert_eq!(p.c.ep.state(), EpState::Connected);
 }

@@ -213,6 +213,13 @@ impl Conn {
         self.socket_failed();
     }
 
+    /// The socket holds input not read yet (or its end, or an error: all
+    /// news from the peer). Looks without taking.
+    pub(super) fn socket_has_input(&self) -> bool {
+        let mut b = [0u8; 1];
+        !matches!(self.sock.peek(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
     pub(super) fn socket_failed(&mut self) {
         self.end_kind = ConnectionEventKind::Broken;
         if let Some(e) = self.engine.as_mut()

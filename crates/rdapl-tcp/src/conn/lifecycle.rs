@@ -88,7 +88,7 @@ impl Conn {
         self.complete_ready();
         // A memory operation at the head ran; the rest are flushed.
         let ep = self.ep.clone();
-        while let Some(mut s) = self.slots.pop_front() {
+        while let Some(mut s) = self.pop_slot() {
             let wr = match s.kind {
                 SlotKind::Read { sink, .. } => self.mem.sinks.remove(&sink).map(|k| k.wr),
                 _ => s.wr.take(),

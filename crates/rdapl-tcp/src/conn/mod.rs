@@ -41,6 +41,15 @@
 //!   mid-frame, or a length corrupted past the CRC's reach (a longer one
 //!   waits for bytes that never come), would otherwise hold every request
 //!   of the connection, on both sides, with no end.
+//! * **No answer waits forever.** While a read or fence of ours is
+//!   unanswered, a peer from which no byte came and to which the socket
+//!   took none for `timeout_ms` (since the request was queued, at the
+//!   earliest) breaks the connection with an MPA Terminate (stream lost):
+//!   a peer process stopped or hung while its kernel still acknowledges,
+//!   or a middlebox that swallows frames, would otherwise leave the read,
+//!   and on `placed` the Sends and Writes before the fence, waiting with
+//!   no end. Bytes waiting in the socket count as an answer coming (a
+//!   polling consumer that paused has not read them yet).
 //! * **Bounded memory.** At most `MAX_INFLIGHT` requests and
 //!   `MAX_STAGED` staged bytes per connection leave the core's queue;
 //!   the input buffer stops growing at `IO_HIGH` bytes, the output at
@@ -181,6 +190,16 @@ pub(crate) struct Conn {
     /// When a read last brought bytes (ms): a partial frame times out
     /// `timeout_ms` after it ([`Conn::frame_deadline`]).
     rx_last: u64,
+    /// When the socket last took output bytes (ms).
+    tx_last: u64,
+    /// Reads and fences among `slots` (outstanding, or answered and about
+    /// to complete), and since when there have been some (ms).
+    reads_queued: usize,
+    awaiting_since: u64,
+    /// When to look whether an answer is overdue ([`Conn::answer_deadline`]):
+    /// set when reads come to be queued and kept until it passes, so that
+    /// a read a round trip does not move the timer each time.
+    answer_check: Option<u64>,
     // output
     out: OutQueue,
     shut: bool,
@@ -287,6 +306,10 @@ impl Conn {
             eof_fed: false,
             stall_since: None,
             rx_last: 0,
+            tx_last: 0,
+            reads_queued: 0,
+            awaiting_since: 0,
+            answer_check: None,
             out: OutQueue::default(),
             shut: false,
             linger_deadline: None,
@@ -386,27 +409,36 @@ impl Conn {
             stall,
             self.linger_deadline,
             self.frame_deadline(),
+            self.answer_check,
         ]
         .into_iter()
         .fold(engine, earliest)
     }
 
     /// When the frame being received times out: `timeout_ms` after the
-    /// last byte came, while [`Conn::mid_frame`].
+    /// last byte came, while a frame is begun and not whole (its payload
+    /// being fed, or a header's first bytes buffered).
     fn frame_deadline(&self) -> Option<u64> {
-        self.mid_frame()
+        (self.listening() && (self.frame_left > 0 || self.in_pos < self.in_end))
             .then(|| self.rx_last.saturating_add(self.ia.timeout_ms))
     }
 
-    /// Inside an FPDU whose bytes are still to come: open and reading
-    /// (not held back by a Send that waits for a receive), the stream
-    /// established, and a frame begun but not whole (its payload being
-    /// fed, or a header's first bytes buffered).
-    fn mid_frame(&self) -> bool {
+    /// When an answer owed to us is overdue: while reads or fences are
+    /// queued, `timeout_ms` after the last byte came or went, or after the
+    /// first of them was queued if that is later.
+    fn answer_deadline(&self) -> Option<u64> {
+        (self.listening() && self.reads_queued > 0).then(|| {
+            let last = self.rx_last.max(self.tx_last).max(self.awaiting_since);
+            last.saturating_add(self.ia.timeout_ms)
+        })
+    }
+
+    /// Expecting bytes of the peer: open and reading (not held back by a
+    /// Send that waits for a receive), the stream established.
+    fn listening(&self) -> bool {
         self.phase == Phase::Open
             && !self.eof
             && self.stall_since.is_none()
-            && (self.frame_left > 0 || self.in_pos < self.in_end)
             && self
                 .engine
                 .as_ref()
@@ -467,6 +499,7 @@ impl Conn {
         if !self.hold_out {
             self.out_held = false;
         }
+        let (writes, reads) = (self.out.writes, self.reads_queued);
         loop {
             let before = self.work;
             self.read_socket(now);
@@ -478,6 +511,15 @@ impl Conn {
             if before == self.work || self.phase == Phase::Dead {
                 break;
             }
+        }
+        if self.out.writes != writes {
+            self.tx_last = now;
+        }
+        if reads == 0 && self.reads_queued > 0 {
+            self.awaiting_since = now;
+        }
+        if self.reads_queued > 0 && self.answer_check.is_none() {
+            self.answer_check = Some(now.saturating_add(self.ia.timeout_ms));
         }
     }
 
@@ -532,15 +574,31 @@ impl Conn {
             e.handle_timeout(now);
         }
         self.events();
-        if self.frame_deadline().is_some_and(|d| now >= d) {
-            // No byte of the frame for `timeout_ms`: it will not come.
-            self.end_kind = ConnectionEventKind::Broken;
-            if let Some(e) = self.engine.as_mut() {
-                e.abort_with(rdapl_iwarp::terminate::llp(
-                    rdapl_iwarp::terminate::llp::FPDU_START,
-                ));
+        if self.answer_check.is_some_and(|d| now >= d) {
+            // Looked at again when the answer would be overdue, if one is
+            // still owed.
+            self.answer_check = self.answer_deadline();
+        }
+        let why = if self.frame_deadline().is_some_and(|d| now >= d) {
+            Some(rdapl_iwarp::terminate::llp::FPDU_START)
+        } else if self.answer_check.is_some_and(|d| now >= d) {
+            Some(rdapl_iwarp::terminate::llp::TCP_STREAM_LOST)
+        } else {
+            None
+        };
+        if let Some(code) = why {
+            if self.socket_has_input() {
+                // The peer is not silent: its bytes are not read yet.
+                self.rx_last = now;
+                self.answer_check = self.answer_deadline();
+            } else {
+                // No byte for `timeout_ms`: none will come.
+                self.end_kind = ConnectionEventKind::Broken;
+                if let Some(e) = self.engine.as_mut() {
+                    e.abort_with(rdapl_iwarp::terminate::llp(code));
+                }
+                self.events();
             }
-            self.events();
         }
         if let Some(d) = self.linger_deadline
             && now >= d

@@ -334,7 +334,7 @@ impl Conn {
         };
         while let Some(s) = self.slots.front() {
             if s.kind == SlotKind::Local && s.status.is_none() {
-                let mut s = self.slots.pop_front().expect("front exists");
+                let mut s = self.pop_slot().expect("front exists");
                 if let Some(wr) = s.wr.take() {
                     ep.execute_local(wr);
                 }
@@ -343,7 +343,7 @@ impl Conn {
             if s.status.is_none() {
                 break;
             }
-            let mut s = self.slots.pop_front().expect("front exists");
+            let mut s = self.pop_slot().expect("front exists");
             let st = s.status.unwrap_or(DtoStatus::Flushed);
             let len = if st == DtoStatus::Success { s.len } else { 0 };
             let wr = match s.kind {
@@ -361,10 +361,21 @@ impl Conn {
     /// by id and is searched by halving ([`Conn::slot_index`]).
     fn push_slot(&mut self, slot: Slot) {
         debug_assert!(self.slots.back().is_none_or(|b| b.id < slot.id));
-        if matches!(slot.kind, SlotKind::Send { .. } | SlotKind::Write { .. }) {
-            self.fence_due = true;
+        match slot.kind {
+            SlotKind::Send { .. } | SlotKind::Write { .. } => self.fence_due = true,
+            SlotKind::Read { .. } | SlotKind::Fence { .. } => self.reads_queued += 1,
+            SlotKind::Local => {}
         }
         self.slots.push_back(slot);
+    }
+
+    /// Takes the oldest request's slot.
+    pub(super) fn pop_slot(&mut self) -> Option<Slot> {
+        let s = self.slots.pop_front()?;
+        if matches!(s.kind, SlotKind::Read { .. } | SlotKind::Fence { .. }) {
+            self.reads_queued -= 1;
+        }
+        Some(s)
     }
 
     fn slot_index(&self, id: u64) -> Option<usize> {
