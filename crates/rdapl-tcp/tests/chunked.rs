@@ -10,7 +10,8 @@
 //! bytes went through (mid-FPDU); a bit flipped anywhere, or in an FPDU's
 //! length, either way (with CRC); the proxy no longer reading from the
 //! client; the server's stream dropped from an FPDU on (answers that
-//! never come). Each time both sides see the connection broken, within
+//! never come); without CRC, a bit flipped in an RDMA Write's STag or
+//! tagged offset (the target's checks keep it inside the grant). Each time both sides see the connection broken, within
 //! the IA's `timeout_ms` where bytes stop coming, every request completes
 //! exactly once, and nothing corrupted completes in success. Each case
 //! prints its seed; `CHUNK_SEED=n` replays a seed's choices (the kernel's
@@ -103,6 +104,10 @@ enum Fault {
     /// After this many bytes the proxy stops reading from the client,
     /// holding the connection open: a peer alive but no longer reading.
     FreezeAfter(u64),
+    /// In the tagged FPDU of this number (counted from 0), the byte at
+    /// this offset from the FPDU's start (4..8: the STag, 8..16: the
+    /// tagged offset) has this bit flipped.
+    FlipTagged(u64, u64, u8),
     /// From the start of this FPDU on, the bytes are read and dropped: a
     /// peer whose kernel acknowledges while its process sends nothing
     /// more, or a middlebox that swallows frames.
@@ -117,6 +122,8 @@ struct Framing {
     /// The start of the next FPDU, and its number.
     next: u64,
     count: u64,
+    /// Tagged FPDUs passed (the DDP control byte's T bit).
+    tagged: u64,
 }
 
 impl Framing {
@@ -125,7 +132,34 @@ impl Framing {
             seen: Vec::new(),
             next: 0,
             count: 0,
+            tagged: 0,
         }
+    }
+
+    /// Takes the stream's next bytes; returns where tagged FPDU `nth`
+    /// begins once its first bytes are there.
+    fn feed_tagged(&mut self, bytes: &[u8], nth: u64) -> Option<u64> {
+        self.seen.extend_from_slice(bytes);
+        if self.next == 0 && self.count == 0 {
+            if self.seen.len() < 20 {
+                return None;
+            }
+            let pd = u16::from_be_bytes([self.seen[18], self.seen[19]]);
+            self.next = 20 + u64::from(pd);
+            self.count = 1;
+        }
+        while self.seen.len() as u64 >= self.next + 3 {
+            let at = self.next as usize;
+            if self.seen[at + 2] & 0x80 != 0 {
+                if self.tagged == nth {
+                    return Some(self.next);
+                }
+                self.tagged += 1;
+            }
+            let len = u64::from(u16::from_be_bytes([self.seen[at], self.seen[at + 1]]));
+            self.next += (2 + len).div_ceil(4) * 4 + 4;
+        }
+        None
     }
 
     /// Takes the stream's next bytes; returns where FPDU `nth` begins
@@ -249,6 +283,8 @@ fn pump(
     // Bytes written, and read.
     let (mut total, mut read) = (0u64, 0u64);
     let mut framing = Framing::new();
+    // Where the FPDU a fault names begins, once known.
+    let mut found: Option<u64> = None;
     let reset = |s: &TcpStream| {
         let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
     };
@@ -303,6 +339,15 @@ fn pump(
                 && (read..read + n as u64).contains(&at)
             {
                 buf[(at - read) as usize] ^= 1 << bit;
+            }
+        }
+        if let Fault::FlipTagged(nth, off, bit) = fault {
+            let at = found.or_else(|| framing.feed_tagged(&buf[..n], nth));
+            found = at;
+            if let Some(at) = at
+                && (read..read + n as u64).contains(&(at + off))
+            {
+                buf[(at + off - read) as usize] ^= 1 << bit;
             }
         }
         // Bytes of this read to forward.
@@ -781,6 +826,102 @@ fn a_peer_that_stops_reading_breaks_both_within_the_timeout() {
         .count() as u64;
     assert!(placed >= ok, "{placed} receives for {ok} placed sends");
     p.expect_end(ConnectionEventKind::Broken);
+}
+
+/// Without CRC a bit flipped in an RDMA Write's STag or tagged offset
+/// goes undetected by MPA, so the target's checks are all that stands
+/// between it and memory the peer was not granted: 1 KiB writes (an FPDU
+/// each) through a window on the middle third of a region, one of them
+/// flipped: in the STag; in the offset's high bytes (the write leaves the
+/// window: refused, both sides break); in its lowest byte (it stays
+/// inside: placed at the wrong place, which only a CRC would catch, and
+/// the connection goes on). The thirds around the window never change;
+/// every request completes once, a prefix in success; a connection the
+/// flip did not break still disconnects cleanly.
+#[test]
+fn a_flipped_tagged_field_without_crc_stays_inside_the_grant() {
+    const N: u64 = 48;
+    const WL: u64 = 1 << 10;
+    const LEN: u64 = 64 << 10;
+    for round in 0..9u64 {
+        let tcp = Tcp::new();
+        let s = seed().wrapping_add(round);
+        let mut rng = Rng(s);
+        let off = match round % 3 {
+            0 => 4 + rng.below(4),
+            1 => 8 + rng.below(6),
+            _ => 15,
+        };
+        let mode = Mode {
+            seed: s,
+            fault: Fault::FlipTagged(rng.below(N), off, rng.below(8) as u8),
+            small_windows: false,
+            back: Fault::None,
+        };
+        let (p, _proxy) = through_proxy(&tcp, 165, "crc=0", mode);
+        let whole = p.s.buf(3 * LEN as usize);
+        let rmr = p.s.pz.rmr_create().unwrap();
+        p.s.ep
+            .post_rmr_bind(
+                &rmr,
+                &whole,
+                whole.triplet(LEN, LEN).unwrap(),
+                MemPriv::REMOTE_READ | MemPriv::REMOTE_WRITE,
+                1,
+                D,
+            )
+            .unwrap();
+        assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success, "the bind");
+        let src: Vec<u8> = (0..N).flat_map(|i| pattern(WL as usize, i as u8)).collect();
+        let src = p.c.lmr(src);
+        let mut posted = 0u64;
+        for i in 0..N {
+            let r = p.c.ep.post_rdma_write(
+                &[src.triplet(i * WL, WL).unwrap()],
+                rmr.triplet(i * WL, WL).unwrap(),
+                i,
+                D,
+            );
+            match r {
+                Ok(()) => posted += 1,
+                Err(Error::InvalidState { .. }) => break,
+                Err(e) => panic!("round {round}: write {i}: {e:?}"),
+            }
+        }
+        let got = collect(&p.c.req, posted as usize);
+        let ok = (0..posted)
+            .take_while(|i| got[i].status == DtoStatus::Success)
+            .count() as u64;
+        assert!(
+            (ok..posted).all(|i| got[&i].status != DtoStatus::Success),
+            "round {round}: a success after a failure"
+        );
+        let held = whole.to_vec().unwrap();
+        let (lo, hi) = (LEN as usize, 2 * LEN as usize);
+        let stray = held[..lo]
+            .iter()
+            .chain(&held[hi..])
+            .filter(|&&b| b != 0)
+            .count();
+        assert_eq!(stray, 0, "round {round}: bytes outside the window changed");
+        match round % 3 {
+            1 => assert!(ok < N, "round {round}: a write left the window unrefused"),
+            2 => {
+                assert_eq!(ok, N, "round {round}: a write inside the window refused");
+                // (The flip happened: one write sits a little off its place.)
+                let want: Vec<u8> = (0..N).flat_map(|i| pattern(WL as usize, i as u8)).collect();
+                let window = &held[lo..lo + want.len()];
+                assert!(window != &want[..], "round {round}: no write misplaced");
+            }
+            _ => {}
+        }
+        if ok < N {
+            p.expect_end(ConnectionEventKind::Broken);
+        } else {
+            p.c.ep.disconnect(true).unwrap();
+            p.expect_end(ConnectionEventKind::Disconnected);
+        }
+    }
 }
 
 /// The server's answers never reach the client: the proxy drops the
