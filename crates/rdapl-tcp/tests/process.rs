@@ -3,7 +3,9 @@
 //! the client in the test. Data moves both ways with every byte checked;
 //! then the child is killed (SIGKILL) with 1000 requests in flight and the
 //! survivor must see every one flushed, exactly once, and the connection
-//! broken within 1 s.
+//! broken within 1 s. A child stopped (SIGSTOP) while it owes the answer
+//! to a read, its kernel still acknowledging, breaks the connection
+//! within the IA's `timeout_ms`.
 
 mod common;
 
@@ -59,6 +61,18 @@ fn child_server() {
             }
             assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Disconnected);
             println!("DONE");
+        }
+        "target" => {
+            // Offers its region (in the accept's private data) and lets
+            // its provider answer reads: the test stops it (SIGSTOP).
+            let t = target.rmr_triplet(0, 1 << 16).unwrap();
+            let mut pd = Vec::new();
+            pd.extend_from_slice(&t.rmr_context.to_be_bytes());
+            pd.extend_from_slice(&t.target_address.to_be_bytes());
+            cr.accept(&s.ep, &pd).unwrap();
+            assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+            println!("READY");
+            std::thread::sleep(Duration::from_secs(30));
         }
         "sink" => {
             // Accepts and never posts a receive: the client's sends pile up.
@@ -230,4 +244,83 @@ fn a_killed_peer_flushes_1000_requests_once_and_breaks_within_a_second() {
     std::thread::sleep(Duration::from_millis(50));
     empty(&c.req);
     empty(&c.conn);
+}
+
+/// The peer process stopped (SIGSTOP, as a debugger or a hung host
+/// process would leave it) while its kernel still acknowledges: a read
+/// and a Send (its fence a read too) wait for answers that cannot come.
+/// Within the IA's `timeout_ms` the connection breaks and both requests
+/// complete, not in success.
+#[test]
+fn a_stopped_peer_breaks_the_connection_within_the_timeout() {
+    let (child, rx, port) = spawn("target", "127.0.22.2");
+    let tcp = Tcp::new();
+    let c = Node::new(&tcp, "127.0.22.1", "timeout_ms=500");
+    c.ep.connect("127.0.22.2".parse().unwrap(), port, Some(T), b"")
+        .unwrap();
+    let e = conn_ev(&c.conn);
+    assert_eq!(e.kind, ConnectionEventKind::Established);
+    expect_line(&rx, "READY", T);
+    let pd = e.private_data.expect("the accept's private data");
+    let whole = RmrTriplet {
+        rmr_context: u32::from_be_bytes(pd[0..4].try_into().unwrap()),
+        target_address: u64::from_be_bytes(pd[4..12].try_into().unwrap()),
+        segment_length: 1 << 16,
+    };
+    let sink = c.buf(1 << 16);
+    let read = |cookie| {
+        c.ep.post_rdma_read(&[sink.triplet(0, 1 << 16).unwrap()], whole, cookie, D)
+            .unwrap()
+    };
+    // Alive: the child's provider answers though its consumer sleeps.
+    read(1);
+    assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
+    assert!(sink.to_vec().unwrap() == pattern(1 << 16, 77));
+    use rustix::process::{Pid, Signal, kill_process};
+    let pid = Pid::from_raw(child.0.id() as i32).expect("the child's pid");
+    kill_process(pid, Signal::STOP).expect("SIGSTOP to the child");
+    // (A stop takes effect as each thread next runs: wait for all.)
+    let stopped = Instant::now();
+    while !all_stopped(child.0.id()) {
+        assert!(stopped.elapsed() < T, "the child did not stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stopped = Instant::now();
+    read(2);
+    let src = c.lmr(pattern(100, 3));
+    c.send(&src, 0, 100, 3);
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let left = T.saturating_sub(stopped.elapsed());
+        assert!(!left.is_zero(), "{} of 2 completions", got.len());
+        if let Ok((Event::Dto(d), _)) = c.req.wait(Some(left), 1) {
+            got.push((d.cookie, d.status));
+        }
+    }
+    let waited = stopped.elapsed();
+    assert!(
+        got.iter().all(|&(_, st)| st != DtoStatus::Success),
+        "{got:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(400) && waited < Duration::from_secs(3),
+        "broken after {waited:?}"
+    );
+    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Broken);
+    assert_eq!(c.ep.state(), EpState::Disconnected);
+    let _ = kill_process(pid, Signal::CONT);
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in
+/// `/proc/<pid>/task/*/stat`).
+fn all_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
+            .ok()
+            .and_then(|st| st.rsplit_once(") ").map(|(_, r)| r.starts_with('T')))
+            .unwrap_or(false)
+    })
 }
