@@ -42,11 +42,7 @@ fn child_server() {
                 off += n;
             }
             // The accept tells the client where it may write and read.
-            let t = target.rmr_triplet(0, 1 << 16).unwrap();
-            let mut pd = Vec::new();
-            pd.extend_from_slice(&t.rmr_context.to_be_bytes());
-            pd.extend_from_slice(&t.target_address.to_be_bytes());
-            cr.accept(&s.ep, &pd).unwrap();
+            cr.accept(&s.ep, &offer(&target)).unwrap();
             assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
             let mut off = 0;
             for (i, &n) in sizes.iter().enumerate() {
@@ -63,13 +59,9 @@ fn child_server() {
             println!("DONE");
         }
         "target" => {
-            // Offers its region (in the accept's private data) and lets
-            // its provider answer reads: the test stops it (SIGSTOP).
-            let t = target.rmr_triplet(0, 1 << 16).unwrap();
-            let mut pd = Vec::new();
-            pd.extend_from_slice(&t.rmr_context.to_be_bytes());
-            pd.extend_from_slice(&t.target_address.to_be_bytes());
-            cr.accept(&s.ep, &pd).unwrap();
+            // Offers its region and lets its provider answer reads: the
+            // test stops it (SIGSTOP).
+            cr.accept(&s.ep, &offer(&target)).unwrap();
             assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
             println!("READY");
             std::thread::sleep(Duration::from_secs(30));
@@ -82,6 +74,24 @@ fn child_server() {
             std::thread::sleep(Duration::from_secs(30));
         }
         m => panic!("unknown mode {m}"),
+    }
+}
+
+/// The private data of an accept that offers the region `target` (64
+/// KiB): its key and address.
+fn offer(target: &Lmr) -> Vec<u8> {
+    let t = target.rmr_triplet(0, 1 << 16).unwrap();
+    let mut pd = t.rmr_context.to_be_bytes().to_vec();
+    pd.extend_from_slice(&t.target_address.to_be_bytes());
+    pd
+}
+
+/// The region an accept's private data offers ([`offer`]).
+fn offered(pd: &[u8]) -> RmrTriplet {
+    RmrTriplet {
+        rmr_context: u32::from_be_bytes(pd[0..4].try_into().unwrap()),
+        target_address: u64::from_be_bytes(pd[4..12].try_into().unwrap()),
+        segment_length: 1 << 16,
     }
 }
 
@@ -112,16 +122,10 @@ fn a_server_in_another_process_echoes_every_byte() {
         .unwrap();
     let e = conn_ev(&c.conn);
     assert_eq!(e.kind, ConnectionEventKind::Established);
-    let pd = e.private_data.expect("the accept's private data");
-    let ctx = u32::from_be_bytes(pd[0..4].try_into().unwrap());
-    let addr = u64::from_be_bytes(pd[4..12].try_into().unwrap());
+    let whole = offered(&e.private_data.expect("the accept's private data"));
+    let addr = whole.target_address;
     // RDMA read of the child's region, then a write into it, read back.
     let sink = c.buf(1 << 16);
-    let whole = RmrTriplet {
-        rmr_context: ctx,
-        target_address: addr,
-        segment_length: 1 << 16,
-    };
     c.ep.post_rdma_read(&[sink.triplet(0, 1 << 16).unwrap()], whole, 1, D)
         .unwrap();
     assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
@@ -261,12 +265,7 @@ fn a_stopped_peer_breaks_the_connection_within_the_timeout() {
     let e = conn_ev(&c.conn);
     assert_eq!(e.kind, ConnectionEventKind::Established);
     expect_line(&rx, "READY", T);
-    let pd = e.private_data.expect("the accept's private data");
-    let whole = RmrTriplet {
-        rmr_context: u32::from_be_bytes(pd[0..4].try_into().unwrap()),
-        target_address: u64::from_be_bytes(pd[4..12].try_into().unwrap()),
-        segment_length: 1 << 16,
-    };
+    let whole = offered(&e.private_data.expect("the accept's private data"));
     let sink = c.buf(1 << 16);
     let read = |cookie| {
         c.ep.post_rdma_read(&[sink.triplet(0, 1 << 16).unwrap()], whole, cookie, D)
