@@ -767,10 +767,14 @@ fn a_flipped_length_breaks_both_and_delivers_nothing_corrupted() {
 /// last byte the receiver gives up on the frame (an MPA Terminate: the
 /// Send completes `RemoteResponder`) or the sender on the answer (the
 /// Send is flushed), whichever comes first: both sides break and the
-/// receive is flushed.
+/// receive is flushed. With `complete=sent` no fence follows and the
+/// sender, its Send complete, waits for nothing: the receiver's frame
+/// timer alone ends the connection.
 #[test]
 fn a_frame_whose_bytes_never_come_breaks_both_within_the_timeout() {
-    for bit in [3u8, 6] {
+    let placed = "crc=1 timeout_ms=300";
+    let sent = "crc=1 timeout_ms=300 complete=sent";
+    for (bit, params) in [(3u8, placed), (6, placed), (3, sent)] {
         let tcp = Tcp::new();
         let mode = Mode {
             seed: u64::from(bit),
@@ -779,26 +783,33 @@ fn a_frame_whose_bytes_never_come_breaks_both_within_the_timeout() {
             small_windows: false,
             back: Fault::None,
         };
-        let (p, _proxy) = through_proxy(&tcp, 158, "crc=1 timeout_ms=300", mode);
+        let (p, _proxy) = through_proxy(&tcp, 158, params, mode);
         let rbuf = p.s.buf(64 << 10);
         p.s.recv(&rbuf, 0, 64 << 10, 1);
         let src = p.c.lmr(pattern(1000, 3));
         let t0 = Instant::now();
         p.c.send(&src, 0, 1000, 2);
         let d = collect(&p.c.req, 1)[&2].clone();
-        assert!(
-            matches!(d.status, DtoStatus::RemoteResponder | DtoStatus::Flushed),
-            "bit {bit}: {d:?}"
-        );
+        if params == sent {
+            assert_eq!(d.status, DtoStatus::Success, "{params}: written: {d:?}");
+        } else {
+            assert!(
+                matches!(d.status, DtoStatus::RemoteResponder | DtoStatus::Flushed),
+                "bit {bit}: {d:?}"
+            );
+        }
+        assert_eq!(conn_kind(&p.c.conn), ConnectionEventKind::Broken);
         let waited = t0.elapsed();
         assert!(
             waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
-            "bit {bit}: broken after {waited:?}"
+            "bit {bit}, {params}: broken after {waited:?}"
         );
         assert_eq!(collect(&p.s.rcv, 1)[&1].status, DtoStatus::Flushed);
         // (What a flushed receive's buffer holds is undefined: the
         // frame's first bytes may be there.)
-        p.expect_end(ConnectionEventKind::Broken);
+        assert_eq!(conn_kind(&p.s.conn), ConnectionEventKind::Broken);
+        assert_eq!(p.c.ep.state(), EpState::Disconnected);
+        assert_eq!(p.s.ep.state(), EpState::Disconnected);
     }
 }
 
