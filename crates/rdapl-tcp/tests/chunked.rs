@@ -108,9 +108,9 @@ enum Fault {
     /// this offset from the FPDU's start (4..8: the STag, 8..16: the
     /// tagged offset) has this bit flipped.
     FlipTagged(u64, u64, u8),
-    /// From the start of this FPDU on, the bytes are read and dropped: a
-    /// peer whose kernel acknowledges while its process sends nothing
-    /// more, or a middlebox that swallows frames.
+    /// From the start of this FPDU on, the bytes are read and dropped, and
+    /// the stream's end too: a peer whose kernel acknowledges while its
+    /// process sends nothing more, or a middlebox that swallows frames.
     DropFrom(u64),
 }
 
@@ -318,6 +318,13 @@ fn pump(
             want = want.min((limit - read) as usize);
         }
         let n = match from.read(&mut buf[..want]) {
+            Ok(0) if matches!(fault, Fault::DropFrom(_)) => {
+                // Its end is swallowed too: `to` stays open, silent.
+                while !stop.load(Ordering::Relaxed) && !cut.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                return;
+            }
             Ok(0) => {
                 let _ = to.shutdown(std::net::Shutdown::Write);
                 return;
@@ -815,9 +822,10 @@ fn a_frame_whose_bytes_never_come_breaks_both_within_the_timeout() {
 
 /// The proxy stops reading from the client mid-stream, the connection
 /// held open (a peer alive, its kernel acknowledging, its process no
-/// longer reading): the client's socket fills and TCP's user timeout
-/// (`timeout_ms`) breaks its side, the server's frame stops mid-way and
-/// its own timer breaks the other; every request completes once.
+/// longer reading): the client's socket fills, and TCP's user timeout
+/// or its unanswered fence (`timeout_ms` either) breaks its side, or the
+/// server's Terminate does: the server's frame stops mid-way and its own
+/// timer breaks the other; every request completes once.
 #[test]
 fn a_peer_that_stops_reading_breaks_both_within_the_timeout() {
     let tcp = Tcp::new();
@@ -849,6 +857,44 @@ fn a_peer_that_stops_reading_breaks_both_within_the_timeout() {
         .count() as u64;
     assert!(placed >= ok, "{placed} receives for {ok} placed sends");
     p.expect_end(ConnectionEventKind::Broken);
+}
+
+/// The same with `complete=sent`, the proxy swallowing the server's
+/// stream too (all but its MPA Reply): no fence
+/// waits for an answer and no Terminate of the server reaches the client,
+/// so only TCP's user timeout (`timeout_ms`, while the client's data sits
+/// before a closed window) can end the client's side; the server's frame
+/// timer ends the other. Sends written before the stop succeed, the rest
+/// are flushed, each once. (Linux aborts a connection whose zero-window
+/// probes outlast the user timeout since 5.11.)
+#[test]
+fn a_peer_that_stops_reading_both_ways_breaks_the_sender_by_tcps_timeout() {
+    let tcp = Tcp::new();
+    let mode = Mode {
+        seed: seed(),
+        fault: Fault::FreezeAfter(300_000),
+        small_windows: true,
+        back: Fault::DropFrom(0),
+    };
+    let (p, _proxy) = through_proxy(&tcp, 166, "crc=1 timeout_ms=500 complete=sent", mode);
+    const N: u64 = 200;
+    const LEN: u64 = 50_000;
+    let src = p.c.lmr(pattern((N * LEN) as usize, 1));
+    let rbuf = p.s.buf((N * LEN) as usize);
+    for i in 0..N {
+        p.s.recv(&rbuf, i * LEN, LEN, 1000 + i);
+    }
+    let t0 = Instant::now();
+    for i in 0..N {
+        p.c.send(&src, i * LEN, LEN, i);
+    }
+    let (_, ok) = prefix_ok(&p.c.req, N);
+    assert!(ok < N, "every send written through a proxy that stopped");
+    assert_eq!(conn_kind(&p.c.conn), ConnectionEventKind::Broken, "client");
+    let waited = t0.elapsed();
+    assert!(waited < Duration::from_secs(5), "broken after {waited:?}");
+    collect(&p.s.rcv, N as usize);
+    assert_eq!(conn_kind(&p.s.conn), ConnectionEventKind::Broken, "server");
 }
 
 /// Without CRC a bit flipped in an RDMA Write's STag or tagged offset
