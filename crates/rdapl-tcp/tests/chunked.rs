@@ -828,31 +828,11 @@ fn a_frame_whose_bytes_never_come_breaks_both_within_the_timeout() {
 /// timer breaks the other; every request completes once.
 #[test]
 fn a_peer_that_stops_reading_breaks_both_within_the_timeout() {
-    let tcp = Tcp::new();
-    let mode = Mode {
-        seed: seed(),
-        fault: Fault::FreezeAfter(300_000),
-        small_windows: true,
-        back: Fault::None,
-    };
-    let (p, _proxy) = through_proxy(&tcp, 159, "crc=1 timeout_ms=500", mode);
-    const N: u64 = 200;
-    const LEN: u64 = 50_000;
-    let src = p.c.lmr(pattern((N * LEN) as usize, 1));
-    let rbuf = p.s.buf((N * LEN) as usize);
-    for i in 0..N {
-        p.s.recv(&rbuf, i * LEN, LEN, 1000 + i);
-    }
-    let t0 = Instant::now();
-    for i in 0..N {
-        p.c.send(&src, i * LEN, LEN, i);
-    }
-    let (_, ok) = prefix_ok(&p.c.req, N);
+    let (p, _proxy, ok, t0, _bufs) = sends_until_reading_stops(159, "crc=1", Fault::None);
     let waited = t0.elapsed();
-    assert!(ok < N, "every send completed through a proxy that stopped");
     assert!(waited < Duration::from_secs(5), "broken after {waited:?}");
-    let rcvd = collect(&p.s.rcv, N as usize);
-    let placed = (0..N)
+    let rcvd = collect(&p.s.rcv, SR_N as usize);
+    let placed = (0..SR_N)
         .filter(|i| rcvd[&(1000 + i)].status == DtoStatus::Success)
         .count() as u64;
     assert!(placed >= ok, "{placed} receives for {ok} placed sends");
@@ -860,41 +840,63 @@ fn a_peer_that_stops_reading_breaks_both_within_the_timeout() {
 }
 
 /// The same with `complete=sent`, the proxy swallowing the server's
-/// stream too (all but its MPA Reply): no fence
-/// waits for an answer and no Terminate of the server reaches the client,
-/// so only TCP's user timeout (`timeout_ms`, while the client's data sits
-/// before a closed window) can end the client's side; the server's frame
-/// timer ends the other. Sends written before the stop succeed, the rest
-/// are flushed, each once. (Linux aborts a connection whose zero-window
-/// probes outlast the user timeout since 5.11.)
+/// stream too (all but its MPA Reply): no fence waits for an answer and
+/// no Terminate of the server reaches the client, so only TCP's user
+/// timeout (`timeout_ms`, while the client's data sits before a closed
+/// window) can end the client's side; the server's frame timer ends the
+/// other. Sends written before the stop succeed, the rest are flushed,
+/// each once. (Linux aborts a connection whose zero-window probes outlast
+/// the user timeout since 5.11.)
 #[test]
 fn a_peer_that_stops_reading_both_ways_breaks_the_sender_by_tcps_timeout() {
+    let (p, _proxy, _, t0, _bufs) =
+        sends_until_reading_stops(166, "crc=1 complete=sent", Fault::DropFrom(0));
+    assert_eq!(conn_kind(&p.c.conn), ConnectionEventKind::Broken, "client");
+    let waited = t0.elapsed();
+    assert!(waited < Duration::from_secs(5), "broken after {waited:?}");
+    collect(&p.s.rcv, SR_N as usize);
+    assert_eq!(conn_kind(&p.s.conn), ConnectionEventKind::Broken, "server");
+}
+
+/// Sends of [`sends_until_reading_stops`].
+const SR_N: u64 = 200;
+
+/// A pair through a proxy that stops reading from the client after 300 KB
+/// (small windows; the server's stream as `back` says), `timeout_ms=500`
+/// beside `params`; the client posts 200 Sends of 50 KB, the server a
+/// receive for each. Returns the pair, the proxy, how many Sends
+/// succeeded (a prefix: checked), when they were posted, and the regions
+/// (the receives are still posted).
+fn sends_until_reading_stops(
+    net: u8,
+    params: &str,
+    back: Fault,
+) -> (Pair, Proxy, u64, Instant, [Lmr; 2]) {
     let tcp = Tcp::new();
     let mode = Mode {
         seed: seed(),
         fault: Fault::FreezeAfter(300_000),
         small_windows: true,
-        back: Fault::DropFrom(0),
+        back,
     };
-    let (p, _proxy) = through_proxy(&tcp, 166, "crc=1 timeout_ms=500 complete=sent", mode);
-    const N: u64 = 200;
+    let params = format!("{params} timeout_ms=500");
+    let (p, proxy) = through_proxy(&tcp, net, &params, mode);
     const LEN: u64 = 50_000;
-    let src = p.c.lmr(pattern((N * LEN) as usize, 1));
-    let rbuf = p.s.buf((N * LEN) as usize);
-    for i in 0..N {
+    let src = p.c.lmr(pattern((SR_N * LEN) as usize, 1));
+    let rbuf = p.s.buf((SR_N * LEN) as usize);
+    for i in 0..SR_N {
         p.s.recv(&rbuf, i * LEN, LEN, 1000 + i);
     }
     let t0 = Instant::now();
-    for i in 0..N {
+    for i in 0..SR_N {
         p.c.send(&src, i * LEN, LEN, i);
     }
-    let (_, ok) = prefix_ok(&p.c.req, N);
-    assert!(ok < N, "every send written through a proxy that stopped");
-    assert_eq!(conn_kind(&p.c.conn), ConnectionEventKind::Broken, "client");
-    let waited = t0.elapsed();
-    assert!(waited < Duration::from_secs(5), "broken after {waited:?}");
-    collect(&p.s.rcv, N as usize);
-    assert_eq!(conn_kind(&p.s.conn), ConnectionEventKind::Broken, "server");
+    let (_, ok) = prefix_ok(&p.c.req, SR_N);
+    assert!(
+        ok < SR_N,
+        "every send completed through a proxy that stopped"
+    );
+    (p, proxy, ok, t0, [src, rbuf])
 }
 
 /// Without CRC a bit flipped in an RDMA Write's STag or tagged offset
