@@ -1,5 +1,6 @@
 //! Two hosts in network namespaces joined by a veth pair; the link is cut
-//! mid-transfer. Both sides must see the connection broken within the
+//! mid-transfer, and again under an idle connection (keepalive's case).
+//! Both sides must see the connection broken within the
 //! configured `timeout_ms` (plus a second of keepalive granularity), with
 //! every outstanding request completed exactly once (`Flushed` if it did
 //! not finish) and nothing after.
@@ -265,6 +266,19 @@ fn child() {
             assert!(t.flushed > 0, "the cut left requests outstanding");
             assert_eq!(rt.flushed, IDLE_RECVS);
         }
+        "idle-client" => {
+            // Connected and then silent: no request outstanding, only the
+            // receives, so only keepalive can notice the cut.
+            let port: u64 = args[3].parse().unwrap();
+            n.ep.connect(args[2].parse().unwrap(), port, Some(T), b"")
+                .unwrap();
+            assert_eq!(conn_kind(&n.conn), ConnectionEventKind::Established);
+            println!("RUNNING");
+            let kind = drain_recvs(&n, &mut rt, limit, false).expect("waited for the end");
+            println!("BROKEN kind={kind:?} recv_flushed={}", rt.flushed);
+            assert_eq!(kind, ConnectionEventKind::Broken);
+            assert_eq!(rt.flushed, IDLE_RECVS);
+        }
         m => panic!("unknown mode {m}"),
     }
     // Nothing after the end.
@@ -312,19 +326,34 @@ fn drain_recvs(
     ended
 }
 
+/// The link is cut while the client keeps a window of RDMA Writes full,
+/// then (new namespaces) while a connection sits idle, where keepalive
+/// alone can notice.
 #[test]
 fn a_cut_link_breaks_both_sides_within_the_timeout_and_flushes_everything() {
     if std::env::var(ENV).is_ok() {
         return;
     }
+    if cut_while("client") {
+        cut_while("idle-client");
+    }
+}
+
+/// Runs a server and a client (`client_mode`) in two namespaces, cuts the
+/// link once the client says it runs, and checks both ends. False if the
+/// namespaces could not be made (skipped).
+fn cut_while(client_mode: &str) -> bool {
     let hosts = match Hosts::new() {
         Ok(h) => h,
-        Err(e) => return skip_or_fail(&format!("cannot make network namespaces: {e}")),
+        Err(e) => {
+            skip_or_fail(&format!("cannot make network namespaces: {e}"));
+            return false;
+        }
     };
     let (sa, ca) = (hosts.addr(2), hosts.addr(1));
     let (server, srx) = spawn(&hosts.b, &format!("server,{sa}"));
     let port = expect_line(&srx, "PORT ", T);
-    let (client, crx) = spawn(&hosts.a, &format!("client,{ca},{sa},{port}"));
+    let (client, crx) = spawn(&hosts.a, &format!("{client_mode},{ca},{sa},{port}"));
     expect_line(&srx, "READY", T);
     expect_line(&crx, "RUNNING", T);
     hosts.cut();
@@ -335,10 +364,16 @@ fn a_cut_link_breaks_both_sides_within_the_timeout_and_flushes_everything() {
     let c_at = cut.elapsed();
     let s = expect_line(&srx, "BROKEN", wait);
     let s_at = cut.elapsed();
-    println!("client broken after {c_at:?}: {c}");
-    println!("server broken after {s_at:?}: {s}");
-    assert!(c_at <= bound, "the client saw the end after {c_at:?}");
-    assert!(s_at <= bound, "the server saw the end after {s_at:?}");
+    println!("{client_mode}: client broken after {c_at:?}: {c}");
+    println!("{client_mode}: server broken after {s_at:?}: {s}");
+    assert!(
+        c_at <= bound,
+        "{client_mode}: the client saw the end after {c_at:?}"
+    );
+    assert!(
+        s_at <= bound,
+        "{client_mode}: the server saw the end after {s_at:?}"
+    );
     expect_line(&crx, "CLEAN", T);
     expect_line(&srx, "CLEAN", T);
     for (who, mut ch) in [("client", client), ("server", server)] {
@@ -350,6 +385,7 @@ fn a_cut_link_breaks_both_sides_within_the_timeout_and_flushes_everything() {
             assert!(Instant::now() < end, "the {who} did not exit");
             std::thread::sleep(Duration::from_millis(10));
         };
-        assert!(st.success(), "the {who} failed: {st:?}");
+        assert!(st.success(), "{client_mode}: the {who} failed: {st:?}");
     }
+    true
 }
