@@ -10,9 +10,10 @@
 //!
 //! The [`FpduDecoder`] takes the byte stream in any chunking and yields a
 //! header event, payload slices borrowed from the input, and an end event
-//! once the CRC is checked. It holds at most one DDP header and one trailer
-//! (28 bytes): nothing it stores is sized by the peer. After an error it
-//! stays failed.
+//! once the CRC is checked; where the input holds a whole FPDU,
+//! [`FpduDecoder::whole`] takes it in one step (one CRC pass, the same
+//! checks). It holds at most one DDP header and one trailer (28 bytes):
+//! nothing it stores is sized by the peer. After an error it stays failed.
 
 use crate::crc::FpduCrc;
 use crate::ddp::{DdpHeader, UNTAGGED_HEADER_LEN};
@@ -185,6 +186,19 @@ pub enum FpduEvent<'a> {
     End,
 }
 
+/// A whole FPDU found at the front of the input ([`FpduDecoder::whole`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Whole<'a> {
+    /// The DDP (and RDMAP) header.
+    pub header: DdpHeader,
+    /// The payload: the ULPDU after the DDP header.
+    pub payload: &'a [u8],
+    /// Bytes of input the FPDU takes, pad and CRC included.
+    pub len: usize,
+    /// The CRC received and the one computed, if CRC is on.
+    crc: Option<(u32, u32)>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum St {
     Header,
@@ -284,6 +298,63 @@ impl FpduDecoder {
         self.st = St::Failed;
         self.error = Some(e.clone());
         Err(e)
+    }
+
+    /// The FPDU that `input` begins, if the decoder sits between FPDUs and
+    /// `input` holds all of it: its header decoded and its payload
+    /// borrowed, the CRC summed in one pass (over bytes not yet trusted).
+    /// The caller handles it as it would the [`FpduEvent::Header`] and
+    /// [`FpduEvent::Payload`] events, then calls [`FpduDecoder::end_whole`]
+    /// (which checks the CRC) before acting on its end. `None`, and
+    /// nothing taken, for anything else: a partial frame, or a header the
+    /// event path must refuse (it gives the error).
+    pub fn whole<'a>(&mut self, input: &'a [u8]) -> Option<Whole<'a>> {
+        if self.st != St::Header || self.hdr_have != 0 || input.len() < 3 {
+            return None;
+        }
+        let need = 2 + DdpHeader::len_for_control(input[2]);
+        let ulpdu_len = u16::from_be_bytes([input[0], input[1]]);
+        let ulpdu = usize::from(ulpdu_len);
+        if ulpdu < need - 2 {
+            return None;
+        }
+        let body_end = 2 + ulpdu + pad_len(ulpdu);
+        if input.len() < body_end + 4 {
+            return None;
+        }
+        let header = DdpHeader::decode(&input[2..need])?;
+        self.hdr[..need].copy_from_slice(&input[..need]);
+        self.hdr_have = need;
+        self.crc_waived = false;
+        let crc = self.crc_enabled.then(|| {
+            let mut c = FpduCrc::new();
+            c.update(&input[..body_end]);
+            let mut got = [0u8; 4];
+            got.copy_from_slice(&input[body_end..body_end + 4]);
+            (u32::from_le_bytes(got), c.value())
+        });
+        Some(Whole {
+            header,
+            payload: &input[need..2 + ulpdu],
+            len: body_end + 4,
+            crc,
+        })
+    }
+
+    /// The end of an FPDU taken with [`FpduDecoder::whole`]: its CRC
+    /// checked (unless waived), and the decoder between FPDUs again. After
+    /// a mismatch it stays failed, as on the event path.
+    pub fn end_whole(&mut self, w: &Whole<'_>) -> Result<(), ProtocolError> {
+        if let Some((received, computed)) = w.crc
+            && !self.crc_waived
+            && received != computed
+        {
+            return self
+                .fail(ProtocolError::Crc { received, computed })
+                .map(|_| ());
+        }
+        self.hdr_have = 0;
+        Ok(())
     }
 
     /// Decodes the next event from `input`, advancing it past the bytes

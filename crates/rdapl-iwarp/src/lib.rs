@@ -68,7 +68,7 @@ pub mod terminate;
 pub use conn::{Config, ConnError, Connection, Event, Role, State, Transmit};
 pub use ddp::{Buffer, DdpHeader};
 pub use error::{MpaError, PostError, ProtocolError, StagError};
-pub use fpdu::{FpduDecoder, FpduEvent};
+pub use fpdu::{FpduDecoder, FpduEvent, Whole};
 pub use mem::{Access, Memory, Place, Region, Source, VecMemory};
 pub use mpa::{EnhancedParams, FrameKind, MpaFrame};
 pub use rdmap::{Opcode, ReadRequest};

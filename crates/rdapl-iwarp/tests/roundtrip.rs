@@ -233,6 +233,71 @@ proptest! {
         prop_assert!(d.at_boundary());
         prop_assert_eq!(got, frames);
     }
+
+    /// Whole FPDUs taken at once (`FpduDecoder::whole`) where the input
+    /// holds them, the event path for the rest: the same frames under any
+    /// split, and a flipped bit is caught either way.
+    #[test]
+    fn whole_fpdus_and_events_agree_under_any_split(
+        frames in proptest::collection::vec(
+            (ddp_header(), proptest::collection::vec(any::<u8>(), 0..300)), 1..8),
+        crc in any::<bool>(),
+        cuts in proptest::collection::vec(any::<u16>(), 0..8),
+        flip in proptest::option::of(any::<(u16, u8)>()),
+    ) {
+        let mut stream = Vec::new();
+        for (h, p) in &frames {
+            stream.extend(fpdu::encode_fpdu(h, &[], p, crc).unwrap());
+        }
+        // A flip inside the last frame's DDP header, payload or CRC (not
+        // its length: that would only make the stream end inside a frame).
+        let last_start = stream.len() - fpdu::encode_fpdu(&frames[frames.len() - 1].0, &[], &frames[frames.len() - 1].1, crc).unwrap().len();
+        let flipped = crc && flip.is_some();
+        if let (true, Some((at, bit))) = (crc, flip) {
+            let span = stream.len() - last_start - 2;
+            stream[last_start + 2 + usize::from(at) % span] ^= 1 << (bit % 8);
+        }
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| usize::from(*c) % (stream.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut d = FpduDecoder::new(crc);
+        let mut got: Vec<(DdpHeader, Vec<u8>)> = Vec::new();
+        let mut failed = false;
+        let mut prev = 0;
+        'pieces: for end in cuts.into_iter().chain([stream.len()]) {
+            let mut input = &stream[prev..end];
+            prev = end;
+            loop {
+                if let Some(w) = d.whole(input) {
+                    input = &input[w.len..];
+                    if d.end_whole(&w).is_err() {
+                        failed = true;
+                        break 'pieces;
+                    }
+                    got.push((w.header, w.payload.to_vec()));
+                    continue;
+                }
+                match d.next(&mut input) {
+                    Ok(None) => break,
+                    Ok(Some(FpduEvent::Header { header, .. })) => got.push((header, Vec::new())),
+                    Ok(Some(FpduEvent::Payload(p))) => got.last_mut().unwrap().1.extend_from_slice(p),
+                    Ok(Some(FpduEvent::End)) => {}
+                    Err(_) => {
+                        failed = true;
+                        break 'pieces;
+                    }
+                }
+            }
+            prop_assert!(input.is_empty());
+        }
+        if flipped {
+            // Caught (a header made invalid, or the CRC), never delivered whole.
+            prop_assert!(failed);
+        } else {
+            prop_assert!(!failed);
+            prop_assert!(d.at_boundary());
+            prop_assert_eq!(got, frames);
+        }
+    }
 }
 
 #[test]

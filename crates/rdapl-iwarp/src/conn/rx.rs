@@ -94,6 +94,29 @@ impl Connection {
                 *data = &[];
                 return Ok(());
             }
+            // A whole FPDU (the usual case: a provider feeds one at a
+            // time) skips the event path's steps; the same checks, in the
+            // same order.
+            if let Some(w) = self.decoder.whole(data) {
+                *data = &data[w.len..];
+                self.rx_raw_len = self.decoder.raw_header().len();
+                let raw = self.decoder.raw_header();
+                self.rx_raw[..raw.len()].copy_from_slice(raw);
+                self.collect_len = 0;
+                let payload_len = w.payload.len() as u16;
+                self.on_header(w.header, payload_len, mem)?;
+                if !w.payload.is_empty() {
+                    self.on_payload(w.payload, mem);
+                }
+                self.decoder.end_whole(&w)?;
+                self.on_end(mem)?;
+                self.rx_raw_len = 0;
+                self.rx_kind = None;
+                if data.is_empty() {
+                    return Ok(());
+                }
+                continue;
+            }
             match self.decoder.next(data)? {
                 None => return Ok(()),
                 Some(FpduEvent::Header {
