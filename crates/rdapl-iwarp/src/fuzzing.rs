@@ -57,7 +57,9 @@ pub fn fuzz_rdmap_bodies(data: &[u8]) {
     }
 }
 
-/// The FPDU stream decoder; byte 0 picks CRC and the chunk size.
+/// The FPDU stream decoder; byte 0 picks CRC and the chunk size. Whole
+/// FPDUs a piece holds are taken with [`FpduDecoder::whole`], the rest as
+/// events (small chunks take the event path only).
 pub fn fuzz_fpdu_stream(data: &[u8]) {
     let Some((&ctl, rest)) = data.split_first() else {
         return;
@@ -68,6 +70,15 @@ pub fn fuzz_fpdu_stream(data: &[u8]) {
     for piece in rest.chunks(chunk) {
         let mut input = piece;
         loop {
+            if let Some(w) = d.whole(input) {
+                assert!(w.len <= input.len() && w.payload.len() < w.len);
+                input = &input[w.len..];
+                if d.end_whole(&w).is_err() {
+                    return;
+                }
+                total_payload += w.payload.len();
+                continue;
+            }
             match d.next(&mut input) {
                 Ok(None) => break,
                 Ok(Some(FpduEvent::Payload(p))) => total_payload += p.len(),
