@@ -204,17 +204,12 @@ proptest! {
 
     #[test]
     fn fpdu_stream_any_split(
-        frames in proptest::collection::vec(
-            (ddp_header(), proptest::collection::vec(any::<u8>(), 0..300)), 1..8),
+        frames in small_frames(),
         crc in any::<bool>(),
         cuts in proptest::collection::vec(any::<u16>(), 0..20),
     ) {
-        let mut stream = Vec::new();
-        for (h, p) in &frames {
-            stream.extend(fpdu::encode_fpdu(h, &[], p, crc).unwrap());
-        }
-        let mut cuts: Vec<usize> = cuts.iter().map(|c| usize::from(*c) % (stream.len() + 1)).collect();
-        cuts.sort_unstable();
+        let stream = encode_stream(&frames, crc);
+        let cuts = cut_points(&cuts, stream.len());
         let mut d = FpduDecoder::new(crc);
         let mut got: Vec<(DdpHeader, Vec<u8>)> = Vec::new();
         let mut prev = 0;
@@ -239,26 +234,21 @@ proptest! {
     /// split, and a flipped bit is caught either way.
     #[test]
     fn whole_fpdus_and_events_agree_under_any_split(
-        frames in proptest::collection::vec(
-            (ddp_header(), proptest::collection::vec(any::<u8>(), 0..300)), 1..8),
+        frames in small_frames(),
         crc in any::<bool>(),
         cuts in proptest::collection::vec(any::<u16>(), 0..8),
         flip in proptest::option::of(any::<(u16, u8)>()),
     ) {
-        let mut stream = Vec::new();
-        for (h, p) in &frames {
-            stream.extend(fpdu::encode_fpdu(h, &[], p, crc).unwrap());
-        }
+        let mut stream = encode_stream(&frames, crc);
         // A flip inside the last frame's DDP header, payload or CRC (not
         // its length: that would only make the stream end inside a frame).
-        let last_start = stream.len() - fpdu::encode_fpdu(&frames[frames.len() - 1].0, &[], &frames[frames.len() - 1].1, crc).unwrap().len();
+        let last_start = stream.len() - encode_stream(&frames[frames.len() - 1..], crc).len();
         let flipped = crc && flip.is_some();
         if let (true, Some((at, bit))) = (crc, flip) {
             let span = stream.len() - last_start - 2;
             stream[last_start + 2 + usize::from(at) % span] ^= 1 << (bit % 8);
         }
-        let mut cuts: Vec<usize> = cuts.iter().map(|c| usize::from(*c) % (stream.len() + 1)).collect();
-        cuts.sort_unstable();
+        let cuts = cut_points(&cuts, stream.len());
         let mut d = FpduDecoder::new(crc);
         let mut got: Vec<(DdpHeader, Vec<u8>)> = Vec::new();
         let mut failed = false;
@@ -325,4 +315,28 @@ fn crc_bit_flip_is_caught() {
             );
         }
     }
+}
+
+/// Up to seven FPDUs of up to 300 payload bytes each.
+fn small_frames() -> impl Strategy<Value = Vec<(DdpHeader, Vec<u8>)>> {
+    proptest::collection::vec(
+        (ddp_header(), proptest::collection::vec(any::<u8>(), 0..300)),
+        1..8,
+    )
+}
+
+/// The FPDUs of `frames`, one after the other.
+fn encode_stream(frames: &[(DdpHeader, Vec<u8>)], crc: bool) -> Vec<u8> {
+    let mut stream = Vec::new();
+    for (h, p) in frames {
+        stream.extend(fpdu::encode_fpdu(h, &[], p, crc).unwrap());
+    }
+    stream
+}
+
+/// `cuts` as sorted offsets into a stream of `len` bytes.
+fn cut_points(cuts: &[u16], len: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = cuts.iter().map(|c| usize::from(*c) % (len + 1)).collect();
+    v.sort_unstable();
+    v
 }
