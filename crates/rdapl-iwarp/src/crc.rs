@@ -22,8 +22,9 @@
 //! outweighs its rate there), and below [`SMALL_MAX`] bytes (an FPDU's
 //! pad) a table walk. Headers and other short pieces take the
 //! instruction: a walk takes fewer instructions but, each byte's lookup
-//! waiting on the last, more time from 4 bytes on. The choice changes no value: every way computes
-//! the standard CRC32c, each checked against a bitwise reference.
+//! waiting on the last, more time from 4 bytes on. The choice changes no
+//! value: every way computes the standard CRC32c, each checked against a
+//! bitwise reference.
 
 use crc_fast::{CrcAlgorithm, Digest};
 use std::hint::black_box;
@@ -60,12 +61,12 @@ pub const SMALL_MAX: usize = 4;
 /// The reflected CRC32c polynomial.
 const POLY: u32 = 0x82F6_3B78;
 
-/// Slicing-by-8 tables: `TABLES[0]` is the byte-at-a-time table, and
-/// `TABLES[k][b]` is the CRC of byte `b` followed by `k` zero bytes.
-static TABLES: [[u32; 256]; 8] = make_tables();
+/// The byte-at-a-time table: `TABLE[b]` is the CRC register after byte
+/// `b`.
+static TABLE: [u32; 256] = make_table();
 
-const fn make_tables() -> [[u32; 256]; 8] {
-    let mut t = [[0u32; 256]; 8];
+const fn make_table() -> [u32; 256] {
+    let mut t = [0u32; 256];
     let mut i = 0;
     while i < 256 {
         let mut c = i as u32;
@@ -74,38 +75,16 @@ const fn make_tables() -> [[u32; 256]; 8] {
             c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
             k += 1;
         }
-        t[0][i] = c;
+        t[i] = c;
         i += 1;
-    }
-    let mut k = 1;
-    while k < 8 {
-        let mut i = 0;
-        while i < 256 {
-            let prev = t[k - 1][i];
-            t[k][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
-            i += 1;
-        }
-        k += 1;
     }
     t
 }
 
 /// Advances the raw (not inverted) CRC register `c` over `bytes`.
 fn table_update(mut c: u32, bytes: &[u8]) -> u32 {
-    let mut chunks = bytes.chunks_exact(8);
-    for w in &mut chunks {
-        let lo = c ^ u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-        c = TABLES[7][(lo & 0xff) as usize]
-            ^ TABLES[6][((lo >> 8) & 0xff) as usize]
-            ^ TABLES[5][((lo >> 16) & 0xff) as usize]
-            ^ TABLES[4][(lo >> 24) as usize]
-            ^ TABLES[3][w[4] as usize]
-            ^ TABLES[2][w[5] as usize]
-            ^ TABLES[1][w[6] as usize]
-            ^ TABLES[0][w[7] as usize];
-    }
-    for &b in chunks.remainder() {
-        c = (c >> 8) ^ TABLES[0][((c ^ u32::from(b)) & 0xff) as usize];
+    for &b in bytes {
+        c = (c >> 8) ^ TABLE[((c ^ u32::from(b)) & 0xff) as usize];
     }
     c
 }

@@ -99,19 +99,12 @@ impl Connection {
             // same order.
             if let Some(w) = self.decoder.whole(data) {
                 *data = &data[w.len..];
-                self.rx_raw_len = self.decoder.raw_header().len();
-                let raw = self.decoder.raw_header();
-                self.rx_raw[..raw.len()].copy_from_slice(raw);
-                self.collect_len = 0;
-                let payload_len = w.payload.len() as u16;
-                self.on_header(w.header, payload_len, mem)?;
+                self.begin_fpdu(w.header, w.payload.len() as u16, mem)?;
                 if !w.payload.is_empty() {
                     self.on_payload(w.payload, mem);
                 }
                 self.decoder.end_whole(&w)?;
-                self.on_end(mem)?;
-                self.rx_raw_len = 0;
-                self.rx_kind = None;
+                self.end_fpdu(mem)?;
                 if data.is_empty() {
                     return Ok(());
                 }
@@ -123,21 +116,34 @@ impl Connection {
                     header,
                     payload_len,
                     ..
-                }) => {
-                    let raw = self.decoder.raw_header();
-                    self.rx_raw[..raw.len()].copy_from_slice(raw);
-                    self.rx_raw_len = raw.len();
-                    self.collect_len = 0;
-                    self.on_header(header, payload_len, mem)?;
-                }
+                }) => self.begin_fpdu(header, payload_len, mem)?,
                 Some(FpduEvent::Payload(chunk)) => self.on_payload(chunk, mem),
-                Some(FpduEvent::End) => {
-                    self.on_end(mem)?;
-                    self.rx_raw_len = 0;
-                    self.rx_kind = None;
-                }
+                Some(FpduEvent::End) => self.end_fpdu(mem)?,
             }
         }
+    }
+
+    /// An FPDU's header is in: kept raw (a Terminate quotes it), then
+    /// checked and acted on.
+    fn begin_fpdu<M: Memory + ?Sized>(
+        &mut self,
+        h: DdpHeader,
+        payload_len: u16,
+        mem: &mut M,
+    ) -> Result<(), ProtocolError> {
+        let raw = self.decoder.raw_header();
+        self.rx_raw[..raw.len()].copy_from_slice(raw);
+        self.rx_raw_len = raw.len();
+        self.collect_len = 0;
+        self.on_header(h, payload_len, mem)
+    }
+
+    /// An FPDU ended, its CRC checked: acted on, then forgotten.
+    fn end_fpdu<M: Memory + ?Sized>(&mut self, mem: &mut M) -> Result<(), ProtocolError> {
+        self.on_end(mem)?;
+        self.rx_raw_len = 0;
+        self.rx_kind = None;
+        Ok(())
     }
 
     fn on_header<M: Memory + ?Sized>(
