@@ -3,7 +3,9 @@
 //! A Terminate body is the 4-byte Terminate Control word (Layer, Error Type,
 //! Error Code, M/D/R header-control bits), then, when D is set, the DDP
 //! segment length and the copied DDP header (14 bytes tagged, 18 untagged),
-//! then, when R is set, the 28-byte copied RDMAP header. This module encodes
+//! then, when R is set, the 28-byte copied RDMAP header. A cause
+//! ([`TermCode`]) prints with the RFCs' names for its layer, type and code.
+//! This module encodes
 //! in RFC bit order (Layer in the high nibble) and guarantees that decoding
 //! never reads past the body and never allocates more than
 //! [`MAX_TERMINATE_BODY`] bytes.
@@ -31,6 +33,133 @@ pub struct TermCode {
     pub etype: u8,
     /// Error code within the type.
     pub ecode: u8,
+}
+
+impl TermCode {
+    /// The names of the layer, the error type and the error code as the
+    /// RFCs give them (RFC 5040 §7, RFC 5041 §7, RFC 5044 §8, RFC 6581 §9);
+    /// `None` where a value has no name there.
+    pub fn names(
+        &self,
+    ) -> (
+        Option<&'static str>,
+        Option<&'static str>,
+        Option<&'static str>,
+    ) {
+        let (layer_name, etype, ecode) = match self.layer {
+            layer::RDMAP => (
+                "RDMAP",
+                match self.etype {
+                    rdmap::ETYPE_LOCAL_CATASTROPHIC => Some("local catastrophic error"),
+                    rdmap::ETYPE_REMOTE_PROTECTION => Some("remote protection error"),
+                    rdmap::ETYPE_REMOTE_OPERATION => Some("remote operation error"),
+                    _ => None,
+                },
+                match (self.etype, self.ecode) {
+                    (rdmap::ETYPE_LOCAL_CATASTROPHIC, 0) => Some("local catastrophic"),
+                    (rdmap::ETYPE_REMOTE_PROTECTION, rdmap::INVALID_STAG) => Some("invalid STag"),
+                    (rdmap::ETYPE_REMOTE_PROTECTION, rdmap::BASE_BOUNDS) => {
+                        Some("base or bounds violation")
+                    }
+                    (rdmap::ETYPE_REMOTE_PROTECTION, rdmap::ACCESS_RIGHTS) => {
+                        Some("access rights violation")
+                    }
+                    (rdmap::ETYPE_REMOTE_PROTECTION, rdmap::STAG_NOT_ASSOC) => {
+                        Some("STag not associated with RDMAP stream")
+                    }
+                    (rdmap::ETYPE_REMOTE_PROTECTION, rdmap::TO_WRAP) => Some("TO wrap"),
+                    (rdmap::ETYPE_REMOTE_OPERATION, rdmap::VERSION) => {
+                        Some("invalid RDMAP version")
+                    }
+                    (rdmap::ETYPE_REMOTE_OPERATION, rdmap::OPCODE) => Some("unexpected opcode"),
+                    (rdmap::ETYPE_REMOTE_OPERATION, rdmap::CATASTROPHIC_STREAM) => {
+                        Some("catastrophic error, localized to RDMAP stream")
+                    }
+                    (rdmap::ETYPE_REMOTE_OPERATION, rdmap::CATASTROPHIC_GLOBAL) => {
+                        Some("catastrophic error, global")
+                    }
+                    (
+                        rdmap::ETYPE_REMOTE_PROTECTION | rdmap::ETYPE_REMOTE_OPERATION,
+                        rdmap::CANNOT_INVALIDATE,
+                    ) => Some("STag cannot be invalidated"),
+                    (
+                        rdmap::ETYPE_REMOTE_PROTECTION | rdmap::ETYPE_REMOTE_OPERATION,
+                        rdmap::UNSPECIFIED,
+                    ) => Some("unspecified error"),
+                    _ => None,
+                },
+            ),
+            layer::DDP => (
+                "DDP",
+                match self.etype {
+                    ddp::ETYPE_LOCAL_CATASTROPHIC => Some("local catastrophic error"),
+                    ddp::ETYPE_TAGGED => Some("tagged buffer error"),
+                    ddp::ETYPE_UNTAGGED => Some("untagged buffer error"),
+                    _ => None,
+                },
+                match (self.etype, self.ecode) {
+                    (ddp::ETYPE_LOCAL_CATASTROPHIC, 0) => Some("local catastrophic"),
+                    (ddp::ETYPE_TAGGED, ddp::T_INVALID_STAG) => Some("invalid STag"),
+                    (ddp::ETYPE_TAGGED, ddp::T_BASE_BOUNDS) => Some("base or bounds violation"),
+                    (ddp::ETYPE_TAGGED, ddp::T_STAG_NOT_ASSOC) => {
+                        Some("STag not associated with DDP stream")
+                    }
+                    (ddp::ETYPE_TAGGED, ddp::T_TO_WRAP) => Some("TO wrap"),
+                    (ddp::ETYPE_TAGGED, ddp::T_VERSION) => Some("invalid DDP version"),
+                    (ddp::ETYPE_UNTAGGED, ddp::UT_INVALID_QN) => Some("invalid QN"),
+                    (ddp::ETYPE_UNTAGGED, ddp::UT_MSN_NOBUF) => {
+                        Some("invalid MSN, no buffer available")
+                    }
+                    (ddp::ETYPE_UNTAGGED, ddp::UT_MSN_RANGE) => Some("invalid MSN, MSN range"),
+                    (ddp::ETYPE_UNTAGGED, ddp::UT_INVALID_MO) => Some("invalid MO"),
+                    (ddp::ETYPE_UNTAGGED, ddp::UT_MSG_TOOLONG) => {
+                        Some("DDP message too long for available buffer")
+                    }
+                    (ddp::ETYPE_UNTAGGED, ddp::UT_VERSION) => Some("invalid DDP version"),
+                    _ => None,
+                },
+            ),
+            layer::LLP => (
+                "LLP",
+                (self.etype == 0).then_some("MPA"),
+                match (self.etype, self.ecode) {
+                    (0, llp::TCP_STREAM_LOST) => Some("TCP connection closed, stream lost"),
+                    (0, llp::RECEIVED_CRC) => Some("received MPA CRC does not match"),
+                    (0, llp::FPDU_START) => Some("marker and ULPDU length mismatch"),
+                    (0, llp::INVALID_REQ_RESP) => Some("invalid MPA request or reply"),
+                    (0, llp::LOCAL_CATASTROPHIC) => Some("local catastrophic error"),
+                    (0, llp::INSUFFICIENT_IRD) => Some("insufficient IRD resources"),
+                    (0, llp::NO_MATCHING_RTR) => Some("no matching RTR"),
+                    _ => None,
+                },
+            ),
+            _ => return (None, None, None),
+        };
+        (Some(layer_name), etype, ecode)
+    }
+}
+
+/// `DDP tagged buffer error: invalid STag (layer 1, type 1, code 0x00)`;
+/// the numbers alone where the RFCs name nothing.
+impl std::fmt::Display for TermCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (l, t, c) = self.names();
+        if let Some(l) = l {
+            write!(f, "{l}")?;
+            if let Some(t) = t {
+                write!(f, " {t}")?;
+            }
+            if let Some(c) = c {
+                write!(f, ": {c}")?;
+            }
+            write!(f, " ")?;
+        }
+        write!(
+            f,
+            "(layer {}, type {}, code {:#04x})",
+            self.layer, self.etype, self.ecode
+        )
+    }
 }
 
 /// RDMAP error types and codes (RFC 5040 §7.2).
@@ -295,5 +424,101 @@ impl Terminate {
             ddp,
             rdmap,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every cause this crate defines, by its constructor.
+    fn defined() -> Vec<TermCode> {
+        let mut v = vec![rdmap::local_catastrophic()];
+        for c in [
+            rdmap::INVALID_STAG,
+            rdmap::BASE_BOUNDS,
+            rdmap::ACCESS_RIGHTS,
+            rdmap::STAG_NOT_ASSOC,
+            rdmap::TO_WRAP,
+            rdmap::CANNOT_INVALIDATE,
+            rdmap::UNSPECIFIED,
+        ] {
+            v.push(rdmap::remote_prot(c));
+        }
+        for c in [
+            rdmap::VERSION,
+            rdmap::OPCODE,
+            rdmap::CATASTROPHIC_STREAM,
+            rdmap::CATASTROPHIC_GLOBAL,
+            rdmap::CANNOT_INVALIDATE,
+            rdmap::UNSPECIFIED,
+        ] {
+            v.push(rdmap::remote_op(c));
+        }
+        for c in [
+            ddp::T_INVALID_STAG,
+            ddp::T_BASE_BOUNDS,
+            ddp::T_STAG_NOT_ASSOC,
+            ddp::T_TO_WRAP,
+            ddp::T_VERSION,
+        ] {
+            v.push(ddp::tagged(c));
+        }
+        for c in [
+            ddp::UT_INVALID_QN,
+            ddp::UT_MSN_NOBUF,
+            ddp::UT_MSN_RANGE,
+            ddp::UT_INVALID_MO,
+            ddp::UT_MSG_TOOLONG,
+            ddp::UT_VERSION,
+        ] {
+            v.push(ddp::untagged(c));
+        }
+        for c in 1..=7 {
+            v.push(llp(c));
+        }
+        v
+    }
+
+    #[test]
+    fn every_defined_cause_has_its_three_names() {
+        for c in defined() {
+            let (l, t, e) = c.names();
+            assert!(l.is_some() && t.is_some() && e.is_some(), "{c:?}: {c}");
+        }
+    }
+
+    #[test]
+    fn causes_print_their_names_and_numbers() {
+        assert_eq!(
+            ddp::tagged(ddp::T_INVALID_STAG).to_string(),
+            "DDP tagged buffer error: invalid STag (layer 1, type 1, code 0x00)"
+        );
+        assert_eq!(
+            llp(llp::RECEIVED_CRC).to_string(),
+            "LLP MPA: received MPA CRC does not match (layer 2, type 0, code 0x02)"
+        );
+        assert_eq!(
+            rdmap::remote_prot(rdmap::ACCESS_RIGHTS).to_string(),
+            "RDMAP remote protection error: access rights violation (layer 0, type 1, code 0x02)"
+        );
+        // What the RFCs do not name is shown as numbers only.
+        let odd = TermCode {
+            layer: 1,
+            etype: 1,
+            ecode: 0x7f,
+        };
+        assert_eq!(
+            odd.to_string(),
+            "DDP tagged buffer error (layer 1, type 1, code 0x7f)"
+        );
+        let unknown = TermCode {
+            layer: 9,
+            etype: 3,
+            ecode: 4,
+        };
+        assert_eq!(unknown.to_string(), "(layer 9, type 3, code 0x04)");
+        // A code of one type is not named under another.
+        assert_eq!(ddp::untagged(ddp::T_INVALID_STAG).names().2, None);
     }
 }
