@@ -64,6 +64,19 @@
 //!   answer to a fence behind it) can be lost with the connection, as on
 //!   any network transport; a closing side still answers the fences it
 //!   has taken in.
+//! * **Logs.** What happens to connections goes to the application's
+//!   [`tracing`](https://docs.rs/tracing) subscriber, with the connection
+//!   (`conn`, this provider's number), the peer's address and the
+//!   qualifier as fields: `info` for a connection established (MPA
+//!   revision, CRC, IRD and ORD, RTR), a connect that failed or was
+//!   rejected and why, and every end (`end`: the DAT event; `flushed`: the
+//!   requests in flight it completed `Flushed`; receives still queued at
+//!   the endpoint are flushed by the core, not counted); `warn` for a
+//!   Terminate sent or received, with its cause named as the RFCs name it,
+//!   an MPA setup that failed, a peer that fell silent, a socket error,
+//!   a listener out of descriptors; `debug` for connection requests. No
+//!   subscriber: no output, and no cost but a cached check. The `rdapl`
+//!   command prints them on stderr at the level `RDAPL_LOG` names.
 //! * **Threading** ([`progress`]). One thread per [`Tcp`] value, waiting in
 //!   epoll on non-blocking sockets and an eventfd: it sets connections up,
 //!   runs their timers and tears them down. Once a connection is

@@ -36,18 +36,48 @@ impl Conn {
                     }) as Box<dyn rdapl::provider::CrOps>
                 };
                 let req_sp = sp.zip(self.shared.as_ref());
+                let pd_len = req.private_data.len();
                 match req_sp.map(|(sp, sh)| sp.request(self.peer.0, req.private_data, ops(sh))) {
-                    Some(Ok(cr)) => self.cr = Some(cr),
+                    Some(Ok(cr)) => {
+                        conn_log!(
+                            debug,
+                            self,
+                            crc = req.crc,
+                            private_data = pd_len,
+                            "connection request, for the service point's consumer"
+                        );
+                        self.cr = Some(cr);
+                    }
                     // Nobody to take it: drop the TCP connection (the
                     // active side sees a non-peer reject).
                     _ => {
+                        conn_log!(
+                            info,
+                            self,
+                            "connection request dropped: its service point is gone or \
+                             cannot take it"
+                        );
                         if let Some(e) = self.engine.as_mut() {
                             e.close();
                         }
                     }
                 }
             }
-            Event::Established { private_data, .. } => {
+            Event::Established {
+                params,
+                private_data,
+            } => {
+                conn_log!(
+                    info,
+                    self,
+                    role = ?self.role,
+                    revision = params.revision,
+                    crc = params.crc,
+                    ird = params.ird,
+                    ord = params.ord,
+                    rtr = ?params.rtr,
+                    "connection established"
+                );
                 self.connect_deadline = None;
                 let Some(ep) = self.ep.clone() else {
                     return self.abort_engine();
@@ -64,7 +94,13 @@ impl Conn {
                             // A peer that takes no reads (IRD 0) cannot be
                             // asked for proof of placement: Sends and
                             // Writes complete once TCP has them.
-                            if n.ord == 0 {
+                            if n.ord == 0 && self.complete != Completion::Sent {
+                                conn_log!(
+                                    info,
+                                    self,
+                                    "the peer takes no RDMA Reads (IRD 0): Sends and Writes \
+                                     complete once TCP has them, not once placed"
+                                );
                                 self.complete = Completion::Sent;
                             }
                             if n.rtr == Some(Rtr::Send) {
@@ -82,6 +118,12 @@ impl Conn {
                 }
             }
             Event::Rejected { private_data } => {
+                conn_log!(
+                    info,
+                    self,
+                    private_data = private_data.len(),
+                    "connection rejected by the peer"
+                );
                 self.setup_fail = (ConnectionEventKind::PeerRejected, Some(private_data));
             }
             Event::RecvComplete {
@@ -108,6 +150,7 @@ impl Conn {
                             }
                             _ => ep.complete_recv(r.wr, st, n),
                         }
+                        self.flushed += u64::from(st == DtoStatus::Flushed);
                         self.delivered += 1;
                     }
                     if st != DtoStatus::Success {
@@ -132,6 +175,7 @@ impl Conn {
                     let st = r.status.unwrap_or(DtoStatus::Flushed);
                     if let Some(ep) = &self.ep {
                         ep.complete_recv(r.wr, st, 0);
+                        self.flushed += u64::from(st == DtoStatus::Flushed);
                     }
                 } else if let Some(s) = self.slot_mut(wr_id)
                     && s.status.is_none()
@@ -140,10 +184,35 @@ impl Conn {
                 }
             }
             Event::TerminateReceived(t) => {
+                conn_log!(
+                    warn,
+                    self,
+                    cause = %t.code,
+                    "Terminate received: the peer ends the connection"
+                );
                 self.end_kind = ConnectionEventKind::Broken;
                 self.terminated(&t);
             }
             Event::Error(e) => {
+                let terminate = match &e {
+                    ConnError::Mpa(m) => m.term_code(),
+                    ConnError::Protocol(p) => Some(p.term_code()),
+                };
+                match terminate {
+                    Some(code) => conn_log!(
+                        warn,
+                        self,
+                        error = %e,
+                        terminate = %code,
+                        "connection error: a Terminate goes to the peer"
+                    ),
+                    None => conn_log!(
+                        warn,
+                        self,
+                        error = %e,
+                        "connection error"
+                    ),
+                }
                 self.end_kind = ConnectionEventKind::Broken;
                 match e {
                     ConnError::Mpa(rdapl_iwarp::MpaError::Timeout) => {

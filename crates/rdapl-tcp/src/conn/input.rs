@@ -77,9 +77,9 @@ impl Conn {
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.rx_drained = true,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => {
+                    Err(e) => {
                         self.eof = true;
-                        self.socket_failed();
+                        self.socket_error("read", &e);
                     }
                 }
                 // What followed the payload is fed before more is read.
@@ -144,9 +144,9 @@ impl Conn {
                     break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
+                Err(e) => {
                     self.eof = true;
-                    self.socket_failed();
+                    self.socket_error("read", &e);
                     break;
                 }
             }
@@ -218,6 +218,18 @@ impl Conn {
     pub(super) fn socket_has_input(&self) -> bool {
         let mut b = [0u8; 1];
         !matches!(self.sock.peek(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// A system call on the socket failed with `e`: said, then as
+    /// [`Conn::socket_failed`].
+    pub(super) fn socket_error(&mut self, call: &str, e: &io::Error) {
+        conn_log!(
+            warn,
+            self,
+            error = %e,
+            "socket {call} failed: the connection breaks"
+        );
+        self.socket_failed();
     }
 
     pub(super) fn socket_failed(&mut self) {
@@ -449,10 +461,12 @@ impl Conn {
         let cap = u32::try_from(r.capacity()).unwrap_or(u32::MAX);
         let Some(e) = self.engine.as_mut() else {
             ep.complete_recv(r, DtoStatus::Flushed, 0);
+            self.flushed += 1;
             return false;
         };
         if e.post_recv(id, cap).is_err() {
             ep.complete_recv(r, DtoStatus::Flushed, 0);
+            self.flushed += 1;
             return false;
         }
         self.mem.recvs.insert(

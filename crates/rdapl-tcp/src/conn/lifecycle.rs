@@ -95,11 +95,14 @@ impl Conn {
             };
             if let (Some(wr), Some(ep)) = (wr, &ep) {
                 ep.complete(wr, DtoStatus::Flushed, 0);
+                self.flushed += 1;
             }
         }
         while let Some(id) = self.recv_order.pop_front() {
             if let (Some(r), Some(ep)) = (self.mem.recvs.remove(&id), &ep) {
-                ep.complete_recv(r.wr, r.status.unwrap_or(DtoStatus::Flushed), 0);
+                let st = r.status.unwrap_or(DtoStatus::Flushed);
+                self.flushed += u64::from(st == DtoStatus::Flushed);
+                ep.complete_recv(r.wr, st, 0);
             }
         }
         self.mem.staged.clear();
@@ -107,6 +110,13 @@ impl Conn {
         self.mem.responses.clear();
         if let Some(ep) = ep {
             if self.dat_conn != 0 {
+                conn_log!(
+                    info,
+                    self,
+                    end = ?self.end_kind,
+                    flushed = self.flushed,
+                    "connection ended"
+                );
                 if ep.lock().connection() == self.dat_conn {
                     ep.ended(self.end_kind);
                 }
@@ -114,9 +124,23 @@ impl Conn {
                 match self.role {
                     Role::Initiator => {
                         let (k, pd) = self.setup_fail.clone();
+                        conn_log!(
+                            info,
+                            self,
+                            end = ?k,
+                            flushed = self.flushed,
+                            "connect failed"
+                        );
                         ep.connect_failed(k, pd.as_deref());
                     }
                     Role::Responder => {
+                        conn_log!(
+                            info,
+                            self,
+                            end = ?ConnectionEventKind::AcceptCompletionError,
+                            flushed = self.flushed,
+                            "accepted connection failed before it was established"
+                        );
                         ep.ended(ConnectionEventKind::AcceptCompletionError);
                     }
                 }

@@ -81,6 +81,15 @@ use std::net::{IpAddr, TcpStream};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 
+/// Logs an event of connection `$c` (a `Conn`) at `$level`, with its
+/// number, the peer's address and the qualifier as fields (the crate's
+/// "Logs"), then the event's own fields and message.
+macro_rules! conn_log {
+    ($level:ident, $c:expr, $($rest:tt)+) => {
+        tracing::$level!(conn = $c.token, peer = %$c.peer.0, qual = $c.peer.1, $($rest)+)
+    };
+}
+
 mod events;
 mod input;
 mod lifecycle;
@@ -232,6 +241,9 @@ pub(crate) struct Conn {
     pub hook: Option<Weak<crate::progress::ConnCell>>,
     /// Completions delivered to the core so far.
     delivered: u64,
+    /// Requests completed `Flushed` so far (said when the connection
+    /// ends).
+    flushed: u64,
     /// The socket had nothing more to read in this pump.
     rx_drained: bool,
     /// `write_socket` holds its bytes back (a polling consumer's pass).
@@ -327,6 +339,7 @@ impl Conn {
             polled: false,
             hook: None,
             delivered: 0,
+            flushed: 0,
             rx_drained: false,
             hold_out: false,
             out_held: false,
@@ -563,6 +576,7 @@ impl Conn {
             && self.dat_conn == 0
         {
             self.connect_deadline = None;
+            conn_log!(info, self, "connect timed out (the consumer's timeout)");
             self.setup_fail = (ConnectionEventKind::TimedOut, None);
             match self.engine.as_mut() {
                 Some(e) => e.close(),
@@ -593,6 +607,17 @@ impl Conn {
                 self.answer_check = self.answer_deadline();
             } else {
                 // No byte for `timeout_ms`: none will come.
+                conn_log!(
+                    warn,
+                    self,
+                    timeout_ms = self.ia.timeout_ms,
+                    "the peer fell silent {}: the connection breaks",
+                    if code == rdapl_iwarp::terminate::llp::FPDU_START {
+                        "inside an FPDU"
+                    } else {
+                        "owing the answer to a read or fence"
+                    }
+                );
                 self.end_kind = ConnectionEventKind::Broken;
                 if let Some(e) = self.engine.as_mut() {
                     e.abort_with(rdapl_iwarp::terminate::llp(code));

@@ -42,7 +42,7 @@ impl Conn {
                 }
             }
             Ok(false) => {}
-            Err(_) => self.socket_failed(),
+            Err(e) => self.socket_error("write", &e),
         }
     }
 

@@ -353,6 +353,7 @@ impl Conn {
             if let Some(wr) = wr {
                 ep.complete(wr, st, len);
                 self.delivered += 1;
+                self.flushed += u64::from(st == DtoStatus::Flushed);
             }
         }
     }

@@ -332,7 +332,15 @@ impl Driver {
                             // Out of descriptors or memory: the connection
                             // waits in the backlog until the listener's rest
                             // is over.
-                            _ => rest = true,
+                            _ => {
+                                tracing::warn!(
+                                    qual = l.sp.upgrade().map_or(0, |sp| sp.conn_qual()),
+                                    error = %e,
+                                    "accept failed: the listener rests {ACCEPT_REST_MS} ms, \
+                                     its connections wait in the backlog"
+                                );
+                                rest = true;
+                            }
                         }
                         break;
                     }
@@ -407,6 +415,12 @@ impl Driver {
             if let Some(c) = self.conns.get(&t)
                 && look(&self.sh, c).drop_setup()
             {
+                tracing::info!(
+                    conn = t,
+                    setups = cap,
+                    "a connection that sent no MPA request is closed: its listener has \
+                     more than `setups` waiting"
+                );
                 self.touched.insert(t);
                 self.sh.stats.setups_dropped.fetch_add(1, Ordering::Relaxed);
             }
