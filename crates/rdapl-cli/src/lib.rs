@@ -28,6 +28,40 @@ pub fn register_providers() {
     });
 }
 
+/// The environment variable that sets how much of the providers' logs
+/// the tool prints.
+pub const LOG_ENV: &str = "RDAPL_LOG";
+
+/// Sends the providers' logs (the [`tracing`] events of, say, the TCP
+/// provider: connections established and ended, Terminates sent and
+/// received and why, timeouts, socket errors) to stderr, at the level
+/// [`LOG_ENV`] names: `off`, `error`, `warn` (the default), `info`,
+/// `debug` or `trace`. An unknown value is said once, and the default
+/// kept. Does nothing if the process already has a subscriber.
+///
+/// [`tracing`]: https://docs.rs/tracing
+pub fn init_logs() {
+    use tracing_subscriber::filter::LevelFilter;
+    let (level, bad) = match std::env::var(LOG_ENV) {
+        Err(_) => (LevelFilter::WARN, None),
+        Ok(v) => match v.trim().parse::<LevelFilter>() {
+            Ok(l) => (l, None),
+            Err(_) => (LevelFilter::WARN, Some(v)),
+        },
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+    if let Some(v) = bad {
+        eprintln!(
+            "rdapl: {LOG_ENV}={v:?} is not a level (off, error, warn, info, debug, trace): \
+             using warn"
+        );
+    }
+}
+
 pub mod demo;
 pub mod info;
 pub mod perf;

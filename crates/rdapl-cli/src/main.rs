@@ -9,7 +9,14 @@ use std::time::Duration;
 
 /// The rdapl command-line tool (DAT 2.0 / kDAPL / uDAPL in Rust).
 #[derive(Parser, Debug)]
-#[command(name = "rdapl", version, propagate_version = true)]
+#[command(
+    name = "rdapl",
+    version,
+    propagate_version = true,
+    after_help = "Logs: the providers' (connections established and ended, Terminates \
+                  and their causes, timeouts, socket errors) go to stderr at the level \
+                  RDAPL_LOG names: off, error, warn (the default), info, debug or trace."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -448,9 +455,11 @@ fn evd_stress(a: &EvdStressArgs) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    rdapl_cli::init_logs();
     // Returning from `main` ends the process, even if a hung mode left
     // threads behind.
-    match Cli::parse().command {
+    match cli.command {
         Command::EvdStress(a) => evd_stress(&a),
         Command::Demo(a) => demo_cmd(&a),
         Command::Info => {

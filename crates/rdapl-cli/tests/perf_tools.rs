@@ -443,3 +443,45 @@ fn rdma_writes_and_reads_over_tcp_between_processes() {
     server.assert_running();
     server.stop();
 }
+
+/// `RDAPL_LOG` sets how much of the providers' logs reach stderr: a
+/// connect that nobody takes is logged at `info`, which the default
+/// (`warn`) leaves out; a value that is no level is said.
+#[test]
+fn rdapl_log_sets_the_level_of_the_providers_logs() {
+    // A port of 127.0.0.1 where nobody listens.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let run = |log: Option<&str>| {
+        let mut c = rdapl();
+        c.args(["pingpong", "-p", "tcp", "-a", "127.0.0.1", "-q", &port])
+            .args(["--timeout", "10", "127.0.0.1"]);
+        match log {
+            Some(v) => c.env("RDAPL_LOG", v),
+            None => c.env_remove("RDAPL_LOG"),
+        };
+        let out = c.output().expect("running rdapl");
+        assert!(
+            !out.status.success(),
+            "a connect to a closed port succeeded"
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(Some("info"));
+    assert!(
+        err.contains(" INFO ")
+            && err.contains("connect failed")
+            && err.contains("end=NonPeerRejected"),
+        "{err}"
+    );
+    let err = run(None);
+    assert!(err.contains("NonPeerRejected"), "{err}");
+    assert!(!err.contains("connect failed"), "{err}");
+    let err = run(Some("loud"));
+    assert!(err.contains("RDAPL_LOG=\"loud\" is not a level"), "{err}");
+    assert!(!err.contains("connect failed"), "{err}");
+}
