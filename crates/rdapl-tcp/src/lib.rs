@@ -69,12 +69,13 @@
 //!   (`conn`, this provider's number), the peer's address and the
 //!   qualifier as fields: `info` for a connection established (MPA
 //!   revision, CRC, IRD and ORD, RTR), a connect that failed or was
-//!   rejected and why, and every end (`end`: the DAT event; `flushed`: the
-//!   requests in flight it completed `Flushed`; receives still queued at
-//!   the endpoint are flushed by the core, not counted); `warn` for a
-//!   Terminate sent or received, with its cause named as the RFCs name it,
-//!   an MPA setup that failed, a peer that fell silent, a socket error,
-//!   a listener out of descriptors; `debug` for connection requests. No
+//!   rejected and why, a consumer's reject on the passive side, and every
+//!   end (`end`: the DAT event; `flushed`: the requests in flight it
+//!   completed `Flushed`; receives still queued at the endpoint are
+//!   flushed by the core, not counted); `warn` for a Terminate sent or
+//!   received, with its cause named as the RFCs name it, an MPA setup
+//!   that failed, a peer that fell silent, a socket error, a listener out
+//!   of descriptors; `debug` for connection requests and accepts. No
 //!   subscriber: no output, and no cost but a cached check. The `rdapl`
 //!   command prints them on stderr at the level `RDAPL_LOG` names.
 //! * **Threading** ([`progress`]). One thread per [`Tcp`] value, waiting in

@@ -173,3 +173,39 @@ fn a_raw_clients_garbage_is_named() {
     ]);
     assert!(l.contains(" WARN "), "{l}");
 }
+
+#[test]
+fn a_reject_is_told_on_both_sides() {
+    capture();
+    let tcp = Tcp::new();
+    let p = Pair::new(
+        Node::new(&tcp, "127.0.210.11", ""),
+        Node::new(&tcp, "127.0.210.12", ""),
+    );
+    let q = format!("qual={}", p.qual);
+    p.c.ep
+        .connect(p.s.ia.address(), p.qual, Some(T), b"hello")
+        .unwrap();
+    next_cr(&p.s.ia, &p.s.cr).reject(b"not now").unwrap();
+    let l = expect_line(&[
+        "connection request, for the service point's consumer",
+        "peer=127.0.210.11 ",
+        &q,
+    ]);
+    assert!(l.contains(" DEBUG ") && l.contains("private_data=5"), "{l}");
+    assert_eq!(conn_kind(&p.c.conn), ConnectionEventKind::PeerRejected);
+    let l = expect_line(&[
+        "connection request rejected by its consumer",
+        "peer=127.0.210.11 ",
+        &q,
+    ]);
+    assert!(l.contains("private_data=7"), "{l}");
+    let l = expect_line(&["connection rejected by the peer", "peer=127.0.210.12 ", &q]);
+    assert!(l.contains("private_data=7"), "{l}");
+    expect_line(&[
+        "connect failed",
+        "peer=127.0.210.12 ",
+        &q,
+        "end=PeerRejected",
+    ]);
+}

@@ -46,6 +46,12 @@ impl Conn {
 
     /// Accept (passive side): answer the request.
     pub fn accept(&mut self, ep: &Arc<EpInner>, pd: &[u8], now: u64) -> bool {
+        conn_log!(
+            debug,
+            self,
+            private_data = pd.len(),
+            "connection request accepted by its consumer"
+        );
         self.bind_ep(ep);
         self.cr = None;
         let ok = self.engine.as_mut().is_some_and(|e| {
@@ -63,6 +69,12 @@ impl Conn {
 
     /// Reject (passive side): answer the request with the reject.
     pub fn reject(&mut self, pd: &[u8], now: u64) {
+        conn_log!(
+            info,
+            self,
+            private_data = pd.len(),
+            "connection request rejected by its consumer"
+        );
         self.cr = None;
         if let Some(e) = self.engine.as_mut()
             && e.reject(pd).is_err()
