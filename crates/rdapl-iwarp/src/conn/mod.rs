@@ -161,6 +161,17 @@ pub enum ConnError {
     Protocol(#[from] ProtocolError),
 }
 
+impl ConnError {
+    /// The Terminate sent for this error, if one is
+    /// ([`MpaError::term_code`], [`ProtocolError::term_code`]).
+    pub fn term_code(&self) -> Option<crate::terminate::TermCode> {
+        match self {
+            ConnError::Mpa(m) => m.term_code(),
+            ConnError::Protocol(p) => Some(p.term_code()),
+        }
+    }
+}
+
 /// What the connection tells its caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {

@@ -194,25 +194,19 @@ impl Conn {
                 self.terminated(&t);
             }
             Event::Error(e) => {
-                let terminate = match &e {
-                    ConnError::Mpa(m) => m.term_code(),
-                    ConnError::Protocol(p) => Some(p.term_code()),
-                };
-                match terminate {
-                    Some(code) => conn_log!(
-                        warn,
-                        self,
-                        error = %e,
-                        terminate = %code,
-                        "connection error: a Terminate goes to the peer"
-                    ),
-                    None => conn_log!(
-                        warn,
-                        self,
-                        error = %e,
-                        "connection error"
-                    ),
-                }
+                let terminate = e.term_code();
+                conn_log!(
+                    warn,
+                    self,
+                    error = %e,
+                    terminate = terminate.map(tracing::field::display),
+                    "connection error{}",
+                    if terminate.is_some() {
+                        ": a Terminate goes to the peer"
+                    } else {
+                        ""
+                    }
+                );
                 self.end_kind = ConnectionEventKind::Broken;
                 match e {
                     ConnError::Mpa(rdapl_iwarp::MpaError::Timeout) => {
