@@ -102,10 +102,8 @@ const CLOSED: u64 = 1 << 63;
 /// adjacent-line prefetcher), so with 64-byte slots a producer writing the
 /// slot of position `p - 1` (a full EVD: the slot the consumer just freed)
 /// or `p + 1` (an empty one) pulled away the line of `p` that the consumer
-/// was reading. A ring of `cap` slots thus takes `cap * 128` bytes. Paired
-/// runs in one process, 64- against 128-byte slots (2 cores, AMD Zen 3):
-/// unbatched dequeue 11–18 → 28 M events/s, the 128-byte ring faster in 22
-/// and 23 of 30 pairs; batched no worse.
+/// was reading. A ring of `cap` slots thus takes `cap * 128` bytes (the
+/// measurements: `rdapl-bench/HISTORY.md`, "The ring's layout").
 #[cfg_attr(
     any(
         target_arch = "x86_64",
@@ -211,10 +209,9 @@ impl Ring {
         // slot a lap ago, or is polling it): ask for it for writing before
         // reading the stamp, so that one transfer brings it ready for the
         // stores below, rather than a read followed by an upgrade that the
-        // producer's next locked instruction would wait for. (With the
-        // prefetch in `pop_batch`: one producer, batched consumer, 180
-        // pairs of runs in one process, faster in 119, median +4 to +6%;
-        // one-event dequeue no different, 42 of 90.)
+        // producer's next locked instruction would wait for (measured
+        // with the prefetch in `pop_batch`: `rdapl-bench/HISTORY.md`, "The
+        // ring's layout").
         prefetch_write(slot as *const Slot as *const u8);
         // Normally free at once; otherwise the consumer of `t - cap` is
         // copying its event out (see the module docs).
@@ -291,8 +288,7 @@ impl Ring {
             // `take` frees each slot with a store: ask for the run's lines
             // for writing now, before the head CAS, so that those upgrades
             // overlap instead of each waiting in the store buffer. (Not in
-            // `pop_one`: for one event it measured slower, faster in 24 of
-            // 60 pairs.)
+            // `pop_one`: for one event it measured slower.)
             for pos in h..h + k {
                 prefetch_write(self.slot(pos) as *const Slot as *const u8);
             }
@@ -495,10 +491,8 @@ impl Storage {
     /// the slot the push will probably write (the one at the tail now).
     /// The slot's line is usually in the consumer's cache, which polls it;
     /// without this hint the push asks for it only once its position is
-    /// claimed, and then waits for it. (Measured on the loopback 64-byte
-    /// ping-pong, runs alternating with and without it in one process: the
-    /// half round trip 16 ns shorter where crossbeam's took about 185 ns,
-    /// 20–29 ns where it took about 630.)
+    /// claimed, and then waits for it (measured on the loopback ping-pong:
+    /// `rdapl-bench/HISTORY.md`, "Loopback provider and the EVD's costs").
     #[inline]
     pub(crate) fn prefetch_push(&self) {
         let r = self.prod_ring();
