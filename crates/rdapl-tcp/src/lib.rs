@@ -74,8 +74,9 @@
 //!   completed `Flushed`; receives still queued at the endpoint are
 //!   flushed by the core, not counted); `warn` for a Terminate sent or
 //!   received, with its cause named as the RFCs name it, an MPA setup
-//!   that failed, a peer that fell silent, a socket error, a listener out
-//!   of descriptors; `debug` for connection requests and accepts. No
+//!   that failed, a peer that fell silent, a Send of the peer refused
+//!   after `recv_wait_ms` without a receive (with the time it waited), a
+//!   socket error, a listener out of descriptors; `debug` for connection requests and accepts. No
 //!   subscriber: no output, and no cost but a cached check. The `rdapl`
 //!   command prints them on stderr at the level `RDAPL_LOG` names.
 //! * **Threading** ([`progress`]). One thread per [`Tcp`] value, waiting in

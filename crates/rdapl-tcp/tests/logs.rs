@@ -209,3 +209,37 @@ fn a_reject_is_told_on_both_sides() {
         "end=PeerRejected",
     ]);
 }
+
+#[test]
+fn a_send_that_found_no_receive_says_how_long_it_waited() {
+    capture();
+    let tcp = Tcp::new();
+    let p = Pair::connected(&tcp, "127.0.210.13", "127.0.210.14", "recv_wait_ms=100");
+    let q = format!("qual={}", p.qual);
+    let src = p.c.lmr(vec![3; 16]);
+    p.c.send(&src, 0, 16, 1);
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::ReceiverNotReady);
+    p.expect_end(ConnectionEventKind::Broken);
+    // The receiver says it waited, and for how long...
+    let l = expect_line(&[
+        "found no receive posted within recv_wait_ms",
+        "peer=127.0.210.13 ",
+        &q,
+        "recv_wait_ms=100",
+    ]);
+    assert!(l.contains(" WARN "), "{l}");
+    let waited: u64 = l
+        .split("waited_ms=")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no waited_ms in {l}"));
+    assert!(waited >= 100, "{l}");
+    // ...and the sender hears the cause.
+    expect_line(&[
+        "Terminate received",
+        "peer=127.0.210.14 ",
+        &q,
+        "cause=DDP untagged buffer error: invalid MSN, no buffer available",
+    ]);
+}

@@ -404,6 +404,13 @@ impl Conn {
                         return None;
                     }
                     // Waited long enough: the engine refuses it (no buffer).
+                    conn_log!(
+                        warn,
+                        self,
+                        waited_ms = now.saturating_sub(since),
+                        recv_wait_ms = self.ia.recv_wait_ms,
+                        "a Send of the peer found no receive posted within recv_wait_ms: refused"
+                    );
                 } else if !rtr {
                     self.free_recvs -= 1;
                 }
