@@ -878,3 +878,55 @@ fn bulk_payload_at_an_ethernet_mss_goes_by_reference() {
         2 * n
     );
 }
+
+/// IPv6: both IAs on `::1` connect, the connection request names the
+/// peer, and sends, an RDMA Write and an RDMA Read move their bytes. Skips
+/// (with its reason) where the host has no IPv6 loopback.
+#[test]
+fn ipv6_loopback_connects_and_moves_data() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipped: this host has no IPv6 loopback (::1)");
+        return;
+    }
+    let tcp = Tcp::new();
+    let p = Pair::new(Node::new(&tcp, "::1", ""), Node::new(&tcp, "::1", ""));
+    let v6: std::net::IpAddr = "::1".parse().unwrap();
+    assert_eq!(p.s.ia.address(), v6);
+    p.c.ep.connect(v6, p.qual, Some(T), b"six").unwrap();
+    let cr = next_cr(&p.s.ia, &p.s.cr);
+    assert_eq!(cr.remote_address(), v6);
+    assert_eq!(cr.private_data(), b"six");
+    cr.accept(&p.s.ep, b"").unwrap();
+    assert_eq!(conn_kind(&p.s.conn), ConnectionEventKind::Established);
+    assert_eq!(conn_kind(&p.c.conn), ConnectionEventKind::Established);
+    let (sbuf, cbuf) = (p.s.buf(70_000), p.c.buf(70_000));
+    let (ssrc, csrc) = (p.s.lmr(pattern(70_000, 3)), p.c.lmr(pattern(70_000, 4)));
+    round_trip(&p, (&sbuf, &cbuf), (&ssrc, &csrc), 70_000, 1, next_dto);
+    assert_eq!(sbuf.to_vec().unwrap(), pattern(70_000, 4));
+    assert_eq!(cbuf.to_vec().unwrap(), pattern(70_000, 3));
+    let target = p.s.lmr(vec![0; 4096]);
+    let src = p.c.lmr(pattern(4096, 5));
+    p.c.ep
+        .post_rdma_write(
+            &[src.triplet(0, 4096).unwrap()],
+            target.rmr_triplet(0, 4096).unwrap(),
+            2,
+            D,
+        )
+        .unwrap();
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+    assert_eq!(target.to_vec().unwrap(), pattern(4096, 5));
+    let sink = p.c.buf(4096);
+    p.c.ep
+        .post_rdma_read(
+            &[sink.triplet(0, 4096).unwrap()],
+            target.rmr_triplet(0, 4096).unwrap(),
+            3,
+            D,
+        )
+        .unwrap();
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+    assert_eq!(sink.to_vec().unwrap(), pattern(4096, 5));
+    p.c.ep.disconnect(true).unwrap();
+    p.expect_end(ConnectionEventKind::Disconnected);
+}
