@@ -38,6 +38,30 @@ const DIRECT_TAIL: usize = 256;
 /// message's first FPDU land in the input buffer.
 pub(super) const LARGE_AFTER: u8 = 8;
 
+/// What a look at a socket's input found.
+#[derive(Debug)]
+enum Look {
+    /// Bytes not read yet, or the end of the stream.
+    Input,
+    /// Nothing yet.
+    Nothing,
+    /// The error the socket held, which the look cleared.
+    Failed(io::Error),
+}
+
+/// Looks at `sock`'s input without taking it (a one-byte peek). Like any
+/// receive, the peek reports and clears an error the socket holds.
+fn look(sock: &std::net::TcpStream) -> Look {
+    let mut b = [0u8; 1];
+    match sock.peek(&mut b) {
+        Ok(_) => Look::Input,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Look::Nothing,
+        // Not an answer: looked at again at the next check.
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Look::Input,
+        Err(e) => Look::Failed(e),
+    }
+}
+
 /// True if `b` is a whole number of FPDUs.
 fn whole_fpdus(mut b: &[u8]) -> bool {
     while b.len() >= 2 {
@@ -206,18 +230,29 @@ impl Conn {
         if self.phase != Phase::Open || self.eof {
             return;
         }
-        // (`take_error` clears the error: it is acted on here.)
-        let _ = self.sock.take_error();
         self.eof = true;
         self.stall_since = None;
-        self.socket_failed();
+        // (`take_error` clears the error: it is acted on, and said, here.)
+        match self.sock.take_error() {
+            Ok(Some(e)) => self.socket_error("poll", &e),
+            _ => self.socket_failed(),
+        }
     }
 
-    /// The socket holds input not read yet (or its end, or an error: all
-    /// news from the peer). Looks without taking.
-    pub(super) fn socket_has_input(&self) -> bool {
-        let mut b = [0u8; 1];
-        !matches!(self.sock.peek(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    /// Whether the peer is still heard from: input not read yet, or its
+    /// end. An error the socket holds (a reset, TCP's user timeout) breaks
+    /// the connection here: the look took it, and the next read would find
+    /// only a clean end of stream.
+    pub(super) fn socket_has_input(&mut self) -> bool {
+        match look(&self.sock) {
+            Look::Input => true,
+            Look::Nothing => false,
+            Look::Failed(e) => {
+                self.eof = true;
+                self.socket_error("read", &e);
+                true
+            }
+        }
     }
 
     /// A system call on the socket failed with `e`: said, then as
@@ -486,5 +521,66 @@ impl Conn {
         self.recv_order.push_back(id);
         self.free_recvs += 1;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Look, look};
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        a.set_nonblocking(true).unwrap();
+        (a, b)
+    }
+
+    /// Waits (bounded) until a look at `a` finds something.
+    fn settled(a: &TcpStream) -> Look {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match look(a) {
+                Look::Nothing if std::time::Instant::now() < end => {
+                    std::thread::sleep(std::time::Duration::from_millis(5))
+                }
+                l => return l,
+            }
+        }
+    }
+
+    #[test]
+    fn a_look_tells_nothing_from_input_and_from_a_clean_end() {
+        let (a, mut b) = pair();
+        assert!(matches!(look(&a), Look::Nothing));
+        b.write_all(b"x").unwrap();
+        assert!(matches!(settled(&a), Look::Input));
+        // Still there: a look takes nothing.
+        assert!(matches!(look(&a), Look::Input));
+        let (c, d) = pair();
+        drop(d);
+        assert!(matches!(settled(&c), Look::Input));
+    }
+
+    /// The case the provider acts on: a reset is reported once, by the
+    /// first look, after which the socket reads as a clean end. A look
+    /// that dropped the error would have turned a broken connection into
+    /// a graceful end.
+    #[test]
+    fn a_look_reports_a_reset_once() {
+        let (a, b) = pair();
+        socket2::SockRef::from(&b)
+            .set_linger(Some(std::time::Duration::ZERO))
+            .unwrap();
+        drop(b);
+        match settled(&a) {
+            Look::Failed(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
+            l => panic!("expected the reset, got {l:?}"),
+        }
+        assert!(matches!(look(&a), Look::Input));
+        let mut buf = [0u8; 4];
+        assert_eq!(std::io::Read::read(&mut &a, &mut buf).unwrap(), 0);
     }
 }

@@ -602,7 +602,8 @@ impl Conn {
         };
         if let Some(code) = why {
             if self.socket_has_input() {
-                // The peer is not silent: its bytes are not read yet.
+                // The peer is not silent: its bytes (or its end) are not
+                // read yet. (An error the socket held broke it just now.)
                 self.rx_last = now;
                 self.answer_check = self.answer_deadline();
             } else {
