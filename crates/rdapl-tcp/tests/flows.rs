@@ -365,8 +365,7 @@ fn a_forged_key_moves_nothing_and_breaks_both_sides() {
     let rbuf = p.s.buf(16);
     p.s.recv(&rbuf, 0, 16, 9);
     let src = p.c.lmr(vec![1; 64]);
-    let mut forged = target.rmr_triplet(0, 64).unwrap();
-    forged.rmr_context ^= 0xFF;
+    let forged = forged_key(&target);
     p.c.ep
         .post_rdma_write(&[src.triplet(0, 64).unwrap()], forged, 1, D)
         .unwrap();

@@ -129,8 +129,7 @@ fn a_forged_key_is_told_on_both_sides_with_its_cause() {
     let q = format!("qual={}", p.qual);
     let target = p.s.lmr(vec![5; 64]);
     let src = p.c.lmr(vec![1; 64]);
-    let mut forged = target.rmr_triplet(0, 64).unwrap();
-    forged.rmr_context ^= 0xFF;
+    let forged = forged_key(&target);
     p.c.ep
         .post_rdma_write(&[src.triplet(0, 64).unwrap()], forged, 1, D)
         .unwrap();

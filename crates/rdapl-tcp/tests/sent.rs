@@ -111,8 +111,7 @@ fn a_forged_key_on_sent_breaks_both_sides_and_flushes_the_rest() {
     p.s.recv(&rbuf, 0, 16, 9);
     let src = p.c.lmr(vec![1; 64]);
     let sink = p.c.buf(64);
-    let mut forged = target.rmr_triplet(0, 64).unwrap();
-    forged.rmr_context ^= 0xFF;
+    let forged = forged_key(&target);
     p.c.ep
         .post_rdma_write(&[src.triplet(0, 64).unwrap()], forged, 1, D)
         .unwrap();

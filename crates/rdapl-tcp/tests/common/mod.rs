@@ -98,6 +98,15 @@ pub fn flushed(evd: &Evd, cookies: &[u64]) {
     empty(evd);
 }
 
+/// `target`'s first 64 bytes under a forged key: its own with the low
+/// byte flipped.
+#[allow(dead_code)] // not every test file forges keys
+pub fn forged_key(target: &Lmr) -> RmrTriplet {
+    let mut t = target.rmr_triplet(0, 64).unwrap();
+    t.rmr_context ^= 0xFF;
+    t
+}
+
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ ((i >> 8) as u8))
