@@ -16,11 +16,11 @@ use crate::mem::MemTable;
 use crate::provider::{Provider, Transport};
 use crate::pz::Pz;
 use crate::sp::{Psp, Rsp, SpInner};
-use parking_lot::Mutex;
+use crate::weak_list::WeakList;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
 
 /// IA attributes (`DAT_IA_ATTR`, the fields rdapl reports).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -186,8 +186,8 @@ pub struct IaInner {
     /// The IA's registration table: every LMR and RMR key of the IA.
     pub mem: MemTable,
     pub(crate) dispatch: crate::sync::Arc<dyn Dispatch>,
-    pub(crate) eps: Mutex<Vec<Weak<EpInner>>>,
-    pub(crate) sps: Mutex<Vec<Weak<SpInner>>>,
+    pub(crate) eps: WeakList<EpInner>,
+    pub(crate) sps: WeakList<SpInner>,
     pub(crate) live: LiveCounts,
     pub(crate) closed: AtomicBool,
 }
@@ -286,8 +286,8 @@ impl Ia {
                 async_evd,
                 mem: MemTable::default(),
                 dispatch,
-                eps: Mutex::new(Vec::new()),
-                sps: Mutex::new(Vec::new()),
+                eps: WeakList::default(),
+                sps: WeakList::default(),
                 live: LiveCounts::default(),
                 closed: AtomicBool::new(false),
             }),
@@ -422,20 +422,8 @@ impl Ia {
     /// rejected (their active sides get `PeerRejected`).
     pub fn close(&self, flags: CloseFlags) -> Result<()> {
         self.check_open()?;
-        let eps: Vec<_> = self
-            .inner
-            .eps
-            .lock()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect();
-        let sps: Vec<_> = self
-            .inner
-            .sps
-            .lock()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect();
+        let eps = self.inner.eps.live();
+        let sps = self.inner.sps.live();
         let live_eps = eps.iter().filter(|e| !e.is_freed()).count();
         let live_sps = sps.iter().filter(|s| !s.is_freed()).count();
         let live = &self.inner.live;

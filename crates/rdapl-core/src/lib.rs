@@ -97,6 +97,7 @@ pub mod srq;
 #[cfg(feature = "stream")]
 pub mod stream;
 mod sync;
+mod weak_list;
 
 pub use buf::{Buf, BufRefused};
 pub use cno::{Cno, CnoHandle};

@@ -29,8 +29,8 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
 
 /// Which kind of service point.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -227,6 +227,7 @@ impl SpInner {
             l.unlisten(self);
         }
         self.feeder.lock().take();
+        self.ia.sps.freed();
     }
 }
 
@@ -255,7 +256,7 @@ fn create_sp(
     });
     let listener = ia.inner.transport.listen(&sp)?;
     *sp.listener.lock() = Some(listener);
-    ia.inner.sps.lock().push(Arc::downgrade(&sp));
+    ia.inner.sps.push(&sp);
     Ok(sp)
 }
 
@@ -377,7 +378,7 @@ impl fmt::Debug for Cr {
 impl Ia {
     /// The pending connection request named by a `ConnectionRequest` event.
     pub fn cr(&self, handle: CrHandle) -> Result<Cr> {
-        for sp in self.inner.sps.lock().iter().filter_map(Weak::upgrade) {
+        for sp in self.inner.sps.live() {
             if let Some(cr) = sp.crs.lock().get(&handle) {
                 return Ok(Cr { inner: cr.clone() });
             }

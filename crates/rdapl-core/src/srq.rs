@@ -62,7 +62,7 @@ pub struct SrqInner {
     /// puts back at the head one it took and did not use).
     pub recvs: Mutex<VecDeque<SrqWr>>,
     watermark: Mutex<Option<usize>>,
-    pub(crate) eps: Mutex<Vec<std::sync::Weak<crate::ep::EpInner>>>,
+    pub(crate) eps: crate::weak_list::WeakList<crate::ep::EpInner>,
     freed: AtomicBool,
     /// The provider's table of the SRQ.
     ops: Box<dyn crate::provider::SrqOps>,
@@ -122,7 +122,7 @@ impl Ia {
                 max_recv_iov,
                 recvs: Mutex::new(VecDeque::new()),
                 watermark: Mutex::new(None),
-                eps: Mutex::new(Vec::new()),
+                eps: Default::default(),
                 freed: AtomicBool::new(false),
                 ops,
             }),
@@ -224,12 +224,9 @@ impl Srq {
 impl SrqInner {
     /// The live endpoints using this SRQ.
     pub(crate) fn endpoints(&self) -> Vec<Arc<crate::ep::EpInner>> {
-        self.eps
-            .lock()
-            .iter()
-            .filter_map(std::sync::Weak::upgrade)
-            .filter(|e| !e.is_freed())
-            .collect()
+        let mut eps = self.eps.live();
+        eps.retain(|e| !e.is_freed());
+        eps
     }
 
     pub(crate) fn is_freed(&self) -> bool {

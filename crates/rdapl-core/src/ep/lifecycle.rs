@@ -121,9 +121,9 @@ impl Ep {
         });
         pz.inner.users.fetch_add(1, Ordering::SeqCst);
         ia.inner.live.eps.fetch_add(1, Ordering::Relaxed);
-        ia.inner.eps.lock().push(Arc::downgrade(&inner));
+        ia.inner.eps.push(&inner);
         if let Some(srq) = srq {
-            srq.inner.eps.lock().push(Arc::downgrade(&inner));
+            srq.inner.eps.push(&inner);
         }
         Ok(Ep { inner })
     }
@@ -285,5 +285,9 @@ impl EpInner {
         self.feeders.lock().clear();
         self.pz.inner.users.fetch_sub(1, Ordering::SeqCst);
         ia.live.eps.fetch_sub(1, Ordering::Relaxed);
+        ia.eps.freed();
+        if let Some(srq) = &self.srq {
+            srq.inner.eps.freed();
+        }
     }
 }
