@@ -6,10 +6,11 @@ use crate::Port;
 use crate::dto::progress;
 use crate::fabric::Fabric;
 use crate::link::{self, Link};
+use parking_lot::Mutex;
 use rdapl_core::ep::EpState;
 use rdapl_core::error::{Error, Result, Subtype};
 use rdapl_core::event::ConnectionEventKind;
-use rdapl_core::provider::soft;
+use rdapl_core::provider::soft::{self, TimerKey};
 use rdapl_core::provider::{CrInner, CrOps, CrState, EpInner};
 use std::net::IpAddr;
 use std::sync::{Arc, Weak};
@@ -50,22 +51,21 @@ pub(crate) fn connect(
         );
         return Ok(());
     };
+    let timeout_job = Arc::new(Mutex::new(None));
     let ops = Box::new(LoopCr {
         lb: ia.lb.clone(),
         active: Arc::downgrade(ep),
+        timeout_job: timeout_job.clone(),
     });
     let cr = CrInner::new(&sp, private_data, ia.addr, ops);
     ep.core.lock().pending_cr = Some(cr.clone());
-    if sp.deliver(&cr).is_err() {
-        cr.settle_as(CrState::Cancelled);
-        fail_active(ep, ConnectionEventKind::NonPeerRejected, None);
-        return Ok(());
-    }
-    // (A timeout too long for an instant is as good as none.)
+    // Armed before the request is delivered, so that an accept or a reject
+    // always finds the job to cancel. (A timeout too long for an instant is
+    // as good as none.)
     if let Some(at) = soft::deadline(timeout) {
         let (cr, ep) = (cr.clone(), Arc::downgrade(ep));
         // Cannot fail: the thread runs (started above).
-        let _ = ia.lb.timer.at(
+        if let Ok(key) = ia.lb.timer.at(
             at,
             Box::new(move || {
                 if cr.settle_as(CrState::Cancelled)
@@ -74,7 +74,14 @@ pub(crate) fn connect(
                     fail_active(&ep, ConnectionEventKind::TimedOut, None);
                 }
             }),
-        );
+        ) {
+            *timeout_job.lock() = Some(key);
+        }
+    }
+    if sp.deliver(&cr).is_err() {
+        cr.settle_as(CrState::Cancelled);
+        cancel_timeout(&ia.lb, &timeout_job);
+        fail_active(ep, ConnectionEventKind::NonPeerRejected, None);
     }
     Ok(())
 }
@@ -83,6 +90,16 @@ pub(crate) fn connect(
 struct LoopCr {
     lb: Arc<Fabric>,
     active: Weak<EpInner>,
+    /// The job that times the connect out, cancelled once the request is
+    /// answered: it holds the request and the endpoint's allocation.
+    timeout_job: Arc<Mutex<Option<TimerKey>>>,
+}
+
+fn cancel_timeout(lb: &Fabric, job: &Mutex<Option<TimerKey>>) {
+    let key = job.lock().take();
+    if let Some(key) = key {
+        lb.timer.cancel(key);
+    }
 }
 
 impl CrOps for LoopCr {
@@ -100,6 +117,7 @@ fn accept(req: &LoopCr, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<
     if !cr.settle_as(CrState::Accepted) {
         return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
     }
+    cancel_timeout(&req.lb, &req.timeout_job);
     let Some(active) = active else {
         return Err(Error::Abort("the connecting endpoint went away"));
     };
@@ -136,6 +154,7 @@ fn reject(req: &LoopCr, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> 
     if !cr.settle_as(CrState::Rejected) {
         return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
     }
+    cancel_timeout(&req.lb, &req.timeout_job);
     if let Some(active) = req.active.upgrade() {
         fail_active(
             &active,

@@ -50,18 +50,31 @@ use std::time::Instant;
 /// A job for the [`Timer`].
 pub type Job = Box<dyn FnOnce() + Send>;
 
+/// Names a job of a [`Timer`], to cancel it ([`Timer::cancel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimerKey(u64);
+
 /// A one-thread timer: runs jobs at their deadlines, one at a time, on its
 /// own thread, with none of its locks held. The thread starts with the
 /// first job ([`Timer::at`], or [`Timer::ensure_running`] ahead of it), so
 /// a provider whose timer is never used runs none. It ends when the timer
-/// is stopped ([`Timer::stop`]); jobs not yet run then never run.
+/// is stopped ([`Timer::stop`]); jobs not yet run then never run. A job
+/// that has become pointless is cancelled ([`Timer::cancel`]), so that what
+/// it holds goes at once rather than at its deadline.
 pub struct Timer {
     name: String,
-    jobs: Mutex<Vec<(Instant, Job)>>,
+    jobs: Mutex<Jobs>,
     /// The thread was started (under the `jobs` lock).
     running: AtomicBool,
     stopped: AtomicBool,
     cv: Condvar,
+}
+
+/// The pending jobs, with their deadlines and keys.
+#[derive(Default)]
+struct Jobs {
+    list: Vec<(Instant, TimerKey, Job)>,
+    next_key: u64,
 }
 
 impl Timer {
@@ -69,7 +82,7 @@ impl Timer {
     pub fn new(name: &str) -> Arc<Timer> {
         Arc::new(Timer {
             name: name.into(),
-            jobs: Mutex::new(Vec::new()),
+            jobs: Mutex::new(Jobs::default()),
             running: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             cv: Condvar::new(),
@@ -97,11 +110,35 @@ impl Timer {
 
     /// Runs `job` at `when` (at once if that has passed). An error (the
     /// thread could not be started) drops the job unrun.
-    pub fn at(self: &Arc<Self>, when: Instant, job: Job) -> std::io::Result<()> {
+    pub fn at(self: &Arc<Self>, when: Instant, job: Job) -> std::io::Result<TimerKey> {
         self.ensure_running()?;
-        self.jobs.lock().push((when, job));
+        let key = {
+            let mut jobs = self.jobs.lock();
+            let key = TimerKey(jobs.next_key);
+            jobs.next_key += 1;
+            jobs.list.push((when, key, job));
+            key
+        };
         self.cv.notify_one();
-        Ok(())
+        Ok(key)
+    }
+
+    /// Drops the job `key` unrun, with what it holds; false if it already
+    /// ran, is running or was cancelled.
+    pub fn cancel(&self, key: TimerKey) -> bool {
+        let job = {
+            let mut jobs = self.jobs.lock();
+            let at = jobs.list.iter().position(|(_, k, _)| *k == key);
+            at.map(|i| jobs.list.swap_remove(i))
+        };
+        // Dropped here, not under the lock: the job may hold the last
+        // reference to an object whose drop takes locks of its own.
+        job.is_some()
+    }
+
+    /// Jobs waiting for their deadline.
+    pub fn pending(&self) -> usize {
+        self.jobs.lock().list.len()
     }
 
     /// Stops the timer: its thread ends (after the job it may be running).
@@ -118,19 +155,67 @@ impl Timer {
                 return;
             }
             let now = Instant::now();
-            if let Some(i) = jobs.iter().position(|(w, _)| *w <= now) {
-                let (_, job) = jobs.swap_remove(i);
+            if let Some(i) = jobs.list.iter().position(|(w, _, _)| *w <= now) {
+                let (_, _, job) = jobs.list.swap_remove(i);
                 drop(jobs);
                 job();
                 jobs = self.jobs.lock();
                 continue;
             }
-            match jobs.iter().map(|(w, _)| *w).min() {
+            match jobs.list.iter().map(|(w, _, _)| *w).min() {
                 Some(next) => {
                     self.cv.wait_until(&mut jobs, next);
                 }
                 None => self.cv.wait(&mut jobs),
             }
         }
+    }
+}
+
+#[cfg(all(test, not(rdapl_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_cancelled_job_never_runs_and_lets_go_at_once() {
+        let t = Timer::new("test-timer");
+        let held = Arc::new(());
+        let (tx, rx) = mpsc::channel();
+        let h = held.clone();
+        let far = Instant::now() + Duration::from_secs(3600);
+        let key = t
+            .at(
+                far,
+                Box::new(move || {
+                    drop(h);
+                    tx.send("ran").unwrap();
+                }),
+            )
+            .unwrap();
+        assert_eq!((t.pending(), Arc::strong_count(&held)), (1, 2));
+        assert!(t.cancel(key));
+        assert_eq!((t.pending(), Arc::strong_count(&held)), (0, 1));
+        assert!(!t.cancel(key), "a key cancels once");
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        t.stop();
+    }
+
+    #[test]
+    fn a_job_runs_at_its_deadline_and_then_cannot_be_cancelled() {
+        let t = Timer::new("test-timer");
+        let (tx, rx) = mpsc::channel();
+        let (tx2, rx2) = mpsc::channel();
+        let soon = Instant::now() + Duration::from_millis(20);
+        let key = t.at(soon, Box::new(move || tx.send(1).unwrap())).unwrap();
+        let other = t.at(soon, Box::new(move || tx2.send(2).unwrap())).unwrap();
+        assert_ne!(key, other);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(1));
+        assert_eq!(rx2.recv_timeout(Duration::from_secs(10)), Ok(2));
+        assert!(Instant::now() >= soon);
+        assert!(!t.cancel(key));
+        assert_eq!(t.pending(), 0);
+        t.stop();
     }
 }
