@@ -126,6 +126,7 @@ pub(crate) fn start_connect(
         .map_err(|_| ConnectionEventKind::Unreachable)?;
     let _ = s.set_tcp_nodelay(true);
     set_liveness(&s, timeout_ms).map_err(|_| ConnectionEventKind::Unreachable)?;
+    defer_port(&s);
     s.bind(&SockAddr::from(SocketAddr::new(local, 0)))
         .map_err(|_| ConnectionEventKind::Unreachable)?;
     match s.connect(&SockAddr::from(remote)) {
@@ -136,6 +137,25 @@ pub(crate) fn start_connect(
         Err(e) => return Err(connect_error_kind(&e)),
     }
     Ok(s.into())
+}
+
+/// Leaves the choice of `s`'s port to its connect (Linux's
+/// `IP_BIND_ADDRESS_NO_PORT`): bound to the IA's address with port 0, a
+/// socket otherwise takes a port at the bind, which must then differ from
+/// every port that address holds, closed connections waiting out TIME_WAIT
+/// included. A process that makes many short connections from one address
+/// then pays a kernel search that grows with them (milliseconds a connect
+/// after some thousands) and finally finds no port at all; chosen at the
+/// connect, a port need only make the four-tuple unique. Where the option
+/// is missing, the bind takes the port as before.
+fn defer_port(s: &Socket) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use nix::sys::socket::{setsockopt, sockopt::IpBindAddressNoPort};
+        let _ = setsockopt(s, IpBindAddressNoPort, &true);
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = s;
 }
 
 /// The outcome of a connect in progress, once the socket is writable:

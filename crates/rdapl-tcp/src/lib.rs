@@ -26,7 +26,11 @@
 //!   passive consumer may take its time to decide: no MPA timer refuses
 //!   a slow accept behind their backs (siw's 10 s and 5 s would). Only
 //!   the MPA Request's arrival, and the RTR's after the Reply, are timed
-//!   (the IA's `mpa_timeout_ms`, 5 s).
+//!   (the IA's `mpa_timeout_ms`, 5 s). A connect binds the IA's address and
+//!   leaves the port to the kernel's connect (Linux): one address then
+//!   holds more connections than it has ports, as long as their peers
+//!   differ, and closed connections waiting out TIME_WAIT neither slow
+//!   nor stop new connects.
 //!   Peer-to-peer mode is always asked for, so the active side speaks
 //!   first (a zero-length RDMA Write) and either side may send at once.
 //!   The endpoint's `max_rdma_read_in` and `max_rdma_read_out` are the
