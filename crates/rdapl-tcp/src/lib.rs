@@ -90,8 +90,10 @@
 //!   libfabric's tcp provider does with manual progress: a poster writes
 //!   its send to the socket itself (each connection is behind a lock that
 //!   posters only try; a contended post is left to the lock's holder), and
-//!   a consumer that finds one of the endpoint's EVDs empty (`dequeue`) or
-//!   is about to wait on it reads, places and completes in its own thread
+//!   a consumer that finds one of the endpoint's EVDs (receive, request or
+//!   connection: the end of a connection comes in with its data) empty
+//!   (`dequeue`) or is about to wait on it reads, places and completes in
+//!   its own thread
 //!   (the core's [`rdapl::provider::Progress`] hook; a `wait` does that
 //!   for 50 us, then hands the input back and blocks). While a consumer
 //!   polls, the thread leaves that socket's input alone. Nothing spins

@@ -6,7 +6,8 @@
 //!
 //! Every test makes that check an hour apart (`poll_fresh_ms`), so a
 //! consumer that kept the input would see nothing within the bound `T`.
-//! The last test: a consumer that polled a receive in and then went
+//! A consumer that polled and then waits for the connection's end sees it
+//! at once too. The last test: a consumer that polled a receive in and then went
 //! quiet still lets the answer to the peer's fence out (the peer's send
 //! completes on it), within the provider's hold bound, not the hour.
 //! And a consumer that polled and then paused for longer than
@@ -112,6 +113,24 @@ fn an_upcall_armed_after_polling_gets_the_next_receive() {
     buf.read_at(0, &mut got).unwrap();
     assert_eq!(got, pattern(64, 3));
     assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
+}
+
+#[test]
+fn a_waiter_for_the_end_after_polling_sees_it_at_once() {
+    // The end of a connection comes in with its data: a consumer that
+    // polled the receive EVD, then waits on the connection EVD, drives
+    // that input (the connection EVD runs the same progress hooks).
+    let (p, _buf) = polled_pair("127.0.222.1", "127.0.222.2");
+    p.s.ep.disconnect(true).unwrap();
+    assert_eq!(
+        conn_kind(&p.c.conn),
+        ConnectionEventKind::Disconnected,
+        "the end within the bound, not when the thread checks"
+    );
+    assert_eq!(conn_kind(&p.s.conn), ConnectionEventKind::Disconnected);
+    // The receive the client had posted is flushed.
+    let d = next_dto(&p.c.rcv);
+    assert_eq!((d.cookie, d.status), (1, DtoStatus::Flushed));
 }
 
 #[test]

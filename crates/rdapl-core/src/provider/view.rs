@@ -196,33 +196,41 @@ impl EpInner {
     }
 
     /// Attaches a provider's progress hook to the EVDs this endpoint's
-    /// completions go to (receive and request EVDs): a consumer that finds
-    /// one empty, or is about to wait on it, runs the hook first (see
-    /// [`crate::evd::Progress`]). Held weakly: dropping the hook detaches it.
+    /// completions and connection events go to (receive, request and
+    /// connection EVDs): a consumer that finds one empty, or is about to
+    /// wait on it, runs the hook first (see [`crate::evd::Progress`]), so
+    /// that the end of a connection, which a provider learns from the same
+    /// input as its data, reaches a consumer waiting for it as soon as its
+    /// completions would. Held weakly: dropping the hook detaches it.
     pub fn attach_progress(&self, hook: Weak<dyn crate::evd::Progress>) {
         self.attach_progress_per_evd(|_| hook.clone());
     }
 
     /// [`EpInner::attach_progress`] with a hook per EVD: `hook_for` is
-    /// called once for each EVD this endpoint's completions go to (once if
-    /// the receive and request EVDs are one), with its handle, and what it
-    /// returns is attached to that EVD. A provider whose connections share
+    /// called once for each of those EVDs (once for an EVD that takes
+    /// several of the streams), with its handle, and what it returns is
+    /// attached to that EVD. A provider whose connections share
     /// EVDs keeps one hook per EVD for all of them, so that a pass over an
     /// EVD costs what is ready, not what is attached.
     pub fn attach_progress_per_evd(
         &self,
         mut hook_for: impl FnMut(crate::event::EvdHandle) -> Weak<dyn crate::evd::Progress>,
     ) {
-        let mut seen = None;
-        for evd in [self.recv_evd.as_ref(), self.request_evd.as_ref()]
-            .into_iter()
-            .flatten()
+        let mut seen = [None; 3];
+        for (i, evd) in [
+            self.recv_evd.as_ref(),
+            self.request_evd.as_ref(),
+            self.conn_evd.as_ref(),
+        ]
+        .into_iter()
+        .enumerate()
         {
+            let Some(evd) = evd else { continue };
             let h = evd.handle();
-            if seen == Some(h) {
+            if seen.contains(&Some(h)) {
                 continue;
             }
-            seen = Some(h);
+            seen[i] = Some(h);
             evd.inner.progress.attach(hook_for(h));
         }
     }
