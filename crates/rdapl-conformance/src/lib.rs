@@ -64,12 +64,18 @@
 //!
 //! The cases are `#[case]` functions of this crate's `cases` modules; the
 //! helpers they share are public in [`support`].
+//!
+//! One check needs a process of its own and runs outside the suite:
+//! [`churn`], objects and connections made and ended hundreds of times,
+//! after which the process must hold no more heap, descriptors or threads
+//! than before. A provider crate runs it from a test target of its own.
 
 #![forbid(unsafe_code)]
 // The example's `fn main` is the point: it is the whole test target.
 #![allow(clippy::needless_doctest_main)]
 
 mod cases;
+pub mod churn;
 pub mod pipe;
 pub mod support;
 
