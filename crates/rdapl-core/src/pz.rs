@@ -212,7 +212,7 @@ impl Pz {
     /// as for any LMR) and holds the borrow of `buf`, so the caller cannot
     /// touch the buffer while it is registered. When it goes, rdapl
     /// guarantees it never touches the buffer again: the LMR is freed (its
-    /// keys die for good; if windows are still bound to it, it is
+    /// keys are dead; if windows are still bound to it, it is
     /// invalidated anyway and every window bound to it is unbound, so their
     /// keys die too), and the region is retired, which first waits for any
     /// copy in progress. A transfer that resolved a key before then and
@@ -670,7 +670,7 @@ impl Lmr {
     }
 
     /// Frees the LMR (`dat_lmr_free`); refused with `InvalidState(LMR_IN_USE)`
-    /// while an RMR is bound to it. Its keys die for good.
+    /// while an RMR is bound to it. Its keys are dead from then on.
     pub fn free(&self) -> Result<()> {
         let mut m = self.inner.map.lock();
         let ctx = &mut m.ctx;
@@ -955,8 +955,7 @@ impl Rmr {
     }
 
     /// Frees the RMR (`dat_rmr_free`); a bound window is unbound first (its
-    /// LMR no longer counts it) and its key dies for good. A window that ran
-    /// out of keys is already retired and unbound: this frees the handle.
+    /// LMR no longer counts it) and its key is dead from then on.
     pub fn free(&self) -> Result<()> {
         let mut ctx = self.inner.ctx.lock();
         let c = ctx.ok_or(Error::InvalidHandle(Subtype::InvalidHandleRmr))?;

@@ -1,7 +1,8 @@
 //! Regression tests of registered-memory defects found by an adversarial
 //! test of the public API: windows outliving their LMR's mapping (an FMR
-//! invalidated or re-mapped under them), and a window that runs out of
-//! keys leaking its bind.
+//! invalidated or re-mapped under them), and a window's bind leaked when
+//! it ran out of keys (keys no longer run out: a window re-bound and an
+//! FMR re-mapped hundreds of times keep their counts exact).
 //!
 //! Every test opens its IAs at its own address (`127.0.40.<m>`) and uses its
 //! own connection qualifiers, so the tests run in parallel. Every wait has a
@@ -11,7 +12,7 @@
 use crate::case;
 use crate::support as common;
 
-use common::{D, Inject, Pair, empty, next_dto, pair, rt};
+use common::{D, Inject, Pair, next_dto, pair, rt};
 use rdapl::error::Subtype;
 use rdapl::*;
 use std::sync::Arc;
@@ -238,60 +239,58 @@ fn window_on_fmr_invalidated_while_bind_queued_grants_nothing() {
     rmr.free().unwrap();
 }
 
-// ----- defect 9: a window that runs out of keys ------------------------------
+// ----- defect 9: a window re-bound again and again ------------------------
+
+/// Rounds of re-binding and re-mapping: more than a key byte's 256 values.
+const ROUNDS: u64 = 300;
 
 /// Binds `rmr` to `lmr`, then alternates unbind and bind (or, with
-/// `rebind`, binds it again and again) until a post is refused for want of
-/// keys, which happens while the window is bound; returns the window's last
-/// key.
-fn exhaust_window_keys(p: &Pair, rmr: &Rmr, lmr: &Lmr, rebind: bool) -> u32 {
-    bind(p, rmr, lmr, 0, 64, 1);
+/// `rebind`, binds it again and again) for twice [`ROUNDS`] posts: none is
+/// refused (keys never run out), a replaced key is refused (checked every
+/// 100 posts), and the window ends bound, counted once by its LMR.
+fn rebind_window(p: &Pair, rmr: &Rmr, lmr: &Lmr, region: &Arc<Region>, rebind: bool) {
+    let mut key = bind(p, rmr, lmr, 0, 64, 1);
     let mut cookie = 2;
     let mut bound = true;
-    // 256 keys per slot: the loop ends long before this bound.
-    for _ in 0..600 {
-        let r = if bound && !rebind {
-            p.s.ep.post_rmr_unbind(rmr, cookie, D)
+    for post in 0..ROUNDS * 2 {
+        let old = key;
+        key = if bound && !rebind {
+            p.s.ep.post_rmr_unbind(rmr, cookie, D).unwrap()
         } else {
-            p.s.ep.post_rmr_bind(
-                rmr,
-                lmr,
-                lmr.triplet(0, 64).unwrap(),
-                remote_rw(),
-                cookie,
-                D,
-            )
+            p.s.ep
+                .post_rmr_bind(
+                    rmr,
+                    lmr,
+                    lmr.triplet(0, 64).unwrap(),
+                    remote_rw(),
+                    cookie,
+                    D,
+                )
+                .unwrap_or_else(|e| panic!("post {post}: {e:?}"))
         };
-        match r {
-            Ok(_) => {
-                let d = next_dto(&p.s.req);
-                assert_eq!((d.cookie, d.status), (cookie, DtoStatus::Success));
-                bound = rebind || !bound;
-                cookie += 1;
-            }
-            Err(Error::InsufficientResources { resource, what }) => {
-                assert_eq!(resource, Subtype::ResourceMemoryRegion);
-                assert_eq!(what, "the window ran out of keys");
-                assert!(bound, "the test means to run out while bound");
-                empty(&p.s.req);
-                return rmr.context().unwrap();
-            }
-            Err(e) => panic!("unexpected error after {cookie} posts: {e:?}"),
+        let d = next_dto(&p.s.req);
+        assert_eq!((d.cookie, d.status), (cookie, DtoStatus::Success));
+        cookie += 1;
+        bound = rebind || !bound;
+        if post % 100 == 0 {
+            window_refused(p, old, region.address(), &[region], 100_000 + post);
         }
     }
-    panic!("the window never ran out of keys");
+    if !bound {
+        bind(p, rmr, lmr, 0, 64, cookie);
+    }
+    common::state_err(lmr.free(), Subtype::InvalidStateLmrInUse);
 }
 
-fn window_out_of_keys_releases_its_lmr(p: Pair, rebind: bool) {
+fn window_rebound_releases_its_lmr(p: Pair, rebind: bool) {
     let region_lmr = p.s.buf(64);
     let region = region_lmr.region().unwrap();
     let rmr = p.s.pz.rmr_create().unwrap();
-    let last = exhaust_window_keys(&p, &rmr, &region_lmr, rebind);
-    // The refused post revoked the window: its last key grants nothing.
-    window_refused(&p, last, region.address(), &[&region], 1000);
+    rebind_window(&p, &rmr, &region_lmr, &region, rebind);
+    // Freeing the window releases the LMR: everything can be freed, and
+    // the IA closed gracefully.
     rmr.free().unwrap();
     region_lmr.free().unwrap();
-    // Everything can be freed, and the IA closed gracefully.
     p.psp.free().unwrap();
     p.s.ep.disconnect(false).unwrap();
     p.s.ep.free().unwrap();
@@ -300,51 +299,52 @@ fn window_out_of_keys_releases_its_lmr(p: Pair, rebind: bool) {
 }
 
 #[case]
-fn window_out_of_keys_on_unbind_releases_its_lmr() {
+fn window_unbound_and_bound_again_and_again_releases_its_lmr() {
     if crate::support::skip_unless_placed() {
         return;
     }
-    window_out_of_keys_releases_its_lmr(pair("127.0.40.9", "127.0.40.10", 4009), false);
+    window_rebound_releases_its_lmr(pair("127.0.40.9", "127.0.40.10", 4009), false);
 }
 
 #[case]
-fn window_out_of_keys_on_rebind_releases_its_lmr() {
+fn window_rebound_again_and_again_releases_its_lmr() {
     if crate::support::skip_unless_placed() {
         return;
     }
-    window_out_of_keys_releases_its_lmr(pair("127.0.40.11", "127.0.40.12", 4011), true);
+    window_rebound_releases_its_lmr(pair("127.0.40.11", "127.0.40.12", 4011), true);
 }
 
 #[case]
-fn fmr_out_of_keys_unbinds_its_windows() {
+fn fmr_remapped_again_and_again_unbinds_its_windows() {
     if crate::support::skip_unless_placed() {
         return;
     }
-    // An FMR re-mapped until its slot has no key left: the windows bound
-    // to it go with its mapping.
+    // An FMR re-mapped more times than a key byte has values, a window
+    // bound to each mapping: each re-map refuses the last window's key
+    // (checked every 50 rounds), and nothing runs out.
     let p = pair("127.0.40.13", "127.0.40.14", 4013);
     let fmr = p.s.pz.lmr_create_fmr(64).unwrap();
     let region = Region::from_vec(vec![5; 64]);
     let rmr = p.s.pz.rmr_create().unwrap();
     let mut k = None;
     let mut cookie = 1;
-    for _ in 0..600 {
-        match p
-            .s
-            .ep
+    for round in 0..ROUNDS {
+        p.s.ep
             .post_lmr_fmr(&fmr, region.clone(), MemPriv::ALL, cookie, D)
+            .unwrap_or_else(|e| panic!("re-map {round}: {e:?}"));
+        assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
+        cookie += 1;
+        if let Some(old) = k
+            && round % 50 == 0
         {
-            Ok(_) => {
-                assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
-                cookie += 1;
-                k = Some(bind(&p, &rmr, &fmr, 0, 64, cookie));
-                cookie += 1;
-            }
-            Err(Error::InsufficientResources { .. }) => break,
-            Err(e) => panic!("unexpected {e:?}"),
+            window_refused(&p, old, region.address(), &[&region], 100_000 + round);
         }
+        k = Some(bind(&p, &rmr, &fmr, 0, 64, cookie));
+        cookie += 1;
     }
-    assert!(cookie < 1200, "the FMR never ran out of keys");
+    // The FMR invalidated takes the last window with it.
+    p.s.ep.post_lmr_invalidate(&fmr, cookie, D).unwrap();
+    assert_eq!(next_dto(&p.s.req).status, DtoStatus::Success);
     window_refused(&p, k.unwrap(), region.address(), &[&region], 5000);
     rmr.free().unwrap();
     fmr.free().unwrap();

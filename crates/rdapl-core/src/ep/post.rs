@@ -191,13 +191,10 @@ impl Ep {
         // here on; the new one is unbound until the work request executes.
         inner.post_with::<MORE>(op, &[], (&mut None, 0), cookie, flags, |op| {
             // The new key is unbound; the old binding is released (the LMR
-            // it was bound to no longer counts it) under the table's lock,
-            // also when the window has no key left: then the window is
-            // retired, unbound, and `Rmr::free` is all that is left to do.
-            let ctx = mem.rekey(old, |_| {}).ok_or(Error::InsufficientResources {
-                resource: Subtype::ResourceMemoryRegion,
-                what: "the window ran out of keys",
-            })?;
+            // it was bound to no longer counts it) under the table's lock.
+            let ctx = mem
+                .rekey(old, |_| {})
+                .ok_or(Error::InvalidHandle(Subtype::InvalidHandleRmr))?;
             *rmr.inner.ctx.lock() = Some(ctx);
             op.set_new_ctx(ctx);
             new_ctx = ctx;
@@ -267,7 +264,7 @@ impl Ep {
     /// Invalidates the fast-registration `lmr` by a work request
     /// (`dat_lmr_invalidate`): when the `LmrInvalidate` DTO executes (after
     /// every request posted before it) the mapping goes and the key changes
-    /// to the returned (unmapped) context; the old key is then dead for good,
+    /// to the returned (unmapped) context; the old key is then dead,
     /// and so is every window bound to the mapping (they are unbound).
     pub fn post_lmr_invalidate(
         &self,
@@ -308,10 +305,7 @@ impl Ep {
                     .ia
                     .mem
                     .next_key(old)
-                    .ok_or(Error::InsufficientResources {
-                        resource: Subtype::ResourceMemoryRegion,
-                        what: "the fast-registration LMR ran out of keys",
-                    })?;
+                    .ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))?;
                 op.set_new_ctx(k);
                 new_ctx = k;
                 Ok(())
@@ -328,10 +322,7 @@ impl Ep {
                 e.region = None;
                 e.privs = MemPriv::NONE;
             })
-            .ok_or(Error::InsufficientResources {
-                resource: Subtype::ResourceMemoryRegion,
-                what: "the fast-registration LMR ran out of keys",
-            })?;
+            .ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))?;
         lmr.set_mapping(new_ctx, None, MemPriv::NONE);
         Ok(new_ctx)
     }

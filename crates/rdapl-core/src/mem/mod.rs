@@ -3,11 +3,18 @@
 //!
 //! # Guarantees
 //!
-//! * **Keys die for good.** A key (`lmr_context` / `rmr_context`) is a 24-bit
-//!   slot index and an 8-bit key byte. Freeing, invalidating, re-binding or
-//!   re-mapping an entry rotates its key byte; a slot whose key byte has
-//!   cycled through all 256 values is retired and never handed out again.
-//!   So a key, once dead, is never valid again in this IA.
+//! * **Dead keys are refused, and nothing runs out.** A key (`lmr_context`
+//!   / `rmr_context`) is a 24-bit slot index and an 8-bit key byte, as an
+//!   iWARP STag or an InfiniBand key. Freeing, invalidating, re-binding or
+//!   re-mapping an entry rotates its key byte, and the old key is refused
+//!   from then on, until its slot has handed out 256 more keys: a window
+//!   re-bound or a fast registration re-mapped in place meets an old key
+//!   again after 256 changes (as on hardware, whose consumer key is 8
+//!   bits); a freed entry's slot is reused oldest first and only while
+//!   more than 64 are free, so its key comes back after at least 16,384
+//!   registrations. An IA registers, re-maps and re-binds for as long as
+//!   it lives; its table is as large as its most registrations at once,
+//!   plus those 64.
 //! * **No access outside the grant.** Every access is checked against the
 //!   entry's protection zone, its range and its rights before a byte moves;
 //!   a refused access moves nothing. A segment of zero bytes names no
@@ -15,7 +22,7 @@
 //!   RDMA).
 //! * **A window lasts no longer than its LMR's mapping.** A window (RMR)
 //!   is bound to the mapping its LMR has at the bind. When that LMR is
-//!   invalidated, re-mapped, freed or retired (or runs out of keys), every
+//!   invalidated, re-mapped, freed or retired, every
 //!   window bound to it is unbound in the same table change: its key grants
 //!   nothing from then on. Binding, unbinding and freeing a window keep its
 //!   LMR's count of bound windows exact on every path, failures included.

@@ -1,18 +1,25 @@
 //! The registration table of one IA: keys to entries, and the changes
 //! that bind, unbind, invalidate, re-key and remove them.
 //!
-//! A key is a 24-bit slot index and an 8-bit key byte. Freeing,
-//! invalidating, re-binding or re-mapping an entry rotates its key byte; a
-//! slot whose key byte has cycled through all 256 values is retired and
-//! never handed out again. So a key, once dead, is never valid again in
-//! this IA. A window is unbound in the same table change that ends its
-//! LMR's mapping. Its LMR's count of bound windows stays exact on every
-//! path, failures included.
+//! A key is a 24-bit slot index and an 8-bit key byte (as an iWARP STag's
+//! index and consumer key, or an InfiniBand key's). Freeing, invalidating,
+//! re-binding or re-mapping an entry rotates its key byte, so a dead key
+//! is refused until its slot has handed out 256 more keys: an entry
+//! re-bound or re-mapped in place comes back to a key after 256 changes,
+//! as hardware's does, and free slots are reused oldest first, only while
+//! more than [`SPARE_SLOTS`] are free, so a freed entry's key comes back
+//! after at least 256 × `SPARE_SLOTS` registrations. Nothing runs out: an
+//! IA registers, re-maps and re-binds for as long as it lives, in a table
+//! as large as its most registrations at once plus the spares. A window
+//! is unbound in the same table change that ends its LMR's mapping. Its
+//! LMR's count of bound windows stays exact on every path, failures
+//! included.
 
 use super::{MemPriv, Region};
 use crate::error::{Error, Result, Subtype};
 use crate::event::PzHandle;
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -45,14 +52,35 @@ pub(crate) struct Entry {
 
 pub(super) struct Slot {
     pub(super) entry: Option<Entry>,
-    next_key: u16,
+    /// Keys this slot ever handed out (reserved ones included): the next
+    /// key's generation. A key's byte is its generation modulo 256.
+    issued: u64,
+    /// The generation of the entry's key.
+    current: u64,
+}
+
+impl Slot {
+    /// Hands out the slot's next key; returns its generation.
+    fn issue(&mut self) -> u64 {
+        let g = self.issued;
+        self.issued += 1;
+        g
+    }
+
+    /// The newest generation issued whose byte is `k` (a reserved key's,
+    /// see [`MemTable::next_key`]), if any.
+    fn generation_of(&self, k: u8) -> Option<u64> {
+        let last = self.issued.checked_sub(1)?;
+        last.checked_sub(u64::from((last as u8).wrapping_sub(k)))
+    }
 }
 
 /// The registration table of one IA: keys to entries.
 #[derive(Default)]
 pub struct MemTable {
     pub(super) slots: RwLock<Vec<Slot>>,
-    free: Mutex<Vec<u32>>,
+    /// Free slots, oldest first.
+    free: Mutex<VecDeque<u32>>,
     /// Bumped under the write lock, before any change: a
     /// [`KeyCache`](super::KeyCache) entry read at this generation is what
     /// the table says as long as the generation has not moved.
@@ -60,6 +88,11 @@ pub struct MemTable {
 }
 
 const MAX_SLOTS: usize = 1 << 24;
+
+/// Free slots kept aside: a free slot is reused only while more than this
+/// many are free (or the table is full), so that a freed entry's key does
+/// not come back before at least 256 times as many registrations.
+pub(crate) const SPARE_SLOTS: usize = 64;
 
 /// Why a peer's Send with Invalidate could not invalidate its key.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -105,7 +138,15 @@ impl MemTable {
     /// Adds an entry; returns its context (index << 8 | key byte).
     pub(crate) fn insert(&self, mut entry: Entry) -> Result<u32> {
         let mut slots = self.write_slots();
-        let idx = match self.free.lock().pop() {
+        let reuse = {
+            let mut free = self.free.lock();
+            if free.len() > SPARE_SLOTS || slots.len() >= MAX_SLOTS {
+                free.pop_front()
+            } else {
+                None
+            }
+        };
+        let idx = match reuse {
             Some(i) => i,
             None => {
                 if slots.len() >= MAX_SLOTS {
@@ -116,14 +157,15 @@ impl MemTable {
                 }
                 slots.push(Slot {
                     entry: None,
-                    next_key: 0,
+                    issued: 0,
+                    current: 0,
                 });
                 (slots.len() - 1) as u32
             }
         };
         let slot = &mut slots[idx as usize];
-        entry.key = slot.next_key as u8;
-        slot.next_key += 1;
+        slot.current = slot.issue();
+        entry.key = slot.current as u8;
         let ctx = (idx << 8) | entry.key as u32;
         slot.entry = Some(entry);
         Ok(ctx)
@@ -151,12 +193,11 @@ impl MemTable {
         (e.key == k).then(|| f(e))
     }
 
-    /// Gives the entry of `ctx` a new key (the old one dies for good) and
-    /// applies `f` to it. Its bindings go with the old key (see
-    /// [`MemTable::detach`]): a window leaves the LMR it was bound to, an
-    /// LMR's windows are unbound. Returns the new context, or `None` if
-    /// `ctx` is not live or the slot ran out of keys (then the entry is
-    /// removed, its bindings released the same way).
+    /// Gives the entry of `ctx` a new key (the old one is refused from now
+    /// on, see the module docs) and applies `f` to it. Its bindings go with
+    /// the old key (see [`MemTable::detach`]): a window leaves the LMR it
+    /// was bound to, an LMR's windows are unbound. Returns the new context,
+    /// or `None` if `ctx` is not live.
     pub(crate) fn rekey(&self, ctx: u32, f: impl FnOnce(&mut Entry)) -> Option<u32> {
         let (i, k) = Self::slot_of(ctx);
         let mut slots = self.write_slots();
@@ -165,15 +206,12 @@ impl MemTable {
         }
         Self::detach(&mut slots, i);
         let slot = &mut slots[i];
-        if slot.next_key > 255 {
-            slot.entry = None; // retired: no key left in this slot
-            return None;
-        }
+        slot.current = slot.issue();
+        let key = slot.current as u8;
         let e = slot.entry.as_mut()?;
         f(e);
-        e.key = slot.next_key as u8;
-        slot.next_key += 1;
-        Some(((i as u32) << 8) | e.key as u32)
+        e.key = key;
+        Some(((i as u32) << 8) | u32::from(key))
     }
 
     /// Releases the bindings of the entry in slot `i` (locked: `slots`),
@@ -224,18 +262,16 @@ impl MemTable {
     }
 
     /// Reserves the next key of the live entry `ctx` without changing the
-    /// entry (see [`MemTable::set_key`]); `None` if `ctx` is dead or the
-    /// slot has no key left.
+    /// entry (see [`MemTable::set_key`]); `None` if `ctx` is dead.
     pub(crate) fn next_key(&self, ctx: u32) -> Option<u32> {
         let (i, k) = Self::slot_of(ctx);
         let mut slots = self.write_slots();
         let slot = slots.get_mut(i)?;
-        if slot.entry.as_ref()?.key != k || slot.next_key > 255 {
+        if slot.entry.as_ref()?.key != k {
             return None;
         }
-        let key = slot.next_key as u8;
-        slot.next_key += 1;
-        Some(((i as u32) << 8) | key as u32)
+        let key = slot.issue() as u8;
+        Some(((i as u32) << 8) | u32::from(key))
     }
 
     /// Gives the entry in `new_ctx`'s slot the key reserved by
@@ -245,13 +281,17 @@ impl MemTable {
     pub(crate) fn set_key(&self, new_ctx: u32, f: impl FnOnce(&mut Entry)) -> bool {
         let (i, k) = Self::slot_of(new_ctx);
         let mut slots = self.write_slots();
-        match slots.get(i).and_then(|s| s.entry.as_ref()) {
-            Some(e) if e.key <= k => {}
-            _ => return false,
-        }
+        let Some(slot) = slots.get(i).filter(|s| s.entry.is_some()) else {
+            return false;
+        };
+        let Some(g) = slot.generation_of(k).filter(|&g| g >= slot.current) else {
+            return false;
+        };
         // The old key's bindings go with it.
         Self::detach(&mut slots, i);
-        let Some(e) = slots[i].entry.as_mut() else {
+        let slot = &mut slots[i];
+        slot.current = g;
+        let Some(e) = slot.entry.as_mut() else {
             return false;
         };
         e.key = k;
@@ -378,13 +418,11 @@ impl MemTable {
             _ => return Ok(None),
         }
         let e = slot.entry.take();
-        if slot.next_key <= 255 {
-            self.free.lock().push(i as u32);
-        }
+        self.free.lock().push_back(i as u32);
         Ok(e)
     }
 
-    /// Removes the entry of `ctx`; its key dies for good, and its bindings
+    /// Removes the entry of `ctx`; its key is dead, and its bindings
     /// are released (see [`MemTable::detach`]: a window leaves its LMR, an
     /// LMR's windows are unbound).
     pub(crate) fn remove(&self, ctx: u32) -> Option<Entry> {
@@ -396,14 +434,12 @@ impl MemTable {
         Self::detach(&mut slots, i);
         let slot = &mut slots[i];
         let e = slot.entry.take();
-        if slot.next_key <= 255 {
-            self.free.lock().push(i as u32);
-        }
+        self.free.lock().push_back(i as u32);
         e
     }
 
     /// Removes the LMR entry of `ctx` even if windows are bound to it: its
-    /// key dies for good, and every window bound to it is left unbound (see
+    /// key is dead, and every window bound to it is left unbound (see
     /// [`MemTable::detach`]), so the window's key is refused from then on.
     /// Returns the removed entry and the number of windows unbound.
     pub(crate) fn invalidate_lmr(&self, ctx: u32) -> Option<(Entry, usize)> {
@@ -415,9 +451,7 @@ impl MemTable {
         let unbound = Self::detach(&mut slots, i);
         let slot = &mut slots[i];
         let e = slot.entry.take()?;
-        if slot.next_key <= 255 {
-            self.free.lock().push(i as u32);
-        }
+        self.free.lock().push_back(i as u32);
         Some((e, unbound))
     }
 }
