@@ -34,7 +34,7 @@
 //! # fn main() { churn_leaves_nothing_behind() }
 //! ```
 
-use crate::support::{T, conn_kind, next_cr, next_dto};
+use crate::support::{Node, T, conn_kind, next_cr, next_dto};
 use rdapl::*;
 use std::time::{Duration, Instant};
 
@@ -55,10 +55,16 @@ const GROWTH: i64 = 256;
 /// descriptors or threads than before, once the provider had a few
 /// seconds to finish closing.
 pub fn run(client: Ia, server: Ia, live_bytes: impl Fn() -> i64) {
-    let c = Side::new(client);
-    let s = Side::new(server);
+    let c = Node::of(client, None, 64, 64);
+    let s = Node::of(server, None, 64, 64);
+    let bufs = (c.buf(4096), s.buf(4096));
     let (psp, qual) = listen(&s, 4000);
-    let ends = Ends { c: &c, s: &s, qual };
+    let ends = Ends {
+        c: &c,
+        s: &s,
+        bufs: &bufs,
+        qual,
+    };
     for i in 0..WARM_UP {
         ends.cycle(i);
     }
@@ -94,65 +100,20 @@ pub fn run(client: Ia, server: Ia, live_bytes: impl Fn() -> i64) {
     psp.free().unwrap();
 }
 
-/// One IA with a zone, a buffer and one EVD per stream.
-struct Side {
-    ia: Ia,
-    pz: Pz,
-    req: Evd,
-    rcv: Evd,
-    conn: Evd,
-    cr: Evd,
-    buf: Lmr,
-}
-
-impl Side {
-    fn new(ia: Ia) -> Side {
-        let pz = ia.pz_create().unwrap();
-        let evd = |flags| ia.evd_create(64, flags).unwrap();
-        let (req, rcv, conn, cr) = (
-            evd(EvdFlags::DTO),
-            evd(EvdFlags::DTO),
-            evd(EvdFlags::CONNECTION),
-            evd(EvdFlags::CR),
-        );
-        let buf = pz.lmr_create(Region::zeroed(4096), MemPriv::ALL).unwrap();
-        Side {
-            ia,
-            pz,
-            req,
-            rcv,
-            conn,
-            cr,
-            buf,
-        }
-    }
-
-    fn ep(&self) -> Ep {
-        self.ia
-            .ep_create(
-                &self.pz,
-                Some(&self.rcv),
-                Some(&self.req),
-                Some(&self.conn),
-                None,
-            )
-            .unwrap()
-    }
-
-    fn expect_end(&self) {
-        let kind = conn_kind(&self.conn);
-        assert!(
-            matches!(
-                kind,
-                ConnectionEventKind::Disconnected | ConnectionEventKind::Broken
-            ),
-            "{kind:?}"
-        );
-    }
+/// The next event of `n`'s connection EVD ends a connection.
+fn expect_end(n: &Node) {
+    let kind = conn_kind(&n.conn);
+    assert!(
+        matches!(
+            kind,
+            ConnectionEventKind::Disconnected | ConnectionEventKind::Broken
+        ),
+        "{kind:?}"
+    );
 }
 
 /// A PSP of `s` on the first free qualifier from `from`.
-fn listen(s: &Side, from: u64) -> (Psp, u64) {
+fn listen(s: &Node, from: u64) -> (Psp, u64) {
     for q in from..from + 500 {
         match s.ia.psp_create(q, &s.cr) {
             Ok(p) => return (p, q),
@@ -165,15 +126,17 @@ fn listen(s: &Side, from: u64) -> (Psp, u64) {
 
 /// The two sides and the server's qualifier.
 struct Ends<'a> {
-    c: &'a Side,
-    s: &'a Side,
+    c: &'a Node,
+    s: &'a Node,
+    /// The client's and the server's buffers.
+    bufs: &'a (Lmr, Lmr),
     qual: u64,
 }
 
 impl Ends<'_> {
     /// A connected pair of new endpoints.
     fn connect(&self, private: &[u8]) -> (Ep, Ep) {
-        let (c, s) = (self.c.ep(), self.s.ep());
+        let (c, s) = (self.c.ep2(), self.s.ep2());
         c.connect(self.s.ia.address(), self.qual, Some(T), private)
             .unwrap();
         next_cr(&self.s.ia, &self.s.cr).accept(&s, b"ok").unwrap();
@@ -184,7 +147,7 @@ impl Ends<'_> {
 
     /// One message each way.
     fn exchange(&self, (c, s): (&Ep, &Ep), i: u64) {
-        let (cb, sb) = (&self.c.buf, &self.s.buf);
+        let (cb, sb) = (&self.bufs.0, &self.bufs.1);
         s.post_recv(&[sb.triplet(0, 4096).unwrap()], i, CompletionFlags::DEFAULT)
             .unwrap();
         c.post_recv(&[cb.triplet(0, 4096).unwrap()], i, CompletionFlags::DEFAULT)
@@ -204,41 +167,41 @@ impl Ends<'_> {
         let (c, s) = (self.c, self.s);
 
         // An endpoint never connected.
-        c.ep().free().unwrap();
+        c.ep2().free().unwrap();
 
         // Used, then ended gracefully by the client.
         let (ce, se) = self.connect(b"hello");
         self.exchange((&ce, &se), i);
         ce.disconnect(true).unwrap();
-        c.expect_end();
-        s.expect_end();
+        expect_end(c);
+        expect_end(s);
         ce.free().unwrap();
         se.free().unwrap();
 
         // Ended abruptly by the server.
         let (ce, se) = self.connect(b"");
         se.disconnect(false).unwrap();
-        s.expect_end();
-        c.expect_end();
+        expect_end(s);
+        expect_end(c);
         se.free().unwrap();
         ce.free().unwrap();
 
         // Freed while connected, with a receive posted (flushed).
         let (ce, se) = self.connect(b"");
         ce.post_recv(
-            &[c.buf.triplet(0, 64).unwrap()],
+            &[self.bufs.0.triplet(0, 64).unwrap()],
             i,
             CompletionFlags::DEFAULT,
         )
         .unwrap();
         ce.free().unwrap();
         assert_eq!(next_dto(&c.rcv).status, DtoStatus::Flushed);
-        c.expect_end();
-        s.expect_end();
+        expect_end(c);
+        expect_end(s);
         se.free().unwrap();
 
         // Rejected, with a connect timeout pending.
-        let ce = c.ep();
+        let ce = c.ep2();
         ce.connect(s.ia.address(), self.qual, Some(T), b"may I")
             .unwrap();
         next_cr(&s.ia, &s.cr).reject(b"no").unwrap();
@@ -248,7 +211,7 @@ impl Ends<'_> {
         // Service points.
         let (psp, _) = listen(s, self.qual + 1);
         psp.free().unwrap();
-        let se = s.ep();
+        let se = s.ep2();
         let (rsp, _) = (1..500)
             .find_map(|k| {
                 s.ia.rsp_create(self.qual + k, &se, &s.cr)
