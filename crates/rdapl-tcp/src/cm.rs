@@ -144,10 +144,10 @@ pub(crate) fn start_connect(
 /// socket otherwise takes a port at the bind, which must then differ from
 /// every port that address holds, closed connections waiting out TIME_WAIT
 /// included. A process that makes many short connections from one address
-/// then pays a kernel search that grows with them (milliseconds a connect
-/// after some thousands) and finally finds no port at all; chosen at the
-/// connect, a port need only make the four-tuple unique. Where the option
-/// is missing, the bind takes the port as before.
+/// then pays a kernel search that grows with them, and finally finds no
+/// port at all; chosen at the connect, a port need only make the
+/// four-tuple unique. Where the option is missing, the bind takes the port
+/// as before.
 fn defer_port(s: &Socket) {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
