@@ -253,3 +253,22 @@ fn passive_ia_close_rejects_its_pending_requests() {
         assert_ne!(cr.state(), CrState::Pending);
     }
 }
+
+#[case]
+fn an_endpoint_freed_while_connecting_raises_nothing() {
+    // The provider may fail the connect on its own thread while the free
+    // is under way (the passive side sees the stream end and drops the
+    // request): the freed endpoint must hear nothing, ever.
+    let s = Node::new("127.0.41.42");
+    let c = Node::new("127.0.41.43");
+    let psp = s.ia.psp_create(4142, &s.cr).unwrap();
+    for _ in 0..1_000 {
+        let ep = c.ep2();
+        ep.connect(s.ia.address(), 4142, Some(T), b"").unwrap();
+        cr_arrival(&s.cr);
+        ep.free().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    empty(&c.conn);
+    psp.free().unwrap();
+}

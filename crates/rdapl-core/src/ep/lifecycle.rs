@@ -247,10 +247,14 @@ impl EpInner {
         }
         let (cr, connecting) = {
             let mut c = self.core.lock();
-            (
-                c.pending_cr.take(),
-                c.state == EpState::ActiveConnectionPending,
-            )
+            let connecting = c.state == EpState::ActiveConnectionPending;
+            if connecting {
+                // No longer connecting before the provider hears of the
+                // free: a connect that fails on its thread meanwhile raises
+                // nothing for the freed endpoint.
+                self.set_state(&mut c, EpState::Disconnected);
+            }
+            (c.pending_cr.take(), connecting)
         };
         if let Some(cr) = cr {
             cr.cancel();
@@ -268,7 +272,6 @@ impl EpInner {
             self.ended(ConnectionEventKind::Disconnected);
         }
         if connecting {
-            self.set_state(&mut self.core.lock(), EpState::Disconnected);
             self.ops.connect_cancel(self);
         }
         // Refuse first, then flush (as a connection's end does): a receive

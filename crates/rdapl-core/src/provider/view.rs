@@ -287,11 +287,12 @@ impl EpInner {
     /// An active connection attempt failed with `kind` (`PeerRejected`
     /// with the reject's private data, `NonPeerRejected`, `Unreachable`,
     /// `TimedOut`): `Disconnected`, everything posted flushed, the event
-    /// raised. False if the endpoint was not connecting.
+    /// raised. False if the endpoint was not connecting, or is being freed
+    /// (no event names a freed endpoint).
     pub fn connect_failed(&self, kind: ConnectionEventKind, private: Option<&[u8]>) -> bool {
         {
             let mut c = self.core.lock();
-            if c.state != EpState::ActiveConnectionPending {
+            if c.state != EpState::ActiveConnectionPending || self.is_freed() {
                 return false;
             }
             self.set_state(&mut c, EpState::Disconnected);
