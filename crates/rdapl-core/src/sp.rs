@@ -143,10 +143,15 @@ impl CrInner {
         true
     }
 
-    /// The active side gave up (timeout, disconnect, free, IA close); false
-    /// if the request was no longer pending.
+    /// The active side gave up (disconnect, free, IA close); false if the
+    /// request was no longer pending. The provider hears of it
+    /// ([`CrOps::cancelled`]).
     pub(crate) fn cancel(&self) -> bool {
-        self.settle(CrState::Cancelled)
+        let done = self.settle(CrState::Cancelled);
+        if done {
+            self.ops.cancelled();
+        }
+        done
     }
 
     /// The request went away unanswered: an RSP's endpoint still waiting

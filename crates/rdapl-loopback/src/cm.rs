@@ -59,8 +59,8 @@ pub(crate) fn connect(
     });
     let cr = CrInner::new(&sp, private_data, ia.addr, ops);
     ep.core.lock().pending_cr = Some(cr.clone());
-    // Armed before the request is delivered, so that an accept or a reject
-    // always finds the job to cancel. (A timeout too long for an instant is
+    // Armed before the request is delivered, so that an accept, a reject
+    // or a cancel always finds the job to cancel. (A timeout too long for an instant is
     // as good as none.)
     if let Some(at) = soft::deadline(timeout) {
         let (cr, ep) = (cr.clone(), Arc::downgrade(ep));
@@ -91,7 +91,8 @@ struct LoopCr {
     lb: Arc<Fabric>,
     active: Weak<EpInner>,
     /// The job that times the connect out, cancelled once the request is
-    /// answered: it holds the request and the endpoint's allocation.
+    /// answered or given up: it holds the request and the endpoint's
+    /// allocation.
     timeout_job: Arc<Mutex<Option<TimerKey>>>,
 }
 
@@ -109,6 +110,10 @@ impl CrOps for LoopCr {
 
     fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> {
         reject(self, cr, private_data)
+    }
+
+    fn cancelled(&self) {
+        cancel_timeout(&self.lb, &self.timeout_job);
     }
 }
 

@@ -159,6 +159,11 @@ pub trait CrOps: Send + Sync + 'static {
     /// Reject the request: settle it and tell the peer. Also how a request
     /// still pending when its IA closes is answered.
     fn reject(&self, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()>;
+    /// The connecting endpoint gave the pending request up (a disconnect,
+    /// a free, its IA closed abruptly) and the core settled it `Cancelled`:
+    /// what the provider keeps for it (a timer) can go. Called once, with
+    /// no lock of the core held. By default, nothing.
+    fn cancelled(&self) {}
 }
 
 /// Which memory object a [`PzOps`] hears of.
