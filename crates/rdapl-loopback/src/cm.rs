@@ -60,8 +60,8 @@ pub(crate) fn connect(
     let cr = CrInner::new(&sp, private_data, ia.addr, ops);
     ep.core.lock().pending_cr = Some(cr.clone());
     // Armed before the request is delivered, so that an accept, a reject
-    // or a cancel always finds the job to cancel. (A timeout too long for an instant is
-    // as good as none.)
+    // or a cancel always finds the job to cancel. (A timeout too long for
+    // an instant is as good as none.)
     if let Some(at) = soft::deadline(timeout) {
         let (cr, ep) = (cr.clone(), Arc::downgrade(ep));
         // Cannot fail: the thread runs (started above).
