@@ -364,6 +364,9 @@ fn run_seed(seed: u64) {
         max_delay,
     };
     sim.nodes[0].conn.connect(0, b"sim-a").unwrap();
+    // The path's MSS changes now and then (its own generator, so that the
+    // rest of each seed's run is what it was before MSS changes existed).
+    let mut mss_rng = XorShift::new(seed ^ 0x6d73_735f_6368_6721);
     let mut posted = [0usize; 2];
     let mut closer: Option<usize> = None;
     for step in 0..20_000u64 {
@@ -396,6 +399,10 @@ fn run_seed(seed: u64) {
             break;
         }
         for i in 0..2 {
+            if mss_rng.chance(1, 40) {
+                let mss = [64u32, 100, 536, 1460, 9000, 65535][mss_rng.below(6) as usize];
+                sim.nodes[i].conn.set_mss(mss).unwrap();
+            }
             if sim.nodes[i].established
                 && closer.is_none()
                 && posted[i] < ops[i]

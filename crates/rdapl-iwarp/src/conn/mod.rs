@@ -75,7 +75,8 @@ pub struct Config {
     pub peer_to_peer: bool,
     /// Initiator: which RTR messages to offer.
     pub rtr_offer: RtrOffer,
-    /// TCP MSS; every FPDU we send fits it (rounded down to 8).
+    /// TCP MSS; every FPDU we send fits it (rounded down to 8). It may
+    /// change during the connection ([`Connection::set_mss`]).
     pub mss: u32,
     /// Largest inbound private data (including the 4-byte IRD/ORD block),
     /// at most 512 (RFC 5044). Default 256, siw's and the RDMA CM's limit
@@ -473,6 +474,19 @@ impl Connection {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Follows a change of the TCP connection's MSS (RFC 5044: the MULPDU
+    /// follows the current EMSS, which may change). Every FPDU framed from
+    /// now on fits `mss`, those of a message already under way included
+    /// (DDP segments stand alone); what was framed stays as it is. Refused
+    /// below 64, as in [`Config`].
+    pub fn set_mss(&mut self, mss: u32) -> Result<(), PostError> {
+        if mss < 64 {
+            return Err(PostError::Config("mss must be at least 64"));
+        }
+        self.cfg.mss = mss;
+        Ok(())
     }
 
     /// The current state.
