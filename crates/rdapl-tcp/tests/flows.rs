@@ -637,7 +637,7 @@ fn a_stream_of_large_messages_to_a_waiting_receiver_goes_straight_to_its_place()
 /// every byte checked.
 #[test]
 fn a_burst_of_one_large_message_goes_straight_to_its_place() {
-    ping_pong_goes_straight_to_its_place(64 << 10, "127.0.12.3", "127.0.12.4");
+    ping_pong_goes_straight_to_its_place(64 << 10, ("127.0.12.3", "127.0.12.4"), "crc=on", 975);
 }
 
 /// As above with 256 KiB messages: between two of them come the last
@@ -647,12 +647,36 @@ fn a_burst_of_one_large_message_goes_straight_to_its_place() {
 /// first 64 KiB went through the input buffer (75% placed directly).
 #[test]
 fn a_ping_pong_of_large_messages_goes_straight_to_its_place() {
-    ping_pong_goes_straight_to_its_place(256 << 10, "127.0.12.5", "127.0.12.6");
+    ping_pong_goes_straight_to_its_place(256 << 10, ("127.0.12.5", "127.0.12.6"), "crc=on", 975);
 }
 
-fn ping_pong_goes_straight_to_its_place(n: usize, server: &str, client: &str) {
+/// As above with FPDUs whose size does not divide the message's, so that
+/// its last FPDU is large too and the peer's writes end inside FPDUs (an
+/// MSS of 47,616 bytes: Linux's on loopback while the peer's window is
+/// about 95 KB). A read that came short near the end of a large FPDU
+/// left the rest to the input buffer, about 2.5% of the bytes (99.4%
+/// placed directly since, whatever is left).
+#[test]
+fn large_fpdus_of_any_size_go_straight_to_their_place() {
+    ping_pong_goes_straight_to_its_place(
+        256 << 10,
+        ("127.0.12.7", "127.0.12.8"),
+        "crc=on mss=47616",
+        985,
+    );
+}
+
+/// A ping-pong of `n`-byte messages between IAs at `server` and `client`
+/// with `params`: at least `permille` of the bytes placed straight into
+/// the receives.
+fn ping_pong_goes_straight_to_its_place(
+    n: usize,
+    (server, client): (&str, &str),
+    params: &str,
+    permille: u64,
+) {
     let tcp = Tcp::new();
-    let p = Pair::connected(&tcp, server, client, "crc=on");
+    let p = Pair::connected(&tcp, server, client, params);
     let rounds = 20u64;
     let (sbuf, cbuf) = (p.s.buf(n), p.c.buf(n));
     let (ssrc, csrc) = (p.s.lmr(pattern(n, 8)), p.c.lmr(pattern(n, 9)));
@@ -699,7 +723,7 @@ fn ping_pong_goes_straight_to_its_place(n: usize, server: &str, client: &str) {
     // the buffer now and then, which this bound catches most of the time.
     let direct = tcp.placed_direct() - before;
     let total = 2 * rounds * n as u64;
-    let want = total * 39 / 40;
+    let want = total * permille / 1000;
     assert!(
         direct >= want,
         "only {direct} of {total} bytes placed directly (want {want})"

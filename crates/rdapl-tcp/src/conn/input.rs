@@ -184,12 +184,15 @@ impl Conn {
     /// intermediate copy, and the engine is told with
     /// `Connection::handle_placed`. Returns (bytes read, bytes placed,
     /// room offered); `None` when it does not apply (no placement due, a
-    /// small one, or memory the core does not lend): the caller reads into
-    /// the buffer. The input buffer is empty when it is called.
+    /// small FPDU, or memory the core does not lend): the caller reads
+    /// into the buffer. The rest of a large FPDU goes straight to its place
+    /// however little is left (a read that came short, at the end of what
+    /// the peer had sent, leaves any amount). The input buffer is empty
+    /// when it is called.
     fn read_direct(&mut self, now: u64) -> Option<io::Result<(usize, usize, usize)>> {
         let (place, due) = self.engine.as_ref()?.rx_direct()?;
         let due = due as usize;
-        if due < DIRECT_MIN {
+        if due < DIRECT_MIN && !self.direct {
             return None;
         }
         if self.inbuf.len() < DIRECT_TAIL {
