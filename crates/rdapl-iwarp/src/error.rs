@@ -69,6 +69,10 @@ pub enum MpaError {
     /// The peer rejected the connection (R bit).
     #[error("the peer rejected the connection")]
     Rejected,
+    /// The TCP stream ended before the MPA exchange was done: the peer
+    /// gave up (a connect abandoned or timed out, a process that ended).
+    #[error("the peer closed the connection during its set-up")]
+    PeerClosed,
 }
 
 impl MpaError {

@@ -603,6 +603,34 @@ fn truncated_stream() {
     assert_eq!(evs.last(), Some(&Event::Closed));
 }
 
+/// The stream ends during the MPA exchange (a client that gave up, a
+/// server that went away): a setup error, not "inside an FPDU", and
+/// nothing goes out.
+#[test]
+fn an_end_during_setup_is_the_peers_close() {
+    let mut p = Pair::new(cfg(), cfg());
+    p.a.conn.connect(0, b"").unwrap();
+    p.pump();
+    assert!(matches!(
+        p.b.take_events().as_slice(),
+        [Event::ConnectRequest(_)]
+    ));
+    assert_eq!(p.b.conn.state(), State::AwaitAccept);
+    assert_eq!(p.a.conn.state(), State::AwaitReply);
+    for side in [&mut p.b, &mut p.a] {
+        side.conn.handle_eof();
+        assert_eq!(
+            side.take_events(),
+            [
+                Event::Error(ConnError::Mpa(MpaError::PeerClosed)),
+                Event::Closed
+            ]
+        );
+        assert!(side.drain_tx().is_empty());
+        assert_eq!(ConnError::Mpa(MpaError::PeerClosed).term_code(), None);
+    }
+}
+
 fn request(flags: u8, rev: u8, pd: &[u8]) -> Vec<u8> {
     let mut v = mpa::KEY_REQ.to_vec();
     v.push(flags);

@@ -242,3 +242,39 @@ fn a_send_that_found_no_receive_says_how_long_it_waited() {
         "cause=DDP untagged buffer error: invalid MSN, no buffer available",
     ]);
 }
+
+/// A client that gives up its connect while the server's consumer has
+/// not answered yet ends the TCP connection during the MPA exchange: the
+/// server says so at `info`, as an ordinary end (it was a `WARN`
+/// "connection error: a Terminate goes to the peer ... stream ended
+/// inside an FPDU": neither an FPDU nor a Terminate was involved), and
+/// the client that it gave up.
+#[test]
+fn a_connect_given_up_before_its_accept_is_no_protocol_error() {
+    capture();
+    let tcp = Tcp::new();
+    let p = Pair::new(
+        Node::new(&tcp, "127.0.210.15", ""),
+        Node::new(&tcp, "127.0.210.16", ""),
+    );
+    let q = format!("qual={}", p.qual);
+    p.c.ep
+        .connect(p.s.ia.address(), p.qual, Some(T), b"")
+        .unwrap();
+    let _cr = next_cr(&p.s.ia, &p.s.cr);
+    p.c.ep.free().unwrap();
+    let l = expect_line(&[
+        "the peer closed the connection during its set-up",
+        "peer=127.0.210.15 ",
+        &q,
+    ]);
+    assert!(l.contains(" INFO "), "{l}");
+    let warned = lines_with(&["peer=127.0.210.15 ", &q, " WARN "]);
+    assert!(warned.is_empty(), "{warned:?}");
+    // The client says it gave up, not that its connect failed (it was
+    // "connect failed ... end=NonPeerRejected").
+    let l = expect_line(&["connect given up by its consumer", "peer=127.0.210.16 ", &q]);
+    assert!(l.contains(" INFO "), "{l}");
+    let failed = lines_with(&["connect failed", "peer=127.0.210.16 ", &q]);
+    assert!(failed.is_empty(), "{failed:?}");
+}

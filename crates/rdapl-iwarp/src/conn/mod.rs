@@ -663,14 +663,19 @@ impl Connection {
     /// Terminate already due still comes out of
     /// [`Connection::poll_transmit`] (the peer may have shut only its
     /// sending side, after the bytes that caused it), and the connection
-    /// closes after it.
+    /// closes after it. Nothing else is sent. An end between FPDUs is
+    /// clean; one during the MPA exchange is [`MpaError::PeerClosed`], one
+    /// inside an FPDU [`ProtocolError::StreamLost`].
     pub fn handle_eof(&mut self) {
         match self.state {
             State::Closed => return,
             State::Terminating if self.term_pending.is_some() => return,
             State::Established | State::AwaitRtr if self.decoder.at_boundary() => {}
             State::Terminating => {}
-            _ => self
+            State::Idle | State::AwaitReply | State::AwaitRequest | State::AwaitAccept => self
+                .events
+                .push_back(Event::Error(MpaError::PeerClosed.into())),
+            State::Established | State::AwaitRtr => self
                 .events
                 .push_back(Event::Error(ProtocolError::StreamLost.into())),
         }

@@ -193,8 +193,22 @@ impl Conn {
                 self.end_kind = ConnectionEventKind::Broken;
                 self.terminated(&t);
             }
+            Event::Error(ConnError::Mpa(rdapl_iwarp::MpaError::PeerClosed)) => {
+                // An ordinary end: a client gave up its connect (or its
+                // process ended) before the set-up was done.
+                conn_log!(
+                    info,
+                    self,
+                    "the peer closed the connection during its set-up"
+                );
+                self.end_kind = ConnectionEventKind::Broken;
+            }
             Event::Error(e) => {
-                let terminate = e.term_code();
+                // An engine that reports an error already closed (the
+                // stream ended) sends nothing more.
+                let terminate = e
+                    .term_code()
+                    .filter(|_| self.engine.as_ref().is_some_and(|e| !e.is_closed()));
                 conn_log!(
                     warn,
                     self,

@@ -13,6 +13,7 @@ use super::{Conn, Phase, SlotKind, read_depths};
 impl Conn {
     /// Ends this side on the consumer's word (disconnect or free).
     pub fn close_local(&mut self, now: u64) {
+        self.given_up = self.dat_conn == 0 && self.role == Role::Initiator;
         if self.phase == Phase::Connecting {
             self.finalize(now);
             return;
@@ -136,13 +137,22 @@ impl Conn {
                 match self.role {
                     Role::Initiator => {
                         let (k, pd) = self.setup_fail.clone();
-                        conn_log!(
-                            info,
-                            self,
-                            end = ?k,
-                            flushed = self.flushed,
-                            "connect failed"
-                        );
+                        if self.given_up {
+                            conn_log!(
+                                info,
+                                self,
+                                flushed = self.flushed,
+                                "connect given up by its consumer"
+                            );
+                        } else {
+                            conn_log!(
+                                info,
+                                self,
+                                end = ?k,
+                                flushed = self.flushed,
+                                "connect failed"
+                            );
+                        }
                         ep.connect_failed(k, pd.as_deref());
                     }
                     Role::Responder => {

@@ -174,6 +174,9 @@ pub(crate) struct Conn {
     /// The core's connection number (0 until established).
     pub dat_conn: u64,
     told: bool,
+    /// The consumer gave up the connect (freed or disconnected its
+    /// endpoint) before it was set up.
+    given_up: bool,
     /// How an active attempt failed, with the reject's private data.
     setup_fail: (ConnectionEventKind, Option<Vec<u8>>),
     /// How an established connection ends.
@@ -305,6 +308,7 @@ impl Conn {
             connect_deadline: None,
             dat_conn: 0,
             told: false,
+            given_up: false,
             setup_fail: (ConnectionEventKind::NonPeerRejected, None),
             end_kind: ConnectionEventKind::Disconnected,
             inbuf: Vec::new(),
