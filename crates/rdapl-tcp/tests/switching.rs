@@ -8,6 +8,10 @@
 //! brings the thread back to that input (with them, the answer the pass
 //! held back does within a few milliseconds). Each run's seed is printed
 //! on failure; `SWITCHING_SEED` replays one.
+//!
+//! The other side of the same hand-over: Sends that arrive before their
+//! receives, which a thread other than the waiting one posts at random
+//! moments, all get in.
 
 mod common;
 
@@ -263,4 +267,111 @@ fn switching((client, server): (&str, &str), params: &str) {
     let s = server.join().unwrap();
     assert!(echoes >= CONNS as u64, "seed {seed}: {echoes} echoes");
     drop(s);
+}
+
+/// Sends that arrive before their receive wait for it, and a receive
+/// posted by a thread other than the one waiting for its completion must
+/// wake the connection (the waiter has handed its input to the provider's
+/// thread, which stops reading a socket whose Send waits for a receive):
+/// a receive that did not would leave the Send waiting until
+/// `recv_wait_ms`, then break the connection. A sender keeps four Sends
+/// of random lengths in flight; one server thread posts receives at most
+/// two ahead, at random moments, while another waits for their
+/// completions and checks every byte.
+#[test]
+fn receives_posted_late_by_another_thread_let_every_send_in() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const SLOTS: u64 = 16;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    let tcp = Tcp::new();
+    let p = Pair::connected(&tcp, "127.0.225.5", "127.0.225.6", "");
+    let rbuf = p.s.buf(SLOTS as usize * MSG);
+    let received = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let poster = {
+        let (ep, rbuf, received, stop) =
+            (p.s.ep.clone(), rbuf.clone(), received.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(seed ^ 0x5eed);
+            let mut posted = 0u64;
+            let end = Instant::now() + T;
+            while !stop.load(Ordering::Acquire) {
+                assert!(Instant::now() < end, "seed {seed}: the poster ran too long");
+                if posted < received.load(Ordering::Acquire) + 2 {
+                    std::thread::sleep(Duration::from_micros(rng.below(200)));
+                    let off = (posted % SLOTS) * MSG as u64;
+                    let t = [rbuf.triplet(off, MSG as u64).unwrap()];
+                    ep.post_recv(&t, posted, D).unwrap();
+                    posted += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let waiter = {
+        let (evd, rbuf, received) = (p.s.rcv.clone(), rbuf.clone(), received.clone());
+        std::thread::spawn(move || {
+            let mut lens = Vec::new();
+            loop {
+                let d = match evd.wait(Some(T), 1) {
+                    Ok((Event::Dto(d), _)) => d,
+                    other => panic!("seed {seed}: the receiver got {other:?}"),
+                };
+                let i = received.load(Ordering::Relaxed);
+                assert_eq!(
+                    (d.cookie, d.status),
+                    (i, DtoStatus::Success),
+                    "seed {seed}: receive {i}"
+                );
+                let len = d.transferred_length as usize;
+                if len == 0 {
+                    return lens;
+                }
+                let off = ((i % SLOTS) as usize) * MSG;
+                let got = rbuf.to_vec().unwrap()[off..off + len].to_vec();
+                let mut want = pattern(len, i as u8);
+                want[..8.min(len)].copy_from_slice(&i.to_le_bytes()[..8.min(len)]);
+                assert_eq!(got, want, "seed {seed}: message {i}");
+                lens.push(len);
+                received.store(i + 1, Ordering::Release);
+            }
+        })
+    };
+    // The sender: four in flight, random lengths, for a second.
+    let src = p.c.buf(SLOTS as usize * MSG);
+    let mut rng = Rng(seed);
+    let (mut sent, mut done) = (0u64, 0u64);
+    let end = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < end || done < sent {
+        if sent < done + 4 && Instant::now() < end {
+            let len = 1 + rng.below(MSG as u64) as usize;
+            let mut m = pattern(len, sent as u8);
+            m[..8.min(len)].copy_from_slice(&sent.to_le_bytes()[..8.min(len)]);
+            let off = (sent % SLOTS) * MSG as u64;
+            src.write_at(off as usize, &m).unwrap();
+            p.c.send(&src, off, len as u64, sent);
+            sent += 1;
+        } else {
+            let d = next_dto(&p.c.req);
+            assert_eq!(
+                (d.cookie, d.status),
+                (done, DtoStatus::Success),
+                "seed {seed}"
+            );
+            done += 1;
+        }
+    }
+    // A zero-length Send ends the waiter.
+    p.c.ep.post_send(&[], sent, D).unwrap();
+    assert_eq!(next_dto(&p.c.req).status, DtoStatus::Success);
+    let lens = waiter.join().unwrap();
+    stop.store(true, Ordering::Release);
+    poster.join().unwrap();
+    assert_eq!(lens.len() as u64, sent, "seed {seed}");
 }
