@@ -468,6 +468,15 @@ struct TcpSrq(Arc<Core>);
 
 impl SrqOps for TcpSrq {
     fn posted(&self, _srq: &rdapl::srq::SrqInner) {
+        use std::sync::atomic::{Ordering, fence};
+        // The poster's half of the Dekker pattern with a connection whose
+        // peer's Send waits for an SRQ's receive (`Conn::fpdu_look`): the
+        // receive is queued; unless such a connection waits, nobody needs
+        // to hear of it (a post costs no wake-up of the thread then).
+        fence(Ordering::SeqCst);
+        if self.0.sh.srq_waits.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         self.0.sh.send(Cmd::KickAll);
     }
 }

@@ -234,7 +234,7 @@ impl Conn {
             return;
         }
         self.eof = true;
-        self.stall_since = None;
+        self.end_stall();
         // (`take_error` clears the error: it is acted on, and said, here.)
         match self.sock.take_error() {
             Ok(Some(e)) => self.socket_error("poll", &e),
@@ -360,7 +360,7 @@ impl Conn {
             }
             self.in_pos = 0;
             self.in_end = 0;
-            self.stall_since = None;
+            self.end_stall();
         }
         if self.eof && !self.eof_fed && self.in_pos == self.in_end && self.stall_since.is_none() {
             self.eof_fed = true;
@@ -429,10 +429,13 @@ impl Conn {
                     .as_ref()
                     .is_some_and(|e| e.state() == State::AwaitRtr);
                 let have = rtr || self.ensure_recv() || {
-                    // The Dekker pattern with a poster (`TcpIa::kick`): it
-                    // queues its receive, then reads `stalled`; this sets
-                    // `stalled`, then looks again.
+                    // The Dekker pattern with a poster (`TcpIa::kick`, or
+                    // `TcpSrq::posted` for an SRQ's): it queues its
+                    // receive, then reads `stalled` (the count of
+                    // connections waiting for an SRQ's); this sets them,
+                    // then looks again.
                     self.stalled.store(true, Ordering::SeqCst);
+                    self.srq_wait(true);
                     fence(Ordering::SeqCst);
                     self.ensure_recv()
                 };
@@ -452,8 +455,7 @@ impl Conn {
                 } else if !rtr {
                     self.free_recvs -= 1;
                 }
-                self.stall_since = None;
-                self.stalled.store(false, Ordering::Relaxed);
+                self.end_stall();
             }
             (Buffer::Untagged { qn: 1, .. }, Some(Opcode::ReadRequest)) => {
                 let body = 2 + rdapl_iwarp::ddp::UNTAGGED_HEADER_LEN;
@@ -488,6 +490,28 @@ impl Conn {
             to: rr.src_to,
             data,
         }
+    }
+
+    /// Counts this connection among those whose peer's Send waits for a
+    /// receive of an SRQ (`on`), or no longer; once each way. A connection
+    /// whose endpoint has no SRQ is never counted.
+    pub(super) fn srq_wait(&mut self, on: bool) {
+        if on == self.srq_waiting || (on && self.ep.as_ref().is_none_or(|e| e.srq.is_none())) {
+            return;
+        }
+        self.srq_waiting = on;
+        if on {
+            self.srq_waits.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.srq_waits.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A Send of the peer no longer waits for a receive.
+    pub(super) fn end_stall(&mut self) {
+        self.stall_since = None;
+        self.stalled.store(false, Ordering::Relaxed);
+        self.srq_wait(false);
     }
 
     /// Makes sure the engine holds a free receive: takes one from the core

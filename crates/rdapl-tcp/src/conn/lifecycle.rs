@@ -94,7 +94,7 @@ impl Conn {
         }
         self.phase = Phase::Draining;
         self.connect_deadline = None;
-        self.stall_since = None;
+        self.end_stall();
         for s in self.slots.iter_mut() {
             s.status.get_or_insert(DtoStatus::Flushed);
         }

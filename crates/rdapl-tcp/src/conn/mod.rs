@@ -78,7 +78,7 @@ use rdapl::{ConnectionEventKind, DtoStatus};
 use rdapl_iwarp::{Connection, Role, State};
 use std::collections::VecDeque;
 use std::net::{IpAddr, TcpStream};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Weak};
 
 /// Logs an event of connection `$c` (a `Conn`) at `$level`, with its
@@ -259,6 +259,10 @@ pub(crate) struct Conn {
     complete: Completion,
     /// The provider's counters.
     pub stats: Arc<crate::progress::Stats>,
+    /// The provider's count of connections whose peer's Send waits for
+    /// an SRQ's receive, and whether this one is counted there.
+    pub srq_waits: Arc<AtomicUsize>,
+    srq_waiting: bool,
     /// The provider's shared state (a responder's requests answer through
     /// it).
     pub shared: Option<Arc<crate::progress::Shared>>,
@@ -280,6 +284,14 @@ fn total_len(wr: &Wr) -> u64 {
             .iov()
             .iter()
             .fold(0u64, |n, t| n.saturating_add(t.segment_length)),
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // Not counted among the connections waiting for an SRQ's receive
+        // past its end, however it ended.
+        self.srq_wait(false);
     }
 }
 
@@ -349,6 +361,8 @@ impl Conn {
             out_held: false,
             complete,
             stats: Arc::default(),
+            srq_waits: Arc::default(),
+            srq_waiting: false,
             shared: None,
         }
     }

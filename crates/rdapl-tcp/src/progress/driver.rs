@@ -362,6 +362,7 @@ impl Driver {
             let t = self.sh.token();
             let mut c = Conn::new(t, s, ia, Role::Responder, (peer.ip(), qual));
             c.stats = self.sh.stats.clone();
+            c.srq_waits = self.sh.srq_waits.clone();
             c.shared = Some(self.sh.clone());
             c.sp = Some(sp);
             let cfg = c.engine_config();
@@ -554,6 +555,7 @@ impl Driver {
                 };
                 let mut c = Conn::new(t, s, ia, Role::Initiator, (remote.ip(), qual));
                 c.stats = self.sh.stats.clone();
+                c.srq_waits = self.sh.srq_waits.clone();
                 c.phase = Phase::Connecting;
                 c.bind_ep(&ep);
                 c.connect_pd = pd;

@@ -78,7 +78,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -205,6 +205,10 @@ pub(crate) struct Shared {
     pub pass_seq: AtomicU64,
     /// The group of each EVD that connections of this instance feed.
     groups: Mutex<HashMap<EvdHandle, Weak<Group>>>,
+    /// Connections whose peer's Send waits for a receive of an SRQ: a
+    /// receive posted to an SRQ wakes the thread only while there are
+    /// some (a Dekker pair with the wait, see `Conn::fpdu_look`).
+    pub srq_waits: Arc<AtomicUsize>,
 }
 
 /// What the connections of one provider instance count (diagnostics).
@@ -261,6 +265,7 @@ impl Shared {
             looks: AtomicU64::new(0),
             polled_waits: AtomicU64::new(0),
             stats: Arc::default(),
+            srq_waits: Arc::default(),
             pass_seq: AtomicU64::new(0),
             groups: Mutex::new(HashMap::default()),
         }))
