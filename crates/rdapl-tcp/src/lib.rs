@@ -467,7 +467,7 @@ impl Drop for TcpListener {
 struct TcpSrq(Arc<Core>);
 
 impl SrqOps for TcpSrq {
-    fn posted(&self, _srq: &rdapl::srq::SrqInner) {
+    fn posted(&self, srq: &rdapl::srq::SrqInner) {
         use std::sync::atomic::{Ordering, fence};
         // The poster's half of the Dekker pattern with a connection whose
         // peer's Send waits for an SRQ's receive (`Conn::fpdu_look`): the
@@ -477,7 +477,16 @@ impl SrqOps for TcpSrq {
         if self.0.sh.srq_waits.load(Ordering::SeqCst) == 0 {
             return;
         }
-        self.0.sh.send(Cmd::KickAll);
+        // Some do (of this SRQ or another): this SRQ's endpoints whose
+        // peer's Send waits are kicked, as a receive of their own kicks
+        // (`TcpEp::kick`), from this thread when the connection is free.
+        for ep in srq.takers() {
+            if let Some(cell) = progress::link_of(&ep)
+                && cell.stalled.load(Ordering::SeqCst)
+            {
+                cell.kick();
+            }
+        }
     }
 }
 

@@ -27,8 +27,6 @@ pub(super) struct Driver {
     armed: HashMap<u64, u64>,
     /// Connections the thread changed since it last looked at them.
     touched: HashSet<u64>,
-    /// Every connection changed (a command that touched them all).
-    all_touched: bool,
     /// Listeners resting after a failed `accept`: (until, token).
     resting: Vec<(u64, u64)>,
 }
@@ -46,7 +44,6 @@ pub(crate) fn spawn(sh: Arc<Shared>) -> std::io::Result<()> {
                 timers: BinaryHeap::new(),
                 armed: HashMap::default(),
                 touched: HashSet::default(),
-                all_touched: false,
                 resting: Vec::new(),
             };
             d.run();
@@ -248,9 +245,6 @@ impl Driver {
     /// interest, the maps and the timers, and drops dead connections.
     fn tidy(&mut self) {
         let mut names: Vec<u64> = std::mem::take(&mut *self.sh.retimed.lock());
-        if std::mem::take(&mut self.all_touched) {
-            names.extend(self.conns.keys());
-        }
         names.extend(self.touched.drain());
         names.sort_unstable();
         names.dedup();
@@ -615,12 +609,6 @@ impl Driver {
                     } else {
                         c.pump(now);
                     }
-                }
-            }
-            Cmd::KickAll => {
-                self.all_touched = true;
-                for cell in self.conns.values() {
-                    look(&self.sh, cell).recv_posted(now);
                 }
             }
         }

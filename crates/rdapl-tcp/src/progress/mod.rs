@@ -156,7 +156,6 @@ pub(crate) enum Cmd {
         ep: Arc<EpInner>,
         recv: bool,
     },
-    KickAll,
 }
 
 /// A listening socket and the service point it serves.
