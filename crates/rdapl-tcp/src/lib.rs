@@ -54,7 +54,8 @@
 //! * **A Send with no receive posted** waits: the receiver stops reading
 //!   that socket (TCP flow control holds the sender back) for up to
 //!   `recv_wait_ms` (5 s), then breaks the connection (`ReceiverNotReady`
-//!   on the sender).
+//!   on the sender). A receive posted to the endpoint, or to its SRQ,
+//!   lets it in at once; a post while no Send waits wakes nothing.
 //! * **Endings.** Disconnect (graceful or abrupt), free, peer EOF,
 //!   Terminate or a socket error end the connection on each side as it
 //!   learns: every outstanding request completes exactly once (`Flushed`
