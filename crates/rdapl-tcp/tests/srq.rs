@@ -88,15 +88,11 @@ fn message(k: usize, n: u64, len: usize) -> Vec<u8> {
 /// completions. A receive posted to the SRQ must let a waiting Send in: one
 /// that did not would leave it waiting until `recv_wait_ms`, then break
 /// the connection (`ReceiverNotReady`). Every byte is checked, and each
-/// client's messages arrive in its order.
+/// client's messages arrive in its order. `SRQ_SEED` replays a run.
 #[test]
 fn srq_receives_posted_late_let_every_send_in() {
     const N: usize = 2;
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
+    let seed = seed_from("SRQ_SEED");
     let st = setup(N, ("127.0.226.1", "127.0.226.2"), SLOTS as usize);
     let rbuf = st
         .s_pz
@@ -104,30 +100,14 @@ fn srq_receives_posted_late_let_every_send_in() {
         .unwrap();
     let consumed = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let poster = {
-        let (srq, rbuf, consumed, stop) =
-            (st.srq.clone(), rbuf.clone(), consumed.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut rng = seed ^ 0x5eed;
-            let mut posted = 0u64;
-            let end = Instant::now() + 4 * T;
-            while !stop.load(Ordering::Acquire) {
-                assert!(Instant::now() < end, "seed {seed}: the poster ran too long");
-                if posted < consumed.load(Ordering::Acquire) + 2 {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    std::thread::sleep(Duration::from_micros(rng % 200));
-                    let off = (posted % SLOTS) * MSG as u64;
-                    let t = [rbuf.triplet(off, MSG as u64).unwrap()];
-                    srq.post_recv(&t, posted, D).unwrap();
-                    posted += 1;
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        })
-    };
+    let srq = st.srq.clone();
+    let poster = late_poster(
+        move |t, n| srq.post_recv(t, n, D).unwrap(),
+        (rbuf.clone(), SLOTS, MSG as u64),
+        (consumed.clone(), 2),
+        stop.clone(),
+        (seed, 4 * T),
+    );
     let waiter = {
         let (evd, rbuf, consumed) = (st.s_rcv.clone(), rbuf.clone(), consumed.clone());
         std::thread::spawn(move || {
@@ -158,15 +138,12 @@ fn srq_receives_posted_late_let_every_send_in() {
     let srcs: Vec<Lmr> = st.c.iter().map(|c| c.buf(2 * MSG)).collect();
     let mut sent = [0u64; N];
     let mut done = [0u64; N];
-    let mut rng = seed;
+    let mut rng = Rng(seed);
     let end = Instant::now() + Duration::from_secs(1);
     while Instant::now() < end {
         for k in 0..N {
             while sent[k] < done[k] + 2 {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let len = 2 + (rng % (MSG as u64 - 1)) as usize;
+                let len = 2 + rng.below(MSG as u64 - 1) as usize;
                 let off = (sent[k] % 2) as usize * MSG;
                 srcs[k].write_at(off, &message(k, sent[k], len)).unwrap();
                 st.c[k].send(&srcs[k], off as u64, len as u64, sent[k]);

@@ -25,18 +25,6 @@ const MSG: usize = 256;
 /// How long the consumer runs.
 const RUN: Duration = Duration::from_secs(2);
 
-/// A small generator (xorshift), seeded per run and printed on failure.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 /// One side: an IA whose endpoints all complete into one DTO EVD.
 struct Side {
     ia: Ia,
@@ -129,16 +117,7 @@ fn switching_without_fences_loses_nothing() {
 }
 
 fn switching((client, server): (&str, &str), params: &str) {
-    let seed = std::env::var("SWITCHING_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        })
-        | 1;
+    let seed = seed_from("SWITCHING_SEED");
     let mut rng = Rng(seed);
     let patient = Tcp::with_config(TcpConfig {
         poll_fresh_ms: 3_600_000,
@@ -283,37 +262,20 @@ fn receives_posted_late_by_another_thread_let_every_send_in() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     const SLOTS: u64 = 16;
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
+    let seed = seed_from("SWITCHING_SEED");
     let tcp = Tcp::new();
     let p = Pair::connected(&tcp, "127.0.225.5", "127.0.225.6", "");
     let rbuf = p.s.buf(SLOTS as usize * MSG);
     let received = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let poster = {
-        let (ep, rbuf, received, stop) =
-            (p.s.ep.clone(), rbuf.clone(), received.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut rng = Rng(seed ^ 0x5eed);
-            let mut posted = 0u64;
-            let end = Instant::now() + T;
-            while !stop.load(Ordering::Acquire) {
-                assert!(Instant::now() < end, "seed {seed}: the poster ran too long");
-                if posted < received.load(Ordering::Acquire) + 2 {
-                    std::thread::sleep(Duration::from_micros(rng.below(200)));
-                    let off = (posted % SLOTS) * MSG as u64;
-                    let t = [rbuf.triplet(off, MSG as u64).unwrap()];
-                    ep.post_recv(&t, posted, D).unwrap();
-                    posted += 1;
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        })
-    };
+    let ep = p.s.ep.clone();
+    let poster = late_poster(
+        move |t, n| ep.post_recv(t, n, D).unwrap(),
+        (rbuf.clone(), SLOTS, MSG as u64),
+        (received.clone(), 2),
+        stop.clone(),
+        (seed, T),
+    );
     let waiter = {
         let (evd, rbuf, received) = (p.s.rcv.clone(), rbuf.clone(), received.clone());
         std::thread::spawn(move || {

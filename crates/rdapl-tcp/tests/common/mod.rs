@@ -313,3 +313,63 @@ pub fn expect_line(rx: &std::sync::mpsc::Receiver<String>, prefix: &str, t: Dura
         }
     }
 }
+
+/// A small generator (xorshift) for randomized tests, seeded per run.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A value below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// A seed for a randomized test: `var` if set (to replay a run), else the
+/// clock; never zero.
+pub fn seed_from(var: &str) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
+        | 1
+}
+
+/// A thread that posts receives late, as a consumer that refills them
+/// from another thread does: receive `n` into slot `n % slots` of `buf`
+/// (slots of `len` bytes, cookie `n`) with `post`, at most `ahead` beyond
+/// `consumed`, each after a random pause of up to 200 µs, until `stop`
+/// (bounded by `bound`).
+pub fn late_poster(
+    post: impl Fn(&[LmrTriplet], u64) + Send + 'static,
+    (buf, slots, len): (Lmr, u64, u64),
+    (consumed, ahead): (Arc<AtomicU64>, u64),
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    (seed, bound): (u64, Duration),
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut rng = Rng(seed ^ 0x5eed);
+        let mut posted = 0u64;
+        let end = std::time::Instant::now() + bound;
+        while !stop.load(Ordering::Acquire) {
+            assert!(
+                std::time::Instant::now() < end,
+                "seed {seed}: the poster ran too long"
+            );
+            if posted < consumed.load(Ordering::Acquire) + ahead {
+                std::thread::sleep(Duration::from_micros(rng.below(200)));
+                post(&[buf.triplet((posted % slots) * len, len).unwrap()], posted);
+                posted += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    })
+}
