@@ -429,8 +429,11 @@ impl Transport for TcpIa {
         }))
     }
 
-    fn srq_create(&self, _srq: SrqHandle, _pz: PzHandle) -> Result<Box<dyn SrqOps>> {
-        Ok(Box::new(TcpSrq(self.core.clone())))
+    fn srq_create(&self, srq: SrqHandle, _pz: PzHandle) -> Result<Box<dyn SrqOps>> {
+        Ok(Box::new(TcpSrq {
+            core: self.core.clone(),
+            handle: srq,
+        }))
     }
 
     fn close(&self) {
@@ -465,28 +468,20 @@ impl Drop for TcpListener {
 }
 
 /// One SRQ's table.
-struct TcpSrq(Arc<Core>);
+struct TcpSrq {
+    core: Arc<Core>,
+    handle: SrqHandle,
+}
 
 impl SrqOps for TcpSrq {
-    fn posted(&self, srq: &rdapl::srq::SrqInner) {
-        use std::sync::atomic::{Ordering, fence};
-        // The poster's half of the Dekker pattern with a connection whose
-        // peer's Send waits for an SRQ's receive (`Conn::fpdu_look`): the
-        // receive is queued; unless such a connection waits, nobody needs
-        // to hear of it (a post costs no wake-up of the thread then).
-        fence(Ordering::SeqCst);
-        if self.0.sh.srq_waits.load(Ordering::SeqCst) == 0 {
-            return;
-        }
-        // Some do (of this SRQ or another): this SRQ's endpoints whose
-        // peer's Send waits are kicked, as a receive of their own kicks
-        // (`TcpEp::kick`), from this thread when the connection is free.
-        for ep in srq.takers() {
-            if let Some(cell) = progress::link_of(&ep)
-                && cell.stalled.load(Ordering::SeqCst)
-            {
-                cell.kick();
-            }
+    fn posted(&self, _srq: &rdapl::srq::SrqInner) {
+        // The connections of this SRQ's endpoints whose peer's Send waits
+        // for a receive (none, after one fence and one load, while no
+        // connection waits for an SRQ's) are kicked, as an endpoint's
+        // receive kicks it (`TcpEp::kick`): from this thread when the
+        // connection is free, else by its lock's holder.
+        for cell in self.core.sh.srq_waits.waiting(self.handle) {
+            cell.kick();
         }
     }
 }

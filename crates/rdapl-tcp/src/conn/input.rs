@@ -430,10 +430,10 @@ impl Conn {
                     .is_some_and(|e| e.state() == State::AwaitRtr);
                 let have = rtr || self.ensure_recv() || {
                     // The Dekker pattern with a poster (`TcpIa::kick`, or
-                    // `TcpSrq::posted` for an SRQ's): it queues its
-                    // receive, then reads `stalled` (the count of
-                    // connections waiting for an SRQ's); this sets them,
-                    // then looks again.
+                    // `TcpSrq::posted` for an SRQ's: see `SrqWaits`): it
+                    // queues its receive, then reads `stalled` (or the
+                    // SRQ's waiting connections); this sets them, then
+                    // looks again.
                     self.stalled.store(true, Ordering::SeqCst);
                     self.srq_wait(true);
                     fence(Ordering::SeqCst);
@@ -492,19 +492,23 @@ impl Conn {
         }
     }
 
-    /// Counts this connection among those whose peer's Send waits for a
-    /// receive of an SRQ (`on`), or no longer; once each way. A connection
-    /// whose endpoint has no SRQ is never counted.
+    /// Enters this connection among those whose peer's Send waits for a
+    /// receive of an SRQ (`on`), or takes it out; once each way. A
+    /// connection whose endpoint has no SRQ never enters.
     pub(super) fn srq_wait(&mut self, on: bool) {
-        if on == self.srq_waiting || (on && self.ep.as_ref().is_none_or(|e| e.srq.is_none())) {
+        if on == self.srq_waiting {
             return;
         }
-        self.srq_waiting = on;
         if on {
-            self.srq_waits.fetch_add(1, Ordering::SeqCst);
+            let srq = self.ep.as_ref().and_then(|e| e.srq.as_ref());
+            let (Some(srq), Some(cell)) = (srq, self.hook.clone()) else {
+                return;
+            };
+            self.srq_waits.enter(self.token, srq.handle(), cell);
         } else {
-            self.srq_waits.fetch_sub(1, Ordering::SeqCst);
+            self.srq_waits.leave(self.token);
         }
+        self.srq_waiting = on;
     }
 
     /// A Send of the peer no longer waits for a receive.

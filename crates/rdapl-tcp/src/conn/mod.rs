@@ -78,7 +78,7 @@ use rdapl::{ConnectionEventKind, DtoStatus};
 use rdapl_iwarp::{Connection, Role, State};
 use std::collections::VecDeque;
 use std::net::{IpAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 
 /// Logs an event of connection `$c` (a `Conn`) at `$level`, with its
@@ -259,9 +259,9 @@ pub(crate) struct Conn {
     complete: Completion,
     /// The provider's counters.
     pub stats: Arc<crate::progress::Stats>,
-    /// The provider's count of connections whose peer's Send waits for
-    /// an SRQ's receive, and whether this one is counted there.
-    pub srq_waits: Arc<AtomicUsize>,
+    /// The provider's connections whose peer's Send waits for an SRQ's
+    /// receive, and whether this one is among them.
+    pub srq_waits: Arc<crate::progress::SrqWaits>,
     srq_waiting: bool,
     /// The provider's shared state (a responder's requests answer through
     /// it).

@@ -78,16 +78,18 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 mod cell;
 mod driver;
+mod srq_waits;
 
 pub(crate) use cell::{ConnCell, ConnGuard, link_of};
 use driver::flags;
 pub(crate) use driver::spawn;
+pub(crate) use srq_waits::SrqWaits;
 
 /// The eventfd's epoll key.
 const WAKE: u64 = 0;
@@ -205,9 +207,8 @@ pub(crate) struct Shared {
     /// The group of each EVD that connections of this instance feed.
     groups: Mutex<HashMap<EvdHandle, Weak<Group>>>,
     /// Connections whose peer's Send waits for a receive of an SRQ: a
-    /// receive posted to an SRQ wakes the thread only while there are
-    /// some (a Dekker pair with the wait, see `Conn::fpdu_look`).
-    pub srq_waits: Arc<AtomicUsize>,
+    /// receive posted to an SRQ kicks those of its endpoints.
+    pub srq_waits: Arc<SrqWaits>,
 }
 
 /// What the connections of one provider instance count (diagnostics).
