@@ -12,7 +12,9 @@
 //!   socket from the poster's thread. Contended, it queues a `Cmd` and
 //!   writes the eventfd instead (the lock's holder may have looked at the
 //!   queue before the post). A posted receive kicks only if a Send of the
-//!   peer waits for one (`Conn::stalled`, a Dekker pair with the stall).
+//!   peer waits for one (`Conn::stalled`, a Dekker pair with the stall);
+//!   one posted to an SRQ kicks the connections of its endpoints that
+//!   wait (`SrqWaits`), and nothing while none does.
 //! * **Consumers.** The connections that feed an EVD are one progress
 //!   hook ([`rdapl::provider::Progress`]) of it, their group (`group`): a
 //!   consumer that finds the EVD empty, or is about to wait on it, pumps
