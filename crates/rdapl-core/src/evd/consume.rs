@@ -79,9 +79,11 @@ impl Evd {
         #[cfg(not(rdapl_loom))]
         if inner.progress.any() {
             // A provider that progresses in software: drive it from this
-            // thread for a short while (each pass is a few system calls),
-            // then hand progress back to its thread and block.
+            // thread for as long as its hooks say (each pass is a few
+            // system calls), then hand progress back to its thread and
+            // block.
             let start = std::time::Instant::now();
+            let spin = inner.progress.wait_spin();
             loop {
                 let s = inner.load();
                 if s.has(FREED) {
@@ -93,7 +95,7 @@ impl Evd {
                 if let Some(got) = inner.take_for_waiter(threshold) {
                     return Ok(got);
                 }
-                if start.elapsed() >= WAIT_PROGRESS {
+                if start.elapsed() >= spin {
                     break;
                 }
                 inner.progress.run();

@@ -60,7 +60,8 @@
 //!   ownership, arms and blocks.
 //! * A provider may attach progress hooks ([`Progress`]): a `dequeue` that
 //!   finds the EVD empty runs them once and looks again; a `wait` drives
-//!   them for up to 50 us, then parks them and blocks. Arming a
+//!   them for as long as they say ([`Progress::wait_spin`]), then parks
+//!   them and blocks. Arming a
 //!   notification (enabling upcalls, `enable` for a CNO, a stream that
 //!   goes to sleep) parks them too, and so does a `dequeue` that finds the
 //!   EVD empty while a notification is armed: such a consumer relies on
@@ -97,7 +98,7 @@ mod teardown_waits;
 mod upcall;
 
 pub use producer::EvdProducer;
-pub use progress::Progress;
+pub use progress::{DEFAULT_WAIT_SPIN, Progress};
 use publish::publish;
 pub use reservation::{Misdirected, Reservation};
 use upcall::enabling_policy;
@@ -260,10 +261,6 @@ const WAIT_SPINS: u32 = 256;
 /// Checks after a `yield_now` each, after the spins.
 #[cfg(not(rdapl_loom))]
 const WAIT_YIELDS: u32 = 4;
-/// How long a `wait` on an EVD with progress hooks drives them before it
-/// parks them and blocks.
-#[cfg(not(rdapl_loom))]
-const WAIT_PROGRESS: Duration = Duration::from_micros(50);
 
 /// Slots a producer that finds the EVD full looks at before it reads the
 /// consumers' head (see `EvdInner::freed_again`).

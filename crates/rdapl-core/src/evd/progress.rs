@@ -14,6 +14,7 @@
 use std::sync::Mutex;
 use std::sync::Weak;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A provider's progress engine, driven from consumers' threads.
 pub trait Progress: Send + Sync + 'static {
@@ -41,12 +42,28 @@ pub trait Progress: Send + Sync + 'static {
     /// including while the provider's own locks are held by others: it
     /// must not wait for them.
     fn park(&self) {}
+    /// How long a consumer's `wait` may drive this hook from its own
+    /// thread before it parks it and blocks. Spinning saves a ping-pong
+    /// the wake-ups of a blocked waiter, but only if the answer comes while
+    /// the waiter spins: where the peer, or the provider's own thread,
+    /// shares the waiter's only CPU, it cannot, and a spin only delays it.
+    /// Read when the hook is attached; an EVD with several hooks spins the
+    /// longest of theirs. By default [`DEFAULT_WAIT_SPIN`].
+    fn wait_spin(&self) -> Duration {
+        DEFAULT_WAIT_SPIN
+    }
 }
+
+/// The default of [`Progress::wait_spin`].
+pub const DEFAULT_WAIT_SPIN: Duration = Duration::from_micros(50);
 
 /// The hooks of one EVD.
 #[derive(Default)]
 pub(crate) struct ProgressHooks {
     any: AtomicBool,
+    /// The longest [`Progress::wait_spin`] of the hooks attached, in
+    /// nanoseconds.
+    spin_ns: AtomicU64,
     list: Mutex<Vec<Weak<dyn Progress>>>,
 }
 
@@ -60,12 +77,22 @@ impl ProgressHooks {
     // (Under loom no provider attaches hooks and `wait` never parks.)
     #[cfg_attr(rdapl_loom, allow(dead_code))]
     pub(crate) fn attach(&self, hook: Weak<dyn Progress>) {
+        if let Some(h) = hook.upgrade() {
+            let ns = u64::try_from(h.wait_spin().as_nanos()).unwrap_or(u64::MAX);
+            self.spin_ns.fetch_max(ns, Ordering::Relaxed);
+        }
         let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
         l.retain(|w| w.strong_count() > 0);
         if !l.iter().any(|w| w.ptr_eq(&hook)) {
             l.push(hook);
         }
         self.any.store(!l.is_empty(), Ordering::Relaxed);
+    }
+
+    /// How long a `wait` drives the hooks before it parks them and blocks.
+    #[cfg_attr(rdapl_loom, allow(dead_code))]
+    pub(crate) fn wait_spin(&self) -> Duration {
+        Duration::from_nanos(self.spin_ns.load(Ordering::Relaxed))
     }
 
     /// Calls `f` on every live hook, with whether there are several.
