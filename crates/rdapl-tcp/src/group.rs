@@ -48,6 +48,8 @@ pub(crate) struct Group {
     last_pass_ms: AtomicU64,
     /// The newest park's sequence number.
     last_park: AtomicU64,
+    /// The longest `wait_spin_us` of the members' IAs.
+    wait_spin_us: AtomicU64,
 }
 
 impl Group {
@@ -60,12 +62,14 @@ impl Group {
             last_pass: AtomicU64::new(0),
             last_pass_ms: AtomicU64::new(0),
             last_park: AtomicU64::new(0),
+            wait_spin_us: AtomicU64::new(0),
         }
     }
 
     /// `cell` joins (its connection was just established): busy until
-    /// its first pass.
-    pub fn join(&self, cell: &Arc<ConnCell>) {
+    /// its first pass. `wait_spin_us` is its IA's.
+    pub fn join(&self, cell: &Arc<ConnCell>, wait_spin_us: u64) {
+        self.wait_spin_us.fetch_max(wait_spin_us, Ordering::Relaxed);
         self.members.lock().insert(cell.token, Arc::downgrade(cell));
         self.busy.lock().push(cell.token);
     }
@@ -112,6 +116,10 @@ impl Group {
 }
 
 impl rdapl::provider::Progress for Group {
+    fn wait_spin(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.wait_spin_us.load(Ordering::Relaxed))
+    }
+
     fn progress(&self) {
         let sh = &self.sh;
         // Numbered in the sequence's order whatever the memory order; a

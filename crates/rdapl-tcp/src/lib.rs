@@ -96,7 +96,7 @@
 //!   (`dequeue`) or is about to wait on it reads, places and completes in
 //!   its own thread
 //!   (the core's [`rdapl::provider::Progress`] hook; a `wait` does that
-//!   for 50 us, then hands the input back and blocks). While a consumer
+//!   for the IA's `wait_spin_us`, then hands the input back and blocks). While a consumer
 //!   polls, the thread leaves that socket's input alone. Nothing spins
 //!   when idle.
 //! * **Copies.** None in user space for bulk data. A Send's, RDMA Write's
@@ -114,6 +114,14 @@
 //!   memory: `EpInner::lend_recv` and friends); headers and small FPDUs go
 //!   through one input buffer per connection. `RDAPL_TCP_PARAMS`
 //!   ([`PARAMS_ENV`]) gives every IA default parameters (e.g. `crc=0`).
+//!
+//! A consumer's `wait` first drives its connections from its own thread
+//! for the IA's `wait_spin_us` ([`DEFAULT_WAIT_SPIN_US`] µs; none on
+//! a machine with one CPU online): a ping-pong's answer is usually taken in
+//! within it, without waking two threads. Where the consumer shares its
+//! CPU with its peer or with this provider's thread (both ends under one
+//! `taskset` CPU) the answer cannot come while it spins: say
+//! `wait_spin_us=0` there.
 //!
 //! A consumer that stops polling and turns to a notification (it waits,
 //! enables upcalls, enables a CNO, lets a stream sleep, or finds the EVD
@@ -174,7 +182,7 @@ mod outq;
 pub mod params;
 pub mod progress;
 
-pub use params::{Completion, TcpConfig};
+pub use params::{Completion, DEFAULT_WAIT_SPIN_US, TcpConfig};
 
 use params::IaParams;
 use parking_lot::Mutex;

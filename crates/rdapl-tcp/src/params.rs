@@ -14,6 +14,7 @@
 //! | `complete` | when a Send or RDMA Write completes: `placed` (the peer placed it) or `sent` (handed to TCP, siw's meaning); see [`Completion`] | the instance's (`placed`) |
 //! | `poll_fresh_ms` | how long after a consumer's last polling pass the provider's thread leaves the input to it (1..=3600000); keep it well below the peer's `timeout_ms`: input left unread that long holds back the answers the peer waits for | the instance's (3) |
 //! | `mpa_timeout_ms` | how long a passive side waits for the MPA Request of a connection it accepted, and for the RTR after its Reply (100..=3600000); the active side's wait for the Reply is bounded by the consumer's connect timeout alone, and the consumer's decision on a request by nothing | 5000 (siw's) |
+//! | `wait_spin_us` | how long a consumer's `wait` drives its connections from its own thread before it hands them to the provider's thread and blocks, in microseconds (0..=1000000); see [`TcpConfig::wait_spin_us`] | the instance's (50, or 0 on a machine with one CPU online) |
 //! | `setups` | most accepted connections a listener keeps waiting for their MPA request (1..=65536); past it the oldest that waited a second are closed, so a flood of idle connections holds no more sockets than that (and what comes within a second) | 1024 |
 //!
 //! A qualifier whose port falls outside 1..=65535 is refused with
@@ -78,7 +79,23 @@ pub struct TcpConfig {
     /// When Sends and RDMA Writes complete ([`Completion::Placed`] by
     /// default).
     pub complete: Completion,
+    /// How long, in microseconds, a consumer's `wait` drives its
+    /// connections from its own thread (reads, places, completes) before
+    /// it hands them to the provider's thread and blocks. A spin saves a
+    /// ping-pong two thread wake-ups a message, if the answer comes while
+    /// it lasts; where the peer, or this provider's thread, shares the
+    /// waiter's only CPU it cannot, and each wait then costs the whole
+    /// spin. `None` (the default): [`DEFAULT_WAIT_SPIN_US`], or 0 on a
+    /// machine with one CPU online. Say 0 where both sides of a
+    /// connection, or a consumer and its IA, are confined to one CPU
+    /// (`taskset`, a cpuset of one): the provider cannot tell that from a
+    /// process pinned to a CPU of its own.
+    pub wait_spin_us: Option<u64>,
 }
+
+/// [`TcpConfig::wait_spin_us`] on a machine with more than one CPU
+/// online: the core's default ([`rdapl::provider::DEFAULT_WAIT_SPIN`]).
+pub const DEFAULT_WAIT_SPIN_US: u64 = rdapl::provider::DEFAULT_WAIT_SPIN.as_micros() as u64;
 
 impl Default for TcpConfig {
     fn default() -> Self {
@@ -89,6 +106,7 @@ impl Default for TcpConfig {
             timeout_ms: 10_000,
             poll_fresh_ms: crate::progress::POLL_FRESH_MS,
             complete: Completion::Placed,
+            wait_spin_us: None,
         }
     }
 }
@@ -110,6 +128,41 @@ pub(crate) struct IaParams {
     /// Most accepted connections a listener keeps waiting for their MPA
     /// request (see `progress::Driver::limit_setups`).
     pub setups: usize,
+    /// [`TcpConfig::wait_spin_us`], resolved.
+    pub wait_spin_us: u64,
+}
+
+/// [`TcpConfig::wait_spin_us`]'s default: none on a machine with one CPU
+/// online, where a waiter's spin only keeps its peer, or this provider's
+/// thread, from running.
+fn auto_wait_spin_us() -> u64 {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").ok();
+    wait_spin_for(online.as_deref().and_then(count_cpus))
+}
+
+/// The default spin on a machine with `cpus` online (`None`: unknown).
+fn wait_spin_for(cpus: Option<usize>) -> u64 {
+    if cpus == Some(1) {
+        0
+    } else {
+        DEFAULT_WAIT_SPIN_US
+    }
+}
+
+/// The number of CPUs in a kernel CPU list (`0`, `0-3`, `0-3,8,10-11`).
+fn count_cpus(list: &str) -> Option<usize> {
+    let mut n = 0usize;
+    for part in list.trim().split(',') {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?),
+            None => {
+                let a = part.parse::<usize>().ok()?;
+                (a, a)
+            }
+        };
+        n = n.checked_add(b.checked_sub(a)?.checked_add(1)?)?;
+    }
+    Some(n)
 }
 
 /// The default of `mpa_timeout_ms` (siw's `MPAREP_TIMEOUT`).
@@ -153,6 +206,7 @@ impl IaParams {
             complete: cfg.complete,
             mpa_timeout_ms: MPA_TIMEOUT_MS,
             setups: SETUPS,
+            wait_spin_us: cfg.wait_spin_us.unwrap_or_else(auto_wait_spin_us),
         };
         for kv in params.split([' ', ',']).filter(|s| !s.is_empty()) {
             let (k, v) = kv
@@ -206,6 +260,13 @@ impl IaParams {
                         return Err(bad("tcp: setups= must be in 1..=65536"));
                     }
                     p.setups = n;
+                }
+                "wait_spin_us" => {
+                    p.wait_spin_us = ranged(
+                        v,
+                        0..=1_000_000,
+                        "tcp: wait_spin_us= must be in 0..=1000000",
+                    )?
                 }
                 "complete" => {
                     p.complete = match v {
@@ -287,5 +348,42 @@ mod tests {
         assert_eq!(IaParams::parse("setups=8", &c).unwrap().setups, 8);
         assert!(IaParams::parse("setups=0", &c).is_err());
         assert!(IaParams::parse("setups=70000", &c).is_err());
+        assert_eq!(
+            IaParams::parse("wait_spin_us=0", &c).unwrap().wait_spin_us,
+            0
+        );
+        assert_eq!(
+            IaParams::parse("wait_spin_us=1000000", &c)
+                .unwrap()
+                .wait_spin_us,
+            1_000_000
+        );
+        assert!(IaParams::parse("wait_spin_us=1000001", &c).is_err());
+        assert!(IaParams::parse("wait_spin_us=-1", &c).is_err());
+        let fixed = TcpConfig {
+            wait_spin_us: Some(7),
+            ..TcpConfig::default()
+        };
+        assert_eq!(IaParams::parse("", &fixed).unwrap().wait_spin_us, 7);
+    }
+
+    /// No spin by default on a machine with one CPU online.
+    #[test]
+    fn no_spin_by_default_on_one_cpu() {
+        assert_eq!(count_cpus("0\n"), Some(1));
+        assert_eq!(count_cpus("0-1\n"), Some(2));
+        assert_eq!(count_cpus("0-3,8,10-11"), Some(7));
+        assert_eq!(count_cpus("3-1"), None);
+        assert_eq!(count_cpus(""), None);
+        assert_eq!(count_cpus("x"), None);
+        assert_eq!(wait_spin_for(Some(1)), 0);
+        assert_eq!(wait_spin_for(Some(2)), DEFAULT_WAIT_SPIN_US);
+        assert_eq!(wait_spin_for(None), DEFAULT_WAIT_SPIN_US);
+        let c = TcpConfig::default();
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+        assert_eq!(
+            IaParams::parse("", &c).unwrap().wait_spin_us,
+            wait_spin_for(count_cpus(&online))
+        );
     }
 }

@@ -273,3 +273,36 @@ fn a_paused_poller_is_not_taken_for_a_silent_peer() {
     assert_eq!(sink.to_vec().unwrap(), pattern(4096, 3));
     assert_eq!(p.c.ep.state(), EpState::Connected);
 }
+
+/// A consumer's `wait` drives its connection from its own thread for the
+/// IA's `wait_spin_us`, then leaves it to the provider's thread and
+/// blocks: with none (a machine with one CPU) every completion of a
+/// waited ping-pong comes through the provider's thread, no consumer
+/// runs a pass; with a long spin the waiters take their completions in
+/// themselves.
+#[test]
+fn a_wait_drives_its_connection_for_the_spin_it_is_given() {
+    const ROUNDS: u64 = 100;
+    for (spin, client, server) in [
+        (0, "127.0.227.1", "127.0.227.2"),
+        (1_000_000, "127.0.227.3", "127.0.227.4"),
+    ] {
+        let tcp = Tcp::new();
+        let p = Pair::connected(&tcp, client, server, &format!("wait_spin_us={spin}"));
+        let (sbuf, cbuf) = (p.s.buf(64), p.c.buf(64));
+        let (ssrc, csrc) = (p.s.lmr(vec![7; 64]), p.c.lmr(vec![9; 64]));
+        let n0 = tcp.passes();
+        for i in 0..ROUNDS {
+            round_trip(&p, (&sbuf, &cbuf), (&ssrc, &csrc), 64, i, next_dto);
+        }
+        let passes = tcp.passes() - n0;
+        if spin == 0 {
+            assert_eq!(passes, 0, "passes run by waiters that were not to spin");
+        } else {
+            assert!(
+                passes >= ROUNDS / 2,
+                "{passes} passes in {ROUNDS} round trips of spinning waiters"
+            );
+        }
+    }
+}
