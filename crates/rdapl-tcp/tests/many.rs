@@ -189,8 +189,9 @@ fn connected_on_shared_evds(
     client: &str,
     server: &str,
     n: usize,
+    server_params: &str,
 ) -> (Node, Node, Psp, Vec<Ep>, Vec<Ep>) {
-    let s = Node::with(common::ia(tcp, server, ""), 1024);
+    let s = Node::with(common::ia(tcp, server, server_params), 1024);
     let c = Node::with(common::ia(tcp, client, ""), 1024);
     let (psp, q) = listen(&s.ia, &s.cr);
     let ceps: Vec<Ep> = (0..n).map(|_| c.ep2()).collect();
@@ -216,7 +217,7 @@ fn the_thread_leaves_idle_connections_alone() {
     const ROUNDS: u64 = 200;
     let tcp = Tcp::new();
     let (_s, _c, _psp, seps, ceps) =
-        connected_on_shared_evds(&tcp, "127.0.32.1", "127.0.32.2", IDLE);
+        connected_on_shared_evds(&tcp, "127.0.32.1", "127.0.32.2", IDLE, "");
     // One busy pair beside them, its consumers waiting (not polling), so
     // that the thread carries much of its input.
     let p = Pair::connected(&tcp, "127.0.32.3", "127.0.32.4", "");
@@ -242,6 +243,93 @@ fn the_thread_leaves_idle_connections_alone() {
     drop((ceps, seps));
 }
 
+/// The connections whose input the thread leaves to a polling consumer
+/// are looked at when their hold or freshness runs out (every
+/// `HOLD_MS`), not at every wake-up of the thread: beside a hundred
+/// polled connections, a pair whose consumers wait (every message through
+/// the thread) costs the thread the locks of that pair.
+#[test]
+fn the_thread_looks_at_polled_connections_when_due_only() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const POLLED: usize = 100;
+    const ROUNDS: u64 = 200;
+    let tcp = Tcp::new();
+    // The server's consumer stays fresh for a minute after each pass.
+    let (s, _c, _psp, seps, ceps) = connected_on_shared_evds(
+        &tcp,
+        "127.0.228.1",
+        "127.0.228.2",
+        POLLED,
+        "poll_fresh_ms=60000",
+    );
+    let (sbuf, cbuf) = (s.buf(64), _c.buf(64));
+    let csrc = _c.lmr(vec![9; 64]);
+    let t = |l: &Lmr| [l.triplet(0, 64).unwrap()];
+    for (i, ep) in seps.iter().enumerate() {
+        ep.post_recv(&t(&sbuf), i as u64, D).unwrap();
+    }
+    // The server's consumer polls its receive EVD from here on, a pass
+    // every millisecond or so: every connection's input, once it came, is
+    // left to it, and so the thread leaves it each connection as it sees
+    // its input come.
+    let stop = Arc::new(AtomicBool::new(false));
+    let got = Arc::new(AtomicU64::new(0));
+    let poller = {
+        let (rcv, stop, got) = (s.rcv.clone(), stop.clone(), got.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match rcv.dequeue().unwrap() {
+                    Some(Event::Dto(d)) => {
+                        assert_eq!(d.status, DtoStatus::Success);
+                        got.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some(e) => panic!("{e:?}"),
+                    None => std::thread::sleep(std::time::Duration::from_millis(1)),
+                }
+            }
+        })
+    };
+    for (i, ep) in ceps.iter().enumerate() {
+        ep.post_recv(&t(&cbuf), i as u64, D).unwrap();
+        ep.post_send(&t(&csrc), i as u64, D).unwrap();
+    }
+    for _ in 0..POLLED {
+        assert_eq!(next_dto(&_c.req).status, DtoStatus::Success);
+    }
+    let end = std::time::Instant::now() + T;
+    while got.load(Ordering::Relaxed) < POLLED as u64 {
+        assert!(std::time::Instant::now() < end, "the polled receives");
+        std::thread::yield_now();
+    }
+    // A pair whose consumers wait without spinning: the thread takes in
+    // every message of it.
+    let p = Pair::connected(&tcp, "127.0.228.3", "127.0.228.4", "wait_spin_us=0");
+    let (pb, pc) = (p.s.buf(64), p.c.buf(64));
+    let (ps, pcs) = (p.s.lmr(vec![7; 64]), p.c.lmr(vec![9; 64]));
+    let (w0, l0) = (tcp.wakeups(), tcp.thread_looks());
+    let start = std::time::Instant::now();
+    for i in 0..ROUNDS {
+        round_trip(&p, (&pb, &pc), (&ps, &pcs), 64, i, next_dto);
+    }
+    let ms = start.elapsed().as_millis() as u64;
+    let (w, l) = (tcp.wakeups() - w0, tcp.thread_looks() - l0);
+    stop.store(true, Ordering::Relaxed);
+    poller.join().unwrap();
+    // The pair's ends, a few locks a wake-up, and each polled connection
+    // once every HOLD_MS (and once more at either end of the run).
+    let due = (ms / rdapl_tcp::progress::HOLD_MS + 2) * POLLED as u64;
+    assert!(
+        w >= ROUNDS,
+        "{w} wake-ups: the pair's messages went past the thread"
+    );
+    assert!(
+        l <= 10 * w + 32 + due,
+        "{l} connection locks in {w} wake-ups and {ms} ms beside {POLLED} polled connections"
+    );
+    drop((ceps, seps));
+}
+
 #[test]
 fn a_pass_over_shared_evds_skips_idle_connections() {
     const IDLE: usize = 50;
@@ -249,7 +337,7 @@ fn a_pass_over_shared_evds_skips_idle_connections() {
     let tcp = Tcp::new();
     // The first client end moves data, the others are idle.
     let (s, c, _psp, seps, ceps) =
-        connected_on_shared_evds(&tcp, "127.0.34.1", "127.0.34.2", IDLE + 1);
+        connected_on_shared_evds(&tcp, "127.0.34.1", "127.0.34.2", IDLE + 1, "");
     // Which server end is the first client's: the one its first message
     // reaches.
     let (sbuf, cbuf) = (s.buf(64), c.buf(64));

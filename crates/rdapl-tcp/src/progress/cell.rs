@@ -271,6 +271,9 @@ impl ConnCell {
                 match self.try_lock() {
                     Some(c) => c,
                     None => {
+                        // The holder pumps on release but leaves the
+                        // input polled: the thread takes it back.
+                        self.sh.recheck_polled.store(true, Ordering::SeqCst);
                         self.sh.wakeup();
                         return;
                     }

@@ -18,6 +18,9 @@ pub(super) struct Driver {
     by_ep: HashMap<EpHandle, u64>,
     /// Connections whose input the thread left to a polling consumer.
     polled: HashSet<u64>,
+    /// `polled` grew since its last check: the next check comes at once
+    /// (it sets when to look again).
+    polled_grew: bool,
     /// Connection timers, earliest first: (deadline, token). Lazy: an
     /// entry is live while `armed` holds its deadline for its token.
     timers: BinaryHeap<Reverse<(u64, u64)>>,
@@ -41,6 +44,7 @@ pub(crate) fn spawn(sh: Arc<Shared>) -> std::io::Result<()> {
                 conns: HashMap::default(),
                 by_ep: HashMap::default(),
                 polled: HashSet::default(),
+                polled_grew: false,
                 timers: BinaryHeap::new(),
                 armed: HashMap::default(),
                 touched: HashSet::default(),
@@ -173,7 +177,15 @@ impl Driver {
             }
             self.fire_timers(now);
             self.wake_listeners(now);
-            poll_due = self.check_polled(now);
+            // The polled connections when one's hold or freshness runs out
+            // (and when the set grew, or a park could not hand some back):
+            // not at every wake-up, which would make each one cost a look
+            // at every polled connection.
+            let asked = self.sh.recheck_polled.swap(false, Ordering::SeqCst);
+            if std::mem::take(&mut self.polled_grew) || asked || poll_due.is_some_and(|d| d <= now)
+            {
+                poll_due = self.check_polled(now);
+            }
         }
         // Stopping: close every connection; the peers see the end.
         self.by_ep.clear();
@@ -515,6 +527,7 @@ impl Driver {
                         c.polled = true;
                         self.sh.sync_interest(&mut c);
                         self.polled.insert(t);
+                        self.polled_grew = true;
                         return;
                     }
                 }

@@ -55,7 +55,10 @@
 //! at those another thread's pump moved to an earlier timer or a new
 //! phase (`Shared::settle` names them). A connection's timer may move
 //! later than its entry in the heap (the entry then wakes the thread
-//! early, which re-arms it), never earlier unseen.
+//! early, which re-arms it), never earlier unseen. The connections whose
+//! input it left to a polling consumer are looked at when one's hold or
+//! freshness runs out (within `HOLD_MS`), when one joins them, and when
+//! a park could not hand one back; not at every wake-up.
 //!
 //! The thread ends when the provider and every IA opened from it are gone;
 //! its connections are closed then (the peers see the end).
@@ -193,6 +196,9 @@ pub(crate) struct Shared {
     /// or another phase: the thread looks at them again.
     retimed: Mutex<Vec<u64>>,
     stop: AtomicBool,
+    /// A park could not take a connection's lock to hand its input back:
+    /// the thread checks its polled connections at its next wake-up.
+    pub recheck_polled: AtomicBool,
     start: Instant,
     /// Returns from `epoll_wait` (a diagnostic: idle means few).
     pub wakeups: AtomicU64,
@@ -262,6 +268,7 @@ impl Shared {
             next_due: AtomicU64::new(u64::MAX),
             retimed: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
+            recheck_polled: AtomicBool::new(false),
             start: Instant::now(),
             wakeups: AtomicU64::new(0),
             looks: AtomicU64::new(0),
