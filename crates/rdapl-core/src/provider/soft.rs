@@ -43,6 +43,8 @@ pub use crate::srq::SrqWr;
 pub use crate::sync::{Lock, LockGuard, deadline};
 
 use parking_lot::{Condvar, Mutex};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -54,8 +56,9 @@ pub type Job = Box<dyn FnOnce() + Send>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimerKey(u64);
 
-/// A one-thread timer: runs jobs at their deadlines, one at a time, on its
-/// own thread, with none of its locks held. The thread starts with the
+/// A one-thread timer: runs jobs at their deadlines, one at a time and
+/// earliest first (ties in the order they were armed), on its own thread,
+/// with none of its locks held. The thread starts with the
 /// first job ([`Timer::at`], or [`Timer::ensure_running`] ahead of it), so
 /// a provider whose timer is never used runs none. It ends when the timer
 /// is stopped ([`Timer::stop`]); jobs not yet run then never run. A job
@@ -70,11 +73,30 @@ pub struct Timer {
     cv: Condvar,
 }
 
-/// The pending jobs, with their deadlines and keys.
+/// The pending jobs by key, and their deadlines earliest first (ties in
+/// the order they were armed). A cancelled job leaves its deadline in the
+/// heap until it surfaces or the heap is rebuilt (once it holds more dead
+/// entries than live ones), so that arming, cancelling and running a job
+/// each cost a logarithm of the jobs pending, not a walk over them.
 #[derive(Default)]
 struct Jobs {
-    list: Vec<(Instant, TimerKey, Job)>,
+    jobs: HashMap<u64, (Instant, Job)>,
+    heap: BinaryHeap<Reverse<(Instant, u64)>>,
     next_key: u64,
+}
+
+impl Jobs {
+    /// The earliest live deadline and its key (dead entries dropped on
+    /// the way).
+    fn first(&mut self) -> Option<(Instant, u64)> {
+        while let Some(&Reverse((when, key))) = self.heap.peek() {
+            if self.jobs.contains_key(&key) {
+                return Some((when, key));
+            }
+            self.heap.pop();
+        }
+        None
+    }
 }
 
 impl Timer {
@@ -114,10 +136,11 @@ impl Timer {
         self.ensure_running()?;
         let key = {
             let mut jobs = self.jobs.lock();
-            let key = TimerKey(jobs.next_key);
+            let key = jobs.next_key;
             jobs.next_key += 1;
-            jobs.list.push((when, key, job));
-            key
+            jobs.jobs.insert(key, (when, job));
+            jobs.heap.push(Reverse((when, key)));
+            TimerKey(key)
         };
         self.cv.notify_one();
         Ok(key)
@@ -128,8 +151,12 @@ impl Timer {
     pub fn cancel(&self, key: TimerKey) -> bool {
         let job = {
             let mut jobs = self.jobs.lock();
-            let at = jobs.list.iter().position(|(_, k, _)| *k == key);
-            at.map(|i| jobs.list.swap_remove(i))
+            let job = jobs.jobs.remove(&key.0);
+            if jobs.heap.len() > 2 * jobs.jobs.len() + 64 {
+                let live = jobs.jobs.iter().map(|(&k, &(w, _))| Reverse((w, k)));
+                jobs.heap = live.collect();
+            }
+            job
         };
         // Dropped here, not under the lock: the job may hold the last
         // reference to an object whose drop takes locks of its own.
@@ -138,7 +165,7 @@ impl Timer {
 
     /// Jobs waiting for their deadline.
     pub fn pending(&self) -> usize {
-        self.jobs.lock().list.len()
+        self.jobs.lock().jobs.len()
     }
 
     /// Stops the timer: its thread ends (after the job it may be running).
@@ -154,17 +181,18 @@ impl Timer {
             if self.stopped.load(Ordering::SeqCst) {
                 return;
             }
-            let now = Instant::now();
-            if let Some(i) = jobs.list.iter().position(|(w, _, _)| *w <= now) {
-                let (_, _, job) = jobs.list.swap_remove(i);
-                drop(jobs);
-                job();
-                jobs = self.jobs.lock();
-                continue;
-            }
-            match jobs.list.iter().map(|(w, _, _)| *w).min() {
-                Some(next) => {
-                    self.cv.wait_until(&mut jobs, next);
+            match jobs.first() {
+                Some((when, key)) if when <= Instant::now() => {
+                    jobs.heap.pop();
+                    let job = jobs.jobs.remove(&key).map(|(_, j)| j);
+                    drop(jobs);
+                    if let Some(job) = job {
+                        job();
+                    }
+                    jobs = self.jobs.lock();
+                }
+                Some((when, _)) => {
+                    self.cv.wait_until(&mut jobs, when);
                 }
                 None => self.cv.wait(&mut jobs),
             }
@@ -199,6 +227,53 @@ mod tests {
         assert_eq!((t.pending(), Arc::strong_count(&held)), (0, 1));
         assert!(!t.cancel(key), "a key cancels once");
         assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        t.stop();
+    }
+
+    /// Jobs run in deadline order (ties in arming order) whatever order
+    /// they were armed in, cancelled ones never, and cancelling many
+    /// leaves no trace behind.
+    #[test]
+    fn jobs_run_in_deadline_order_and_cancelled_ones_never() {
+        const N: u64 = 120;
+        let t = Timer::new("test-timer");
+        let (tx, rx) = mpsc::channel();
+        let base = Instant::now() + Duration::from_millis(30);
+        let mut keys = Vec::new();
+        for i in 0..N {
+            // A permutation of 0..N (7 is prime to N).
+            let slot = (i * 7) % N;
+            let tx = tx.clone();
+            let when = base + Duration::from_micros(slot / 2 * 50);
+            let key = t
+                .at(when, Box::new(move || tx.send(slot).unwrap()))
+                .unwrap();
+            keys.push((slot, key));
+        }
+        // Far ones, armed and cancelled: the heap is rebuilt as they go.
+        let far = Instant::now() + Duration::from_secs(3600);
+        for _ in 0..1_000 {
+            let k = t.at(far, Box::new(|| {})).unwrap();
+            assert!(t.cancel(k));
+        }
+        assert!(t.jobs.lock().heap.len() <= 2 * N as usize + 64);
+        // Every third one cancelled.
+        for &(slot, key) in &keys {
+            if slot % 3 == 0 {
+                assert!(t.cancel(key));
+            }
+        }
+        let want: Vec<u64> = (0..N).filter(|s| s % 3 != 0).collect();
+        let got: Vec<u64> = (0..want.len())
+            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        // Deadline order; two slots share each deadline, and of those the
+        // one armed first runs first.
+        let mut by_deadline = want.clone();
+        by_deadline.sort_by_key(|&s| (s / 2, (0..N).position(|i| (i * 7) % N == s)));
+        assert_eq!(got, by_deadline);
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        assert_eq!(t.pending(), 0);
         t.stop();
     }
 
