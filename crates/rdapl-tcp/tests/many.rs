@@ -256,15 +256,15 @@ fn the_thread_looks_at_polled_connections_when_due_only() {
     const ROUNDS: u64 = 200;
     let tcp = Tcp::new();
     // The server's consumer stays fresh for a minute after each pass.
-    let (s, _c, _psp, seps, ceps) = connected_on_shared_evds(
+    let (s, c, _psp, seps, ceps) = connected_on_shared_evds(
         &tcp,
         "127.0.228.1",
         "127.0.228.2",
         POLLED,
         "poll_fresh_ms=60000",
     );
-    let (sbuf, cbuf) = (s.buf(64), _c.buf(64));
-    let csrc = _c.lmr(vec![9; 64]);
+    let (sbuf, cbuf) = (s.buf(64), c.buf(64));
+    let csrc = c.lmr(vec![9; 64]);
     let t = |l: &Lmr| [l.triplet(0, 64).unwrap()];
     for (i, ep) in seps.iter().enumerate() {
         ep.post_recv(&t(&sbuf), i as u64, D).unwrap();
@@ -295,7 +295,7 @@ fn the_thread_looks_at_polled_connections_when_due_only() {
         ep.post_send(&t(&csrc), i as u64, D).unwrap();
     }
     for _ in 0..POLLED {
-        assert_eq!(next_dto(&_c.req).status, DtoStatus::Success);
+        assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
     }
     let end = std::time::Instant::now() + T;
     while got.load(Ordering::Relaxed) < POLLED as u64 {
