@@ -27,10 +27,11 @@
 //! is dropped; the group goes with its last member (the EVD holds it
 //! weakly).
 
+use crate::params::IaParams;
 use crate::progress::{ConnCell, Shared};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 /// The connections of one provider instance that feed one EVD.
@@ -50,6 +51,10 @@ pub(crate) struct Group {
     last_park: AtomicU64,
     /// The longest `wait_spin_us` of the members' IAs.
     wait_spin_us: AtomicU64,
+    /// The largest `poll_yield` of the members' IAs (0: passes never
+    /// yield), and the passes counted towards the next yield.
+    poll_yield: AtomicU32,
+    passes: AtomicU32,
 }
 
 impl Group {
@@ -63,13 +68,17 @@ impl Group {
             last_pass_ms: AtomicU64::new(0),
             last_park: AtomicU64::new(0),
             wait_spin_us: AtomicU64::new(0),
+            poll_yield: AtomicU32::new(0),
+            passes: AtomicU32::new(0),
         }
     }
 
     /// `cell` joins (its connection was just established): busy until
-    /// its first pass. `wait_spin_us` is its IA's.
-    pub fn join(&self, cell: &Arc<ConnCell>, wait_spin_us: u64) {
-        self.wait_spin_us.fetch_max(wait_spin_us, Ordering::Relaxed);
+    /// its first pass. `ia` is its IA's settings.
+    pub fn join(&self, cell: &Arc<ConnCell>, ia: &IaParams) {
+        self.wait_spin_us
+            .fetch_max(ia.wait_spin_us, Ordering::Relaxed);
+        self.poll_yield.fetch_max(ia.poll_yield, Ordering::Relaxed);
         self.members.lock().insert(cell.token, Arc::downgrade(cell));
         self.busy.lock().push(cell.token);
     }
@@ -130,6 +139,13 @@ impl rdapl::provider::Progress for Group {
         self.last_pass.store(seq, Ordering::Release);
         let st = &sh.stats;
         st.passes.fetch_add(1, Ordering::Relaxed);
+        // A poll loop on a CPU it shares with its peer would keep the peer
+        // off it for a time slice: every `poll_yield` passes, it yields.
+        let every = self.poll_yield.load(Ordering::Relaxed);
+        if every > 0 && self.passes.fetch_add(1, Ordering::Relaxed) % every == every - 1 {
+            st.poll_yields.fetch_add(1, Ordering::Relaxed);
+            std::thread::yield_now();
+        }
         // One member (an endpoint with EVDs of its own): pumped without a
         // readiness check. Its busy flag stays set, so its list holds it
         // once and is not needed.

@@ -123,6 +123,13 @@
 //! `taskset` CPU) the answer cannot come while it spins: say
 //! `wait_spin_us=0` there.
 //!
+//! A consumer that polls (`dequeue` in a loop) runs a pass at each
+//! `dequeue` that finds its EVD empty; on a machine with one CPU online
+//! every [`ONE_CPU_POLL_YIELD`]th pass yields the CPU (the IA's
+//! `poll_yield`), or a poller sharing its only CPU with its peer would keep
+//! the peer off it for a time slice a message. Where both ends are under
+//! one `taskset` CPU, say `poll_yield=4` (and `wait_spin_us=0`).
+//!
 //! A consumer that stops polling and turns to a notification (it waits,
 //! enables upcalls, enables a CNO, lets a stream sleep, or finds the EVD
 //! empty while one of these is armed) hands the input back to the thread
@@ -182,7 +189,7 @@ mod outq;
 pub mod params;
 pub mod progress;
 
-pub use params::{Completion, DEFAULT_WAIT_SPIN_US, TcpConfig};
+pub use params::{Completion, DEFAULT_WAIT_SPIN_US, ONE_CPU_POLL_YIELD, TcpConfig};
 
 use params::IaParams;
 use parking_lot::Mutex;
@@ -292,6 +299,12 @@ impl Tcp {
     /// per EVD a pass runs on, whatever number of connections feed it).
     pub fn passes(&self) -> u64 {
         self.stat(|s| &s.passes)
+    }
+
+    /// Consumers' passes that yielded the CPU so far (the IAs'
+    /// `poll_yield`; a diagnostic).
+    pub fn poll_yields(&self) -> u64 {
+        self.stat(|s| &s.poll_yields)
     }
 
     /// Payload bytes its connections read from their sockets straight

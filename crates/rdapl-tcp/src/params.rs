@@ -15,6 +15,7 @@
 //! | `poll_fresh_ms` | how long after a consumer's last polling pass the provider's thread leaves the input to it (1..=3600000); keep it well below the peer's `timeout_ms`: input left unread that long holds back the answers the peer waits for | the instance's (3) |
 //! | `mpa_timeout_ms` | how long a passive side waits for the MPA Request of a connection it accepted, and for the RTR after its Reply (100..=3600000); the active side's wait for the Reply is bounded by the consumer's connect timeout alone, and the consumer's decision on a request by nothing | 5000 (siw's) |
 //! | `wait_spin_us` | how long a consumer's `wait` drives its connections from its own thread before it hands them to the provider's thread and blocks, in microseconds (0..=1000000); see [`TcpConfig::wait_spin_us`] | the instance's (50, or 0 on a machine with one CPU online) |
+//! | `poll_yield` | a consumer's progress passes (its `dequeue`s of an empty EVD) yield the CPU once every this many (0: never; 1..=1000000); see [`TcpConfig::poll_yield`] | the instance's (0, or 4 on a machine with one CPU online) |
 //! | `setups` | most accepted connections a listener keeps waiting for their MPA request (1..=65536); past it the oldest that waited a second are closed, so a flood of idle connections holds no more sockets than that (and what comes within a second) | 1024 |
 //!
 //! A qualifier whose port falls outside 1..=65535 is refused with
@@ -91,7 +92,19 @@ pub struct TcpConfig {
     /// (`taskset`, a cpuset of one): the provider cannot tell that from a
     /// process pinned to a CPU of its own.
     pub wait_spin_us: Option<u64>,
+    /// A polling consumer's progress passes (each `dequeue` that finds its
+    /// EVD empty runs one) yield the CPU (`sched_yield`) once every this
+    /// many; 0: never. Where the consumer shares its only CPU with its
+    /// peer or this provider's thread, a poll loop that never yields keeps
+    /// them off the CPU for a whole time slice, milliseconds a message;
+    /// where it shares it with an unrelated busy process, each yield hands
+    /// that process a time slice. `None` (the default): 0, or
+    /// [`ONE_CPU_POLL_YIELD`] on a machine with one CPU online.
+    pub poll_yield: Option<u32>,
 }
+
+/// [`TcpConfig::poll_yield`] on a machine with one CPU online.
+pub const ONE_CPU_POLL_YIELD: u32 = 4;
 
 /// [`TcpConfig::wait_spin_us`] on a machine with more than one CPU
 /// online: the core's default ([`rdapl::provider::DEFAULT_WAIT_SPIN`]).
@@ -107,6 +120,7 @@ impl Default for TcpConfig {
             poll_fresh_ms: crate::progress::POLL_FRESH_MS,
             complete: Completion::Placed,
             wait_spin_us: None,
+            poll_yield: None,
         }
     }
 }
@@ -130,22 +144,33 @@ pub(crate) struct IaParams {
     pub setups: usize,
     /// [`TcpConfig::wait_spin_us`], resolved.
     pub wait_spin_us: u64,
+    /// [`TcpConfig::poll_yield`], resolved.
+    pub poll_yield: u32,
 }
 
-/// [`TcpConfig::wait_spin_us`]'s default: none on a machine with one CPU
-/// online, where a waiter's spin only keeps its peer, or this provider's
-/// thread, from running.
-fn auto_wait_spin_us() -> u64 {
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").ok();
-    wait_spin_for(online.as_deref().and_then(count_cpus))
+/// The CPUs online on this machine (`None`: unknown).
+fn cpus_online() -> Option<usize> {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    count_cpus(&online)
 }
 
-/// The default spin on a machine with `cpus` online (`None`: unknown).
+/// [`TcpConfig::wait_spin_us`]'s default on a machine with `cpus` online:
+/// none with one, where a waiter's spin only keeps its peer, or this
+/// provider's thread, from running.
 fn wait_spin_for(cpus: Option<usize>) -> u64 {
     if cpus == Some(1) {
         0
     } else {
         DEFAULT_WAIT_SPIN_US
+    }
+}
+
+/// [`TcpConfig::poll_yield`]'s default on a machine with `cpus` online.
+fn poll_yield_for(cpus: Option<usize>) -> u32 {
+    if cpus == Some(1) {
+        ONE_CPU_POLL_YIELD
+    } else {
+        0
     }
 }
 
@@ -206,8 +231,14 @@ impl IaParams {
             complete: cfg.complete,
             mpa_timeout_ms: MPA_TIMEOUT_MS,
             setups: SETUPS,
-            wait_spin_us: cfg.wait_spin_us.unwrap_or_else(auto_wait_spin_us),
+            wait_spin_us: 0,
+            poll_yield: 0,
         };
+        // (The CPUs are read only for a default the instance left open.)
+        let auto = cfg.wait_spin_us.is_none() || cfg.poll_yield.is_none();
+        let cpus = if auto { cpus_online() } else { None };
+        p.wait_spin_us = cfg.wait_spin_us.unwrap_or_else(|| wait_spin_for(cpus));
+        p.poll_yield = cfg.poll_yield.unwrap_or_else(|| poll_yield_for(cpus));
         for kv in params.split([' ', ',']).filter(|s| !s.is_empty()) {
             let (k, v) = kv
                 .split_once('=')
@@ -267,6 +298,10 @@ impl IaParams {
                         0..=1_000_000,
                         "tcp: wait_spin_us= must be in 0..=1000000",
                     )?
+                }
+                "poll_yield" => {
+                    p.poll_yield =
+                        ranged(v, 0..=1_000_000, "tcp: poll_yield= must be in 0..=1000000")? as u32
                 }
                 "complete" => {
                     p.complete = match v {
@@ -367,9 +402,10 @@ mod tests {
         assert_eq!(IaParams::parse("", &fixed).unwrap().wait_spin_us, 7);
     }
 
-    /// No spin by default on a machine with one CPU online.
+    /// On a machine with one CPU online: no spin and yielding polls, by
+    /// default.
     #[test]
-    fn no_spin_by_default_on_one_cpu() {
+    fn one_cpu_defaults() {
         assert_eq!(count_cpus("0\n"), Some(1));
         assert_eq!(count_cpus("0-1\n"), Some(2));
         assert_eq!(count_cpus("0-3,8,10-11"), Some(7));
@@ -379,11 +415,16 @@ mod tests {
         assert_eq!(wait_spin_for(Some(1)), 0);
         assert_eq!(wait_spin_for(Some(2)), DEFAULT_WAIT_SPIN_US);
         assert_eq!(wait_spin_for(None), DEFAULT_WAIT_SPIN_US);
+        assert_eq!(poll_yield_for(Some(1)), ONE_CPU_POLL_YIELD);
+        assert_eq!(poll_yield_for(Some(2)), 0);
+        assert_eq!(poll_yield_for(None), 0);
         let c = TcpConfig::default();
         let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-        assert_eq!(
-            IaParams::parse("", &c).unwrap().wait_spin_us,
-            wait_spin_for(count_cpus(&online))
-        );
+        let d = IaParams::parse("", &c).unwrap();
+        assert_eq!(d.wait_spin_us, wait_spin_for(count_cpus(&online)));
+        assert_eq!(d.poll_yield, poll_yield_for(count_cpus(&online)));
+        assert_eq!(IaParams::parse("poll_yield=4", &c).unwrap().poll_yield, 4);
+        assert!(IaParams::parse("poll_yield=1000001", &c).is_err());
+        assert!(IaParams::parse("poll_yield=x", &c).is_err());
     }
 }

@@ -306,3 +306,25 @@ fn a_wait_drives_its_connection_for_the_spin_it_is_given() {
         }
     }
 }
+
+/// A polling consumer's passes (each `dequeue` that finds its EVD empty)
+/// yield the CPU once every `poll_yield` of them (on a machine with one CPU
+/// by default, where a poll loop that never yields keeps a peer on the
+/// same CPU from running), and never with 0.
+#[test]
+fn a_polling_consumer_yields_once_every_poll_yield_passes() {
+    for (every, client, server) in [
+        (0, "127.0.227.5", "127.0.227.6"),
+        (4, "127.0.227.7", "127.0.227.8"),
+    ] {
+        let tcp = Tcp::new();
+        let p = Pair::connected(&tcp, client, server, &format!("poll_yield={every}"));
+        let (y0, n0) = (tcp.poll_yields(), tcp.passes());
+        for _ in 0..400 {
+            assert!(p.c.rcv.dequeue().unwrap().is_none());
+        }
+        let (y, n) = (tcp.poll_yields() - y0, tcp.passes() - n0);
+        assert_eq!(n, 400, "a pass for each dequeue of the empty EVD");
+        assert_eq!(y, if every == 0 { 0 } else { 100 }, "poll_yield={every}");
+    }
+}

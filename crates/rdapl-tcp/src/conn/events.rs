@@ -88,7 +88,7 @@ impl Conn {
                         self.dat_conn = c;
                         self.told = true;
                         if let Some(cell) = self.hook.as_ref().and_then(Weak::upgrade) {
-                            cell.join_groups(&ep, self.ia.wait_spin_us);
+                            cell.join_groups(&ep, &self.ia);
                         }
                         if let Some(n) = self.engine.as_ref().and_then(|e| e.negotiated()) {
                             // A peer that takes no reads (IRD 0) cannot be

@@ -204,12 +204,12 @@ impl ConnCell {
     }
 
     /// Joins the groups of the EVDs `ep`'s completions go to (the
-    /// connection was just established); `wait_spin_us` is its IA's.
-    pub(crate) fn join_groups(self: &Arc<Self>, ep: &EpInner, wait_spin_us: u64) {
+    /// connection was just established); `ia` is its IA's settings.
+    pub(crate) fn join_groups(self: &Arc<Self>, ep: &EpInner, ia: &crate::params::IaParams) {
         let mut mine = Vec::new();
         ep.attach_progress_per_evd(|evd| {
             let g = self.sh.group(evd);
-            g.join(self, wait_spin_us);
+            g.join(self, ia);
             let hook: Weak<dyn rdapl::provider::Progress> = Arc::downgrade(&g) as _;
             mine.push(Membership {
                 group: g,

@@ -236,6 +236,8 @@ pub(crate) struct Stats {
     pub fences: AtomicU64,
     /// Consumers' passes over a group (an EVD's connections).
     pub passes: AtomicU64,
+    /// Passes that yielded the CPU (`poll_yield`).
+    pub poll_yields: AtomicU64,
     /// Connections a pass pumped.
     pub pass_pumps: AtomicU64,
     /// Connections a pass left alone (quiet, no input), without looking.
