@@ -267,6 +267,7 @@ fn perf_cmd(test: Test, a: &PerfArgs) -> ExitCode {
         timeout: Duration::from_secs_f64(a.timeout),
         once: a.once,
         params: a.params.clone(),
+        poll_yield: 0,
     };
     match perf::run(test, &o) {
         Ok(rows) => {

@@ -198,6 +198,11 @@ pub struct PerfOptions {
     /// More IA parameters, appended to `addr=...` (provider-specific: with
     /// tcp, e.g. `crc=0`).
     pub params: String,
+    /// A polling side yields the CPU once every this many empty polls (0:
+    /// never): set where server and client are threads of this process and
+    /// it may run on one CPU only, so that one does not keep the other off
+    /// it for a time slice a message.
+    pub poll_yield: u32,
 }
 
 impl Default for PerfOptions {
@@ -213,6 +218,7 @@ impl Default for PerfOptions {
             iters: 1000,
             wait: false,
             window: 16,
+            poll_yield: 0,
             buffers: None,
             max_size: 1 << 20,
             timeout: Duration::from_secs(30),
@@ -323,6 +329,10 @@ pub fn run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
         if o.provider != "loopback" {
             return Err("name the server's address (or use the loopback provider)".into());
         }
+        let o = &PerfOptions {
+            poll_yield: poll_yield_here(),
+            ..o.clone()
+        };
         let server = PerfOptions {
             server: true,
             once: true,
@@ -331,6 +341,17 @@ pub fn run(test: Test, o: &PerfOptions) -> Result<Vec<Row>, String> {
         here(test, server, o)
     } else {
         client_run(test, o)
+    }
+}
+
+/// [`PerfOptions::poll_yield`] for a server and a client that are both
+/// threads of this process: where this thread may run on one CPU only
+/// (a one-CPU machine, `taskset`), polls that never yield would keep the
+/// other side off it for a time slice a message.
+fn poll_yield_here() -> u32 {
+    match std::thread::available_parallelism() {
+        Ok(n) if n.get() == 1 => rdapl_tcp::ONE_CPU_POLL_YIELD,
+        _ => 0,
     }
 }
 
@@ -381,6 +402,34 @@ mod tests {
     use super::server::last_to;
     use super::side::{check_at, read_offer, stamp_at};
     use super::*;
+
+    /// Server and client in this process poll with yields where it may
+    /// use one CPU only, and without where it may use more.
+    #[test]
+    fn polls_yield_where_both_sides_share_one_cpu() {
+        use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
+        // On a thread of its own: its affinity changes.
+        std::thread::spawn(|| {
+            let all = sched_getaffinity(None).unwrap();
+            if all.count() > 1 {
+                assert_eq!(poll_yield_here(), 0);
+            }
+            let cpu = (0..CpuSet::MAX_CPU).find(|&i| all.is_set(i)).unwrap();
+            let mut one = CpuSet::new();
+            one.set(cpu);
+            sched_setaffinity(None, &one).unwrap();
+            assert_eq!(poll_yield_here(), rdapl_tcp::ONE_CPU_POLL_YIELD);
+            // And a ping-pong runs there.
+            let o = PerfOptions {
+                iters: 200,
+                ..opts(46_101, "127.0.229.1")
+            };
+            let rows = run(Test::PingPong, &o).unwrap();
+            assert!(rows.iter().all(|r| r.sent == 200 && r.acked == 200));
+        })
+        .join()
+        .unwrap();
+    }
 
     fn opts(qual: u64, addr: &str) -> PerfOptions {
         PerfOptions {

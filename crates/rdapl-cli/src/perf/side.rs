@@ -23,6 +23,9 @@ pub(super) struct Side {
     pub(super) recv_slots: usize,
     pub(super) timeout: Duration,
     pub(super) wait: bool,
+    /// Empty polls between two yields of the CPU (0: never; see
+    /// `PerfOptions::poll_yield`).
+    pub(super) poll_yield: u32,
 }
 
 impl Side {
@@ -77,6 +80,7 @@ impl Side {
             recv_slots,
             timeout: o.timeout,
             wait: o.wait,
+            poll_yield: o.poll_yield,
         })
     }
 
@@ -115,8 +119,18 @@ impl Side {
                 }
             }
             if !self.wait {
-                std::hint::spin_loop();
+                self.pause(empty);
             }
+        }
+    }
+
+    /// Between two empty polls: a spin hint, and once every `poll_yield`
+    /// of them a yield of the CPU.
+    pub(super) fn pause(&self, empty: u32) {
+        if self.poll_yield > 0 && empty.is_multiple_of(self.poll_yield) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
         }
     }
 
@@ -517,7 +531,7 @@ pub(super) fn write_pingpong(
             if spins.is_multiple_of(64) && Instant::now() >= end {
                 return Err(format!("RDMA Write {seq} of the peer did not arrive"));
             }
-            std::hint::spin_loop();
+            s.pause(spins);
         }
         check_at(mine, 0, size, seq as u64)?;
         if !first {
