@@ -82,6 +82,18 @@ fn expect(p: &mut Pair, bytes: &[u8], err: ProtocolError, code: TermCode) -> Ter
     term
 }
 
+/// `a` connects and `b` has the request in hand: one `ConnectRequest`,
+/// waiting for its consumer's accept.
+fn requested(p: &mut Pair) {
+    p.a.conn.connect(0, b"").unwrap();
+    p.pump();
+    assert!(matches!(
+        p.b.take_events().as_slice(),
+        [Event::ConnectRequest(_)]
+    ));
+    assert_eq!(p.b.conn.state(), State::AwaitAccept);
+}
+
 fn send_hdr(msn: u32, mo: u32, last: bool) -> DdpHeader {
     rdmap::untagged_header(Opcode::Send, last, 0, msn, mo)
 }
@@ -609,13 +621,7 @@ fn truncated_stream() {
 #[test]
 fn an_end_during_setup_is_the_peers_close() {
     let mut p = Pair::new(cfg(), cfg());
-    p.a.conn.connect(0, b"").unwrap();
-    p.pump();
-    assert!(matches!(
-        p.b.take_events().as_slice(),
-        [Event::ConnectRequest(_)]
-    ));
-    assert_eq!(p.b.conn.state(), State::AwaitAccept);
+    requested(&mut p);
     assert_eq!(p.a.conn.state(), State::AwaitReply);
     for side in [&mut p.b, &mut p.a] {
         side.conn.handle_eof();
@@ -918,13 +924,7 @@ fn a_slow_accept_is_not_refused_behind_the_consumers_back() {
     };
     let mut p = Pair::new(p2p.clone(), p2p);
     // The Request arrives in time; the consumer takes two minutes to decide.
-    p.a.conn.connect(0, b"").unwrap();
-    p.pump();
-    assert!(matches!(
-        p.b.take_events().as_slice(),
-        [Event::ConnectRequest(_)]
-    ));
-    assert_eq!(p.b.conn.state(), State::AwaitAccept);
+    requested(&mut p);
     assert_eq!(p.b.conn.poll_timeout(), None);
     p.b.conn.handle_timeout(60_000);
     assert!(p.b.take_events().is_empty());
