@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole rdapl test suite: format, lint and rustdoc checks, every unit,
 # integration and doc test of the workspace (all features), the loom
-# models of the EVD and CNO protocols (--cfg rdapl_loom, on rdapl-core) and
-# of the object model (on rdapl-loopback), and
+# models of the EVD and CNO protocols (--cfg rdapl_loom, on rdapl-core), of
+# the object model (on rdapl-loopback) and of the tcp provider's connection
+# lock (--cfg rdapl_tcp_loom), and
 # a check that a downstream crate's own --cfg loom leaves rdapl whole. The
 # conformance suite of providers (crates/rdapl-conformance) runs, within
 # cargo test, three times: on the loopback provider
@@ -67,6 +68,11 @@ echo "== loom models of the object model on the loopback (receive queue, teardow
 RUSTFLAGS="--cfg rdapl_loom -D warnings" \
   CARGO_TARGET_DIR=target/loom \
   cargo test -p rdapl-loopback --test loom_ep --release
+
+echo "== loom models of the tcp provider's connection lock (kicks never lost; LOOM_MAX_PREEMPTIONS=${LOOM_TCP_MAX_PREEMPTIONS:-4})"
+LOOM_MAX_PREEMPTIONS="${LOOM_TCP_MAX_PREEMPTIONS:-4}" RUSTFLAGS="--cfg rdapl_tcp_loom -D warnings" \
+  CARGO_TARGET_DIR=target/loom-tcp \
+  cargo test -p rdapl-tcp --lib --release progress::kick
 
 echo "== a downstream crate built with --cfg loom still sees the whole object model"
 RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/downstream-loom \

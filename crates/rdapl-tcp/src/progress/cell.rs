@@ -2,21 +2,20 @@
 //! polling consumers share, and what a holder does when it lets go.
 //!
 //! * A poster or consumer only tries the lock; a contended post is left
-//!   to the holder, who looks at the command queue before letting go.
-//! * A guard's drop brings the connection's readiness interest and timers
+//!   to the holder, whose release pumps again ([`KickLock`]).
+//! * Whoever pumps brings the connection's readiness interest and timers
 //!   up to date, and wakes the thread when they changed.
 
+use super::kick::{KickGuard, KickLock};
 use super::*;
 
 /// One connection, shared by the thread, posters and polling consumers.
 pub(crate) struct ConnCell {
-    pub conn: Mutex<Conn>,
+    pub conn: KickLock<Conn>,
     /// `Conn::stalled`, readable without the lock.
     pub stalled: Arc<AtomicBool>,
     /// The groups of the EVDs it feeds (set once it is established).
     groups: OnceLock<Vec<Membership>>,
-    /// A poster found the lock taken: whoever releases it pumps again.
-    kicked: AtomicBool,
     /// The last consumer pass left nothing to do but wait for input
     /// (`Conn::quiet`); cleared by every other change under the lock
     /// (`unquiet`, which puts it on its groups' busy lists). A pass skips
@@ -48,7 +47,7 @@ pub(crate) fn link_of(ep: &EpInner) -> Option<Arc<ConnCell>> {
 /// a poster kicked meanwhile (the poster does not wait for the lock).
 pub(crate) struct ConnGuard<'a> {
     cell: &'a ConnCell,
-    g: Option<parking_lot::MutexGuard<'a, Conn>>,
+    g: Option<KickGuard<'a, Conn>>,
 }
 
 impl std::ops::Deref for ConnGuard<'_> {
@@ -71,26 +70,8 @@ impl std::ops::DerefMut for ConnGuard<'_> {
 impl Drop for ConnGuard<'_> {
     fn drop(&mut self) {
         let cell = self.cell;
-        let mut g = self.g.take();
-        while let Some(guard) = g.take() {
-            drop(guard);
-            // The releaser's half of the Dekker pattern with `kick`: a
-            // poster sets `kicked`, then tries the lock; the releaser
-            // unlocks, then reads `kicked`.
-            fence(Ordering::SeqCst);
-            if !cell.kicked.load(Ordering::SeqCst) {
-                return;
-            }
-            // Taken by someone else: its release looks again.
-            if let Some(mut c) = cell.conn.try_lock() {
-                if cell.kicked.swap(false, Ordering::SeqCst) {
-                    cell.unquiet();
-                    let before = (c.deadline(), c.phase);
-                    c.pump(cell.sh.now());
-                    cell.sh.settle(&mut c, before);
-                }
-                g = Some(c);
-            }
+        if let Some(g) = self.g.take() {
+            cell.conn.release(g, |c| cell.repump(c));
         }
     }
 }
@@ -102,9 +83,8 @@ impl ConnCell {
             poll_fresh: c.ia.poll_fresh_ms,
             stalled: c.stalled.clone(),
             token: c.token,
-            conn: Mutex::new(c),
+            conn: KickLock::new(c),
             groups: OnceLock::new(),
-            kicked: AtomicBool::new(false),
             quiet: AtomicBool::new(false),
             sh,
         }
@@ -128,15 +108,23 @@ impl ConnCell {
     /// from the caller's thread if the lock is free, else leaves it to the
     /// lock's holder, which pumps again when it lets go. Never waits.
     pub fn kick(&self) {
-        self.kicked.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if let Some(mut c) = self.try_lock()
-            && self.kicked.swap(false, Ordering::SeqCst)
-        {
-            let before = (c.deadline(), c.phase);
-            c.pump_tx(self.sh.now());
-            self.sh.settle(&mut c, before);
-        }
+        self.conn.kick(
+            |c| {
+                self.unquiet();
+                let before = (c.deadline(), c.phase);
+                c.pump_tx(self.sh.now());
+                self.sh.settle(c, before);
+            },
+            |c| self.repump(c),
+        );
+    }
+
+    /// A release's pump for a kick raised while the lock was held.
+    fn repump(&self, c: &mut Conn) {
+        self.unquiet();
+        let before = (c.deadline(), c.phase);
+        c.pump(self.sh.now());
+        self.sh.settle(c, before);
     }
 
     /// Whether a consumer polls this connection at `now` (the newest pass
@@ -263,22 +251,16 @@ impl ConnCell {
     /// back goes out), and the thread, woken, hands the input back in its
     /// check of polled connections.
     pub(crate) fn park(&self) {
-        let mut c = match self.try_lock() {
-            Some(c) => c,
-            None => {
-                self.kicked.store(true, Ordering::SeqCst);
-                fence(Ordering::SeqCst);
-                match self.try_lock() {
-                    Some(c) => c,
-                    None => {
-                        // The holder pumps on release but leaves the
-                        // input polled: the thread takes it back.
-                        self.sh.recheck_polled.store(true, Ordering::SeqCst);
-                        self.sh.wakeup();
-                        return;
-                    }
-                }
-            }
+        let Some(g) = self.conn.try_lock_or_kick() else {
+            // The holder pumps on release but leaves the input polled: the
+            // thread takes it back.
+            self.sh.recheck_polled.store(true, Ordering::SeqCst);
+            self.sh.wakeup();
+            return;
+        };
+        let mut c = ConnGuard {
+            cell: self,
+            g: Some(g),
         };
         if c.polled || c.out_held {
             let before = (c.deadline(), c.phase);

@@ -9,9 +9,11 @@
 //!
 //! * **Posters.** A send posted (`kick`) try-locks its connection and
 //!   pumps it at once: the request goes to the engine and its bytes to the
-//!   socket from the poster's thread. Contended, it queues a `Cmd` and
-//!   writes the eventfd instead (the lock's holder may have looked at the
-//!   queue before the post). A posted receive kicks only if a Send of the
+//!   socket from the poster's thread. Contended, it leaves the pump to
+//!   the lock's holder, whose release pumps again (`kick.rs`, a lock
+//!   that kickers never wait for, model-checked with loom); before the
+//!   connection is linked to its endpoint, it queues a `Cmd` for the
+//!   thread. A posted receive kicks only if a Send of the
 //!   peer waits for one (`Conn::stalled`, a Dekker pair with the stall);
 //!   one posted to an SRQ kicks the connections of its endpoints that
 //!   wait (`SrqWaits`), and nothing while none does.
@@ -64,8 +66,9 @@
 //! its connections are closed then (the peers see the end).
 //!
 //! This file holds what the thread and the other threads share (commands,
-//! listeners, counters, the pollset); `cell.rs` is a connection's lock
-//! and what its holders do, `driver.rs` the thread itself.
+//! listeners, counters, the pollset); `kick.rs` is the protocol of a
+//! connection's lock, `cell.rs` the lock and what its holders do,
+//! `driver.rs` the thread itself.
 
 use crate::cm;
 use crate::conn::{Conn, Phase};
@@ -83,12 +86,13 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 mod cell;
 mod driver;
+mod kick;
 mod srq_waits;
 
 pub(crate) use cell::{ConnCell, ConnGuard, link_of};
