@@ -1,10 +1,6 @@
 //! `rdapl info`: every provider rdapl knows, with its provider and IA
 //! attributes, in the spirit of `fi_info -v`.
 //!
-//! NOTE for the lead: `src/lib.rs` must declare this module
-//! (`pub mod info;`). Until it does, `tests/demo.rs` compiles this file
-//! directly with `#[path = "../src/info.rs"] mod info;`.
-//!
 //! For each provider of [`rdapl::builtin()`], an IA is opened with
 //! default options, queried (`dat_ia_query`) and closed gracefully; what the
 //! IA reports is printed. A provider whose IA cannot be opened still gets its
@@ -169,6 +165,12 @@ fn provider(out: &mut String, a: &ProviderAttr) {
             line.push_str(&format!(" {:>width$}", yes_no(v)));
         }
         let _ = writeln!(out, "{line}");
+    }
+    if !a.provider_specific_attr.is_empty() {
+        let _ = writeln!(out, "        provider_specific_attr:");
+        for n in &a.provider_specific_attr {
+            field(out, 12, &n.name, &n.value);
+        }
     }
 }
 

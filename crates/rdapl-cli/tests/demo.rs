@@ -196,5 +196,23 @@ fn info_lists_loopback_with_its_attributes() {
         assert!(out.contains(key), "missing {key:?} in\n{out}");
     }
     assert!(!out.contains("failed"), "{out}");
+    // The tcp provider's settings in force, under its parameters' names;
+    // the loopback has none.
+    let tcp = out.split("provider: tcp").nth(1).expect("tcp listed");
+    let loopback = out.split("provider: loopback").nth(1).expect("loopback");
+    let loopback = loopback.split("provider: tcp").next().unwrap_or(loopback);
+    assert!(!loopback.contains("provider_specific_attr:"), "{out}");
+    assert!(tcp.contains("        provider_specific_attr:\n"), "{out}");
+    for key in [
+        "crc: 1\n",
+        "complete: placed\n",
+        "mss: auto\n",
+        "poll_yield: ",
+    ] {
+        assert!(
+            tcp.contains(&format!("            {key}")),
+            "{key:?} in\n{out}"
+        );
+    }
     println!("{out}");
 }

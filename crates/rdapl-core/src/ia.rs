@@ -91,8 +91,33 @@ pub struct ProviderAttr {
     /// TCP, say); the peer may not have it yet, and a remote error breaks
     /// the connection instead. An rdapl extension (DAT leaves it to the
     /// provider); the instance's default, which an IA's parameters may
-    /// change.
+    /// change (an IA's query reports its own).
     pub completes_when_placed: bool,
+    /// Provider-specific attributes (`provider_specific_attr`, DAT's
+    /// named attributes): the provider's settings in force, each under
+    /// the name its parameters take, its value as they write it. An IA's
+    /// query reports its own ([`Transport::provider_attr`]).
+    /// Empty for a provider that has none.
+    pub provider_specific_attr: Vec<NamedAttr>,
+}
+
+/// One named attribute (`DAT_NAMED_ATTR`): a name and its value, as text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedAttr {
+    /// The name.
+    pub name: String,
+    /// The value.
+    pub value: String,
+}
+
+impl NamedAttr {
+    /// `name` = `value`.
+    pub fn new(name: impl Into<String>, value: impl ToString) -> NamedAttr {
+        NamedAttr {
+            name: name.into(),
+            value: value.to_string(),
+        }
+    }
 }
 
 impl Default for ProviderAttr {
@@ -101,8 +126,9 @@ impl Default for ProviderAttr {
     /// stream merge, completion flags `0x0F`, thread safe, fast
     /// registration, shared receive queues, completions once placed;
     /// version 0.1 of DAT 2.0. The
-    /// name and description are empty and `max_private_data_size` is 0:
-    /// those are the provider's to say.
+    /// name and description are empty, `max_private_data_size` is 0 and
+    /// there are no provider-specific attributes: those are the
+    /// provider's to say.
     fn default() -> Self {
         use crate::evd::UpcallPolicy;
         ProviderAttr {
@@ -124,6 +150,7 @@ impl Default for ProviderAttr {
             srq_supported: true,
             max_private_data_size: 0,
             completes_when_placed: true,
+            provider_specific_attr: Vec::new(),
         }
     }
 }
@@ -274,7 +301,7 @@ impl Ia {
         // Open the transport last: it registers the IA's address, and nothing
         // may fail after that.
         let transport = provider.open(opts.address, &opts.params)?;
-        let provider_attr = provider.attr();
+        let provider_attr = transport.provider_attr(provider.attr());
         let attr = provider.ia_attr(transport.address());
         Ok(Ia {
             inner: Arc::new(IaInner {

@@ -119,7 +119,7 @@ pub use poller::{Poller, PollerConfig, PollerEntry};
 pub use {
     ep::{Batch, CompletionFlags, Ep, EpAttr, EpParam, EpState},
     ep_builder::EpBuilder,
-    ia::{CloseFlags, Ia, IaAttr, IaOptions, ProviderAttr},
+    ia::{CloseFlags, Ia, IaAttr, IaOptions, NamedAttr, ProviderAttr},
     mem::{LmrTriplet, MemPriv, Region, RmrTriplet},
     provider::Registry,
     pz::{BorrowedLmr, Lmr, LmrScope, Pz, Rmr, lmr_scope},

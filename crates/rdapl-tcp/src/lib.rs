@@ -251,6 +251,14 @@ impl Tcp {
         &self.cfg
     }
 
+    /// The settings of an IA opened with no parameters of its own: the
+    /// instance's, under `RDAPL_TCP_PARAMS` (ignored if it does not parse:
+    /// the open then fails and says why).
+    fn defaults(&self) -> IaParams {
+        let env = std::env::var(PARAMS_ENV).unwrap_or_default();
+        IaParams::parse(&env, &self.cfg).unwrap_or_else(|_| IaParams::defaults(&self.cfg))
+    }
+
     /// How many times the progress thread woke up so far (a diagnostic:
     /// it sleeps while nothing happens).
     pub fn wakeups(&self) -> u64 {
@@ -376,6 +384,7 @@ impl Provider for Tcp {
             description: "iWARP (MPA/DDP/RDMAP) over TCP sockets".into(),
             max_private_data_size: MAX_PRIVATE_DATA,
             completes_when_placed: self.cfg.complete == Completion::Placed,
+            provider_specific_attr: self.defaults().named(),
             ..ProviderAttr::default()
         }
     }
@@ -460,6 +469,14 @@ impl Transport for TcpIa {
     fn close(&self) {
         // Its listeners stopped with their service points (and each
         // closes its socket when dropped); its endpoints were destroyed.
+    }
+
+    fn provider_attr(&self, attr: ProviderAttr) -> ProviderAttr {
+        ProviderAttr {
+            completes_when_placed: self.p.complete == Completion::Placed,
+            provider_specific_attr: self.p.named(),
+            ..attr
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 //! | `addr` | the IA's IP address, one of this host's or `0.0.0.0`/`::` (any): listeners bind it, connections start from it | `127.0.0.1` |
 //! | `port_base` | TCP port of qualifier 0: qualifier `q` is port `port_base + q` | `0` |
 //! | `crc` | ask for MPA CRC32c (`1`/`0`, `on`/`off`); used if either side asks | the instance's (on) |
-//! | `mss` | largest FPDU in bytes (64..=65535) | the socket's MSS when the connection is set up (on loopback Linux then caps it at half the peer's first window, about 32 KiB; larger FPDUs, once the window grew, moved 1 MiB messages slower) |
+//! | `mss` | largest FPDU in bytes (64..=65535; `auto`: the default) | the socket's MSS when the connection is set up (on loopback Linux then caps it at half the peer's first window, about 32 KiB; larger FPDUs, once the window grew, moved 1 MiB messages slower) |
 //! | `recv_wait_ms` | how long an arriving Send may wait for a receive | the instance's (5000) |
 //! | `timeout_ms` | how long a silent peer (link cut, host gone, or stopped inside an FPDU it began or owing the answer to a read or fence) goes unnoticed before the connection breaks (100..=3600000); keep it above the peer's `recv_wait_ms`, during which a peer may rightly hold an answer back | the instance's (10000) |
 //! | `complete` | when a Send or RDMA Write completes: `placed` (the peer placed it) or `sent` (handed to TCP, siw's meaning); see [`Completion`] | the instance's (`placed`) |
@@ -18,11 +18,16 @@
 //! | `poll_yield` | a consumer's progress passes (its `dequeue`s of an empty EVD) yield the CPU once every this many (0: never; 1..=1000000); see [`TcpConfig::poll_yield`] | the instance's (0, or 4 on a machine with one CPU online) |
 //! | `setups` | most accepted connections a listener keeps waiting for their MPA request (1..=65536); past it the oldest that waited a second are closed, so a flood of idle connections holds no more sockets than that (and what comes within a second) | 1024 |
 //!
+//! An IA's query reports its settings under these keys
+//! (`ProviderAttr::provider_specific_attr`), defaults resolved (what this
+//! machine's CPUs made of `wait_spin_us` and `poll_yield`, say);
+//! `rdapl info` prints them for an IA with no parameters of its own.
+//!
 //! A qualifier whose port falls outside 1..=65535 is refused with
 //! `InvalidParameter`, at `listen` and at `connect`. Both sides must use
 //! the same `port_base` to meet.
 
-use rdapl::{Error, Result};
+use rdapl::{Error, NamedAttr, Result};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// When a Send or an RDMA Write completes.
@@ -217,8 +222,10 @@ fn flag(v: &str) -> Option<bool> {
 }
 
 impl IaParams {
-    /// Parses `params` over the defaults of `cfg`.
-    pub fn parse(params: &str, cfg: &TcpConfig) -> Result<IaParams> {
+    /// The settings of `cfg` for an IA with no parameters of its own
+    /// (`wait_spin_us` and `poll_yield` resolved for this machine where
+    /// `cfg` leaves them open).
+    pub fn defaults(cfg: &TcpConfig) -> IaParams {
         let mut p = IaParams {
             addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port_base: 0,
@@ -239,6 +246,12 @@ impl IaParams {
         let cpus = if auto { cpus_online() } else { None };
         p.wait_spin_us = cfg.wait_spin_us.unwrap_or_else(|| wait_spin_for(cpus));
         p.poll_yield = cfg.poll_yield.unwrap_or_else(|| poll_yield_for(cpus));
+        p
+    }
+
+    /// Parses `params` over the defaults of `cfg`.
+    pub fn parse(params: &str, cfg: &TcpConfig) -> Result<IaParams> {
+        let mut p = IaParams::defaults(cfg);
         for kv in params.split([' ', ',']).filter(|s| !s.is_empty()) {
             let (k, v) = kv
                 .split_once('=')
@@ -252,6 +265,7 @@ impl IaParams {
                         .into()
                 }
                 "crc" => p.crc = flag(v).ok_or(bad("tcp: crc= is 1 or 0"))?,
+                "mss" if v == "auto" => p.mss = None,
                 "mss" => {
                     let m: u32 = v.parse().map_err(|_| bad("tcp: mss= is not a number"))?;
                     if !(64..=65535).contains(&m) {
@@ -314,6 +328,34 @@ impl IaParams {
             }
         }
         Ok(p)
+    }
+
+    /// The settings as named attributes, under the keys [`parse`](Self::parse)
+    /// takes and with the values it reads back to the same settings (an
+    /// IA's query reports them: `rdapl info` prints an IA with no
+    /// parameters of its own).
+    pub fn named(&self) -> Vec<NamedAttr> {
+        let mss = self
+            .mss
+            .map_or_else(|| "auto".to_string(), |m| m.to_string());
+        let complete = match self.complete {
+            Completion::Placed => "placed",
+            Completion::Sent => "sent",
+        };
+        vec![
+            NamedAttr::new("addr", self.addr),
+            NamedAttr::new("port_base", self.port_base),
+            NamedAttr::new("crc", u8::from(self.crc)),
+            NamedAttr::new("mss", mss),
+            NamedAttr::new("recv_wait_ms", self.recv_wait_ms),
+            NamedAttr::new("timeout_ms", self.timeout_ms),
+            NamedAttr::new("complete", complete),
+            NamedAttr::new("poll_fresh_ms", self.poll_fresh_ms),
+            NamedAttr::new("mpa_timeout_ms", self.mpa_timeout_ms),
+            NamedAttr::new("wait_spin_us", self.wait_spin_us),
+            NamedAttr::new("poll_yield", self.poll_yield),
+            NamedAttr::new("setups", self.setups),
+        ]
     }
 
     /// The TCP port of connection qualifier `qual`.
@@ -426,5 +468,55 @@ mod tests {
         assert_eq!(IaParams::parse("poll_yield=4", &c).unwrap().poll_yield, 4);
         assert!(IaParams::parse("poll_yield=1000001", &c).is_err());
         assert!(IaParams::parse("poll_yield=x", &c).is_err());
+    }
+
+    /// What an IA's query reports reads back, as parameters, to the same
+    /// settings: every key, defaults resolved.
+    #[test]
+    fn named_settings_parse_back_to_themselves() {
+        let c = TcpConfig::default();
+        let words = |p: &IaParams| -> String {
+            p.named()
+                .iter()
+                .map(|a| format!("{}={}", a.name, a.value))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let d = IaParams::defaults(&c);
+        assert_eq!(IaParams::parse("", &c).unwrap(), d);
+        let text = words(&d);
+        assert!(text.contains("mss=auto"), "{text}");
+        assert!(text.contains("complete=placed"), "{text}");
+        assert!(text.contains(&format!("wait_spin_us={}", d.wait_spin_us)));
+        // Every settable setting but the linger (not a parameter) is named.
+        let changed = IaParams::parse(
+            "addr=::1 port_base=7000 crc=0 mss=1460 recv_wait_ms=9 timeout_ms=500 \
+             complete=sent poll_fresh_ms=2 mpa_timeout_ms=300 wait_spin_us=11 \
+             poll_yield=3 setups=5",
+            &c,
+        )
+        .unwrap();
+        for p in [&d, &changed] {
+            let back = IaParams::parse(&words(p), &TcpConfig::default()).unwrap();
+            assert_eq!(&back, p, "{}", words(p));
+        }
+        for (field, differs) in [
+            ("addr", changed.addr != d.addr),
+            ("port_base", changed.port_base != d.port_base),
+            ("crc", changed.crc != d.crc),
+            ("mss", changed.mss != d.mss),
+            ("recv_wait_ms", changed.recv_wait_ms != d.recv_wait_ms),
+            ("timeout_ms", changed.timeout_ms != d.timeout_ms),
+            ("complete", changed.complete != d.complete),
+            ("poll_fresh_ms", changed.poll_fresh_ms != d.poll_fresh_ms),
+            ("mpa_timeout_ms", changed.mpa_timeout_ms != d.mpa_timeout_ms),
+            ("wait_spin_us", changed.wait_spin_us != d.wait_spin_us),
+            ("poll_yield", changed.poll_yield != d.poll_yield),
+            ("setups", changed.setups != d.setups),
+        ] {
+            assert!(differs, "{field} is not changed by the test");
+        }
+        assert_eq!(d.named().len(), 12);
+        assert_eq!(IaParams::parse("mss=auto", &c).unwrap().mss, None);
     }
 }

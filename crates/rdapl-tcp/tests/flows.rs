@@ -7,8 +7,10 @@
 mod common;
 
 use common::*;
+use rdapl::provider::Provider;
 use rdapl::*;
 use rdapl_tcp::Tcp;
+use std::sync::Arc;
 
 #[test]
 fn the_provider_is_named_and_reports_its_limits() {
@@ -58,6 +60,60 @@ fn the_provider_is_named_and_reports_its_limits() {
         .unwrap()
         .close(CloseFlags::Graceful)
         .unwrap();
+}
+
+/// An IA's query reports its own settings (`provider_specific_attr`,
+/// under the parameters' names, and its completion meaning), through a
+/// fault injector too; the provider's own attributes report an IA with no
+/// parameters of its own.
+#[test]
+fn an_ia_reports_its_own_settings() {
+    let tcp = Tcp::new();
+    let named = |pattr: &ProviderAttr, key: &str| -> String {
+        let found: Vec<&NamedAttr> = pattr
+            .provider_specific_attr
+            .iter()
+            .filter(|a| a.name == key)
+            .collect();
+        assert_eq!(found.len(), 1, "{key} in {pattr:?}");
+        found[0].value.clone()
+    };
+    let plain = tcp.attr();
+    assert!(plain.completes_when_placed);
+    assert_eq!(named(&plain, "complete"), "placed");
+    assert_eq!(named(&plain, "crc"), "1");
+    let params = "crc=0 complete=sent wait_spin_us=17 poll_yield=3 timeout_ms=700";
+    let faulty = rdapl::provider::FaultInjector::new(tcp.clone());
+    for provider in [
+        tcp.clone() as Arc<dyn Provider>,
+        faulty as Arc<dyn Provider>,
+    ] {
+        let ia = Ia::open_provider(
+            provider,
+            IaOptions {
+                params: format!("addr=127.0.3.3 {params}"),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let (_, pattr) = ia.query().unwrap();
+        assert!(!pattr.completes_when_placed);
+        for (key, value) in [
+            ("addr", "127.0.3.3"),
+            ("crc", "0"),
+            ("complete", "sent"),
+            ("wait_spin_us", "17"),
+            ("poll_yield", "3"),
+            ("timeout_ms", "700"),
+            ("mss", "auto"),
+        ] {
+            assert_eq!(named(&pattr, key), value, "{key}");
+        }
+        assert_eq!(pattr.name, "tcp");
+        ia.close(CloseFlags::Graceful).unwrap();
+    }
+    // The instance's own settings are unchanged by its IAs'.
+    assert_eq!(tcp.attr(), plain);
 }
 
 #[test]

@@ -385,6 +385,9 @@ impl Transport for FaultTransport {
         self.inner.close();
         self.faults.sweep_soon();
     }
+    fn provider_attr(&self, attr: ProviderAttr) -> ProviderAttr {
+        self.inner.provider_attr(attr)
+    }
 }
 
 impl EpOps for FaultEp {

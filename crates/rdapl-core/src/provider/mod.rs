@@ -132,4 +132,11 @@ pub trait Transport: Send + Sync + 'static {
     fn srq_create(&self, srq: SrqHandle, pz: PzHandle) -> Result<Box<dyn SrqOps>>;
     /// The IA is closing: what is left of it ends.
     fn close(&self);
+    /// The provider's attributes as this IA reports them (its query):
+    /// `attr` is [`Provider::attr`], the instance's; an IA whose own
+    /// parameters change some (its completion meaning, its settings in
+    /// `provider_specific_attr`) says so here. The default keeps `attr`.
+    fn provider_attr(&self, attr: ProviderAttr) -> ProviderAttr {
+        attr
+    }
 }
