@@ -329,6 +329,12 @@ impl Tcp {
         self.stat(|s| &s.setups_dropped)
     }
 
+    /// Times one of its connections made its FPDUs smaller because the
+    /// TCP connection's MSS fell (the path's MTU did; a diagnostic).
+    pub fn mss_shrinks(&self) -> u64 {
+        self.stat(|s| &s.mss_shrinks)
+    }
+
     /// Payload bytes its connections wrote to their sockets straight from
     /// registered memory (Sends, RDMA Writes and Read Responses of at least
     /// 256 bytes per FPDU), with no staging copy (a diagnostic).

@@ -8,7 +8,7 @@
 //! | `addr` | the IA's IP address, one of this host's or `0.0.0.0`/`::` (any): listeners bind it, connections start from it | `127.0.0.1` |
 //! | `port_base` | TCP port of qualifier 0: qualifier `q` is port `port_base + q` | `0` |
 //! | `crc` | ask for MPA CRC32c (`1`/`0`, `on`/`off`); used if either side asks | the instance's (on) |
-//! | `mss` | largest FPDU in bytes (64..=65535; `auto`: the default) | the socket's MSS when the connection is set up (on loopback Linux then caps it at half the peer's first window, about 32 KiB; larger FPDUs, once the window grew, moved 1 MiB messages slower) |
+//! | `mss` | largest FPDU in bytes (64..=65535; `auto`: the default) | the socket's MSS when the connection is set up (on loopback Linux then caps it at half the peer's first window, about 32 KiB; larger FPDUs, once the window grew, moved 1 MiB messages slower), and smaller as soon as the socket's MSS falls (the path's MTU did: looked at every 100 ms while the connection moves) |
 //! | `recv_wait_ms` | how long an arriving Send may wait for a receive | the instance's (5000) |
 //! | `timeout_ms` | how long a silent peer (link cut, host gone, or stopped inside an FPDU it began or owing the answer to a read or fence) goes unnoticed before the connection breaks (100..=3600000); keep it above the peer's `recv_wait_ms`, during which a peer may rightly hold an answer back | the instance's (10000) |
 //! | `complete` | when a Send or RDMA Write completes: `placed` (the peer placed it) or `sent` (handed to TCP, siw's meaning); see [`Completion`] | the instance's (`placed`) |

@@ -1,5 +1,7 @@
 //! Two hosts in network namespaces joined by a veth pair; the link is cut
 //! mid-transfer, and again under an idle connection (keepalive's case).
+//! Once more mid-transfer after the link's MTU fell: the sender's FPDUs
+//! must follow the smaller MSS first.
 //! Both sides must see the connection broken within the
 //! configured `timeout_ms` (plus a second of keepalive granularity), with
 //! every outstanding request completed exactly once (`Flushed` if it did
@@ -59,6 +61,7 @@ struct Hosts {
     a: String,
     b: String,
     veth_a: String,
+    veth_b: String,
     net: String,
 }
 
@@ -69,9 +72,10 @@ impl Hosts {
             a: format!("rdapl-lc-a-{pid}"),
             b: format!("rdapl-lc-b-{pid}"),
             veth_a: format!("rlca{pid}"),
+            veth_b: format!("rlcb{pid}"),
             net: format!("10.201.{}", pid % 250 + 1),
         };
-        let veth_b = format!("rlcb{pid}");
+        let veth_b = h.veth_b.clone();
         ip(&["netns", "add", &h.a])?;
         // From here on, drop removes what exists.
         ip(&["netns", "add", &h.b])?;
@@ -90,6 +94,14 @@ impl Hosts {
 
     fn addr(&self, host: u8) -> String {
         format!("{}.{host}", self.net)
+    }
+
+    /// Lowers the link's MTU at both ends.
+    fn set_mtu(&self, mtu: u32) {
+        let mtu = mtu.to_string();
+        for (ns, dev) in [(&self.a, &self.veth_a), (&self.b, &self.veth_b)] {
+            ip(&["-n", ns, "link", "set", dev, "mtu", &mtu]).expect("lower the MTU");
+        }
     }
 
     /// Cuts the link: no packet crosses, and neither side is told.
@@ -210,7 +222,10 @@ fn child() {
             assert_eq!(kind, ConnectionEventKind::Broken);
             assert_eq!(rt.flushed, IDLE_RECVS);
         }
-        "client" => {
+        "client" | "mtu-client" => {
+            // (mtu-client: says SHRUNK once its FPDUs followed a fall of
+            // the path's MSS.)
+            let mut watch_mss = args[0] == "mtu-client";
             let port: u64 = args[3].parse().unwrap();
             n.ep.connect(args[2].parse().unwrap(), port, Some(T), b"")
                 .unwrap();
@@ -250,6 +265,10 @@ fn child() {
                 if !running && t.ok >= 100 {
                     running = true;
                     println!("RUNNING");
+                }
+                if watch_mss && tcp.mss_shrinks() > 0 {
+                    watch_mss = false;
+                    println!("SHRUNK after {} writes", t.ok);
                 }
                 if t.flushed > 0 || n.ep.state() != EpState::Connected {
                     break drain(&n, &mut t, posted, limit);
@@ -334,8 +353,8 @@ fn a_cut_link_breaks_both_sides_within_the_timeout_and_flushes_everything() {
     if std::env::var(ENV).is_ok() {
         return;
     }
-    if cut_while("client") {
-        cut_while("idle-client");
+    if cut_while("client") && cut_while("idle-client") {
+        cut_while("mtu-client");
     }
 }
 
@@ -356,6 +375,13 @@ fn cut_while(client_mode: &str) -> bool {
     let (client, crx) = spawn(&hosts.a, &format!("{client_mode},{ca},{sa},{port}"));
     expect_line(&srx, "READY", T);
     expect_line(&crx, "RUNNING", T);
+    if client_mode == "mtu-client" {
+        // From 1500 to IPv6's minimum: the TCP MSS falls from 1448 to
+        // 1228 bytes (with timestamps).
+        hosts.set_mtu(1280);
+        let s = expect_line(&crx, "SHRUNK", T);
+        println!("{client_mode}: {s}");
+    }
     hosts.cut();
     let cut = Instant::now();
     let bound = Duration::from_millis(TIMEOUT_MS) + SLACK;

@@ -103,6 +103,10 @@ pub(crate) const MAX_STAGED: usize = 16 << 20;
 /// Input and output buffer high-water mark.
 pub(crate) const IO_HIGH: usize = 256 << 10;
 
+/// How often (ms) a pumped connection looks at its socket's MSS
+/// (`Conn::follow_mss`).
+const MSS_LOOK_MS: u64 = 100;
+
 /// Most output bytes a polling consumer's pass holds back.
 const HOLD_MAX: usize = 4096;
 
@@ -266,6 +270,8 @@ pub(crate) struct Conn {
     /// The provider's shared state (a responder's requests answer through
     /// it).
     pub shared: Option<Arc<crate::progress::Shared>>,
+    /// When (ms) `follow_mss` looks at the socket's MSS next.
+    mss_look_at: u64,
 }
 
 /// The earlier of two optional instants.
@@ -364,6 +370,7 @@ impl Conn {
             srq_waits: Arc::default(),
             srq_waiting: false,
             shared: None,
+            mss_look_at: 0,
         }
     }
 
@@ -530,6 +537,7 @@ impl Conn {
         if !self.hold_out {
             self.out_held = false;
         }
+        self.follow_mss(now);
         let (writes, reads) = (self.out.writes, self.reads_queued);
         loop {
             let before = self.work;
@@ -552,6 +560,40 @@ impl Conn {
         if self.reads_queued > 0 && self.answer_check.is_none() {
             self.answer_check = Some(now.saturating_add(self.ia.timeout_ms));
         }
+    }
+
+    /// RFC 5044's MULPDU follows the connection's current MSS: where the
+    /// path's MTU fell, the FPDUs framed from now on fit the smaller MSS
+    /// (hardware peers place an FPDU directly only if it fits a segment).
+    /// A larger MSS is not followed (larger FPDUs moved 1 MiB messages
+    /// slower: `rdapl-bench/HISTORY.md`). Looked at once every
+    /// [`MSS_LOOK_MS`] while the connection is pumped, and not where the
+    /// IA fixed `mss`.
+    fn follow_mss(&mut self, now: u64) {
+        if now < self.mss_look_at || self.ia.mss.is_some() || self.phase != Phase::Open {
+            return;
+        }
+        self.mss_look_at = now.saturating_add(MSS_LOOK_MS);
+        let Some(e) = self.engine.as_mut() else {
+            return;
+        };
+        let Ok(m) = socket2::SockRef::from(&self.sock).tcp_mss() else {
+            return;
+        };
+        let was = e.config().mss;
+        if m >= was || m < 64 || e.set_mss(m).is_err() {
+            return;
+        }
+        self.stats
+            .mss_shrinks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        conn_log!(
+            info,
+            self,
+            from = was,
+            to = m,
+            "the path's MSS fell: FPDUs follow it"
+        );
     }
 
     /// [`Conn::pump`] for a polling consumer's pass (the progress thread

@@ -249,6 +249,8 @@ pub(crate) struct Stats {
     /// Accepted connections closed before their MPA request came, their
     /// listener holding its IA's `setups` already.
     pub setups_dropped: AtomicU64,
+    /// Times a connection's FPDUs shrank with its path's MSS.
+    pub mss_shrinks: AtomicU64,
 }
 
 impl Shared {
