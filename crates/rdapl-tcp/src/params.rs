@@ -14,7 +14,7 @@
 //! | `complete` | when a Send or RDMA Write completes: `placed` (the peer placed it) or `sent` (handed to TCP, siw's meaning); see [`Completion`] | the instance's (`placed`) |
 //! | `poll_fresh_ms` | how long after a consumer's last polling pass the provider's thread leaves the input to it (1..=3600000); keep it well below the peer's `timeout_ms`: input left unread that long holds back the answers the peer waits for | the instance's (3) |
 //! | `mpa_timeout_ms` | how long a passive side waits for the MPA Request of a connection it accepted, and for the RTR after its Reply (100..=3600000); the active side's wait for the Reply is bounded by the consumer's connect timeout alone, and the consumer's decision on a request by nothing | 5000 (siw's) |
-//! | `wait_spin_us` | how long a consumer's `wait` drives its connections from its own thread before it hands them to the provider's thread and blocks, in microseconds (0..=1000000); see [`TcpConfig::wait_spin_us`] | the instance's (50, or 0 on a machine with one CPU online) |
+//! | `wait_spin_us` | how long a consumer's `wait` drives its connections from its own thread before it hands them to the provider's thread and blocks, at least, in microseconds (0..=1000000); see [`TcpConfig::wait_spin_us`] | the instance's (50, or 0 on a machine with one CPU online) |
 //! | `poll_yield` | a consumer's progress passes (its `dequeue`s of an empty EVD) yield the CPU once every this many (0: never; 1..=1000000); see [`TcpConfig::poll_yield`] | the instance's (0, or 4 on a machine with one CPU online) |
 //! | `setups` | most accepted connections a listener keeps waiting for their MPA request (1..=65536); past it the oldest that waited a second are closed, so a flood of idle connections holds no more sockets than that (and what comes within a second) | 1024 |
 //!
@@ -91,7 +91,12 @@ pub struct TcpConfig {
     /// ping-pong two thread wake-ups a message, if the answer comes while
     /// it lasts; where the peer, or this provider's thread, shares the
     /// waiter's only CPU it cannot, and each wait then costs the whole
-    /// spin. `None` (the default): [`DEFAULT_WAIT_SPIN_US`], or 0 on a
+    /// spin. The least spin: an EVD doubles it, up to
+    /// [`rdapl::provider::WAIT_SPIN_GROWTH`] times, while its blocked
+    /// waits keep ending soon after they blocked (where waking a blocked
+    /// peer costs more than the spin, as on a VM whose idle CPUs halt),
+    /// except in a thread that may run on one CPU only. `None` (the
+    /// default): [`DEFAULT_WAIT_SPIN_US`], or 0 on a
     /// machine with one CPU online. Say 0 where both sides of a
     /// connection, or a consumer and its IA, are confined to one CPU
     /// (`taskset`, a cpuset of one): the provider cannot tell that from a

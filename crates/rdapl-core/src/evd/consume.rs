@@ -77,13 +77,19 @@ impl Evd {
         // word (which every producer reads). Ownership, and with it the
         // refusal of other waiters and of dequeue, starts when it blocks.
         #[cfg(not(rdapl_loom))]
+        let mut spun = None;
+        #[cfg(not(rdapl_loom))]
         if inner.progress.any() {
             // A provider that progresses in software: drive it from this
             // thread for as long as its hooks say (each pass is a few
             // system calls), then hand progress back to its thread and
             // block.
             let start = std::time::Instant::now();
-            let spin = inner.progress.wait_spin();
+            // Never past the caller's timeout.
+            let spin = timeout.map_or(inner.progress.wait_spin(), |t| {
+                t.min(inner.progress.wait_spin())
+            });
+            let mut passes = 0u32;
             loop {
                 let s = inner.load();
                 if s.has(FREED) {
@@ -93,14 +99,19 @@ impl Evd {
                     break; // the checks below say why
                 }
                 if let Some(got) = inner.take_for_waiter(threshold) {
+                    if passes > 0 {
+                        inner.progress.spin_caught();
+                    }
                     return Ok(got);
                 }
                 if start.elapsed() >= spin {
                     break;
                 }
                 inner.progress.run();
+                passes = passes.saturating_add(1);
             }
             inner.progress.park();
+            spun = Some(start);
         } else {
             // Checks at a fixed, fine grain (one pause apart) rather than
             // with exponential back-off: the waiter only reads lines the
@@ -147,6 +158,11 @@ impl Evd {
         let out = self.wait_owned(threshold, sync::deadline(timeout));
         // Give ownership back (on a freed EVD this is harmless).
         let _ = inner.update::<_, ()>(|s| Ok((s.clear(WAITER | WAIT_ARMED), ())));
+        // The spin's length follows how soon blocked waits end.
+        #[cfg(not(rdapl_loom))]
+        if let Some(start) = spun {
+            inner.progress.blocked(start.elapsed(), out.is_ok());
+        }
         out
     }
 

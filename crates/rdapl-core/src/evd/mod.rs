@@ -60,7 +60,9 @@
 //!   ownership, arms and blocks.
 //! * A provider may attach progress hooks ([`Progress`]): a `dequeue` that
 //!   finds the EVD empty runs them once and looks again; a `wait` drives
-//!   them for as long as they say ([`Progress::wait_spin`]), then parks
+//!   them for as long as they say ([`Progress::wait_spin`]), longer while
+//!   blocked waits end soon after they blocked (up to
+//!   [`WAIT_SPIN_GROWTH`] times), never past its timeout, then parks
 //!   them and blocks. Arming a
 //!   notification (enabling upcalls, `enable` for a CNO, a stream that
 //!   goes to sleep) parks them too, and so does a `dequeue` that finds the
@@ -98,7 +100,7 @@ mod teardown_waits;
 mod upcall;
 
 pub use producer::EvdProducer;
-pub use progress::{DEFAULT_WAIT_SPIN, Progress};
+pub use progress::{DEFAULT_WAIT_SPIN, Progress, WAIT_SPIN_GROWTH};
 use publish::publish;
 pub use reservation::{Misdirected, Reservation};
 use upcall::enabling_policy;
