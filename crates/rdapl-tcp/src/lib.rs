@@ -117,8 +117,14 @@
 //!
 //! A consumer's `wait` first drives its connections from its own thread
 //! for the IA's `wait_spin_us` ([`DEFAULT_WAIT_SPIN_US`] µs; none on
-//! a machine with one CPU online): a ping-pong's answer is usually taken in
-//! within it, without waking two threads. Where the consumer shares its
+//! a machine with one CPU online), or up to
+//! [`rdapl::provider::WAIT_SPIN_GROWTH`] times that while its blocked
+//! waits keep ending soon after they blocked: a ping-pong's answer is
+//! usually taken in within it, without waking two threads. Input a waiter
+//! took in while it spun is then left to it, as to a polling consumer
+//! (the thread, woken by the same input, usually comes too late to see
+//! it: the waiter's pass asks the thread), so that the answer to the
+//! peer's fence rides with its reply. Where the consumer shares its
 //! CPU with its peer or with this provider's thread (both ends under one
 //! `taskset` CPU) the answer cannot come while it spins: say
 //! `wait_spin_us=0` there.

@@ -91,6 +91,7 @@ impl Conn {
                     Ok((n, placed, room)) => {
                         self.work += 1;
                         self.rx_last = now;
+                        self.reads += 1;
                         self.stats.socket_reads.fetch_add(1, Ordering::Relaxed);
                         self.rx_drained = n < room;
                         self.frame_left = self.frame_left.saturating_sub(placed);
@@ -148,6 +149,7 @@ impl Conn {
                 Ok(n) => {
                     self.work += 1;
                     self.rx_last = now;
+                    self.reads += 1;
                     self.stats.socket_reads.fetch_add(1, Ordering::Relaxed);
                     // A short read took what the socket held: this pump
                     // does not ask again (level-triggered readiness, or the

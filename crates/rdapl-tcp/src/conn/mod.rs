@@ -243,6 +243,12 @@ pub(crate) struct Conn {
     /// A consumer drives the input: the progress thread does not poll for
     /// it ([`crate::progress`]).
     pub polled: bool,
+    /// Reads of the socket that brought bytes, by anyone.
+    pub reads: u64,
+    /// A consumer's pass took input while not `polled` and asked the
+    /// thread to leave the input to it (`Cmd::Adopt`); cleared by the
+    /// thread's answer.
+    pub adopt_asked: bool,
     /// Its own cell: it joins the groups of the endpoint's EVDs once
     /// established ([`crate::group`]).
     pub hook: Option<Weak<crate::progress::ConnCell>>,
@@ -359,6 +365,8 @@ impl Conn {
             stalled: Arc::new(AtomicBool::new(false)),
             registered: None,
             polled: false,
+            reads: 0,
+            adopt_asked: false,
             hook: None,
             delivered: 0,
             flushed: 0,

@@ -230,10 +230,21 @@ impl ConnCell {
             return;
         }
         let before = (c.deadline(), c.phase);
+        let reads = c.reads;
         c.pump_polled(now);
         self.sh.settle(&mut c, before);
         if c.out_held {
             self.claim();
+        }
+        // The pass read input that the thread still polls for: the thread,
+        // woken by it, came too late to find it (it shares a CPU with this
+        // consumer, or the consumer spins in a `wait`). It is asked to leave
+        // the input to the consumer, as it does when it sees it first: a
+        // waiting consumer's passes then hold their answers back for its
+        // reply, as a polling one's do (`Conn::pump_polled`).
+        let adopt = !c.polled && !c.adopt_asked && c.reads != reads;
+        if adopt {
+            c.adopt_asked = true;
         }
         let quiet = c.quiet();
         if !quiet {
@@ -242,6 +253,10 @@ impl ConnCell {
         // Last, after every change of this pass (the guard's release may
         // pump again, and clears it then).
         self.quiet.store(quiet, Ordering::Release);
+        drop(c);
+        if adopt {
+            self.sh.send(Cmd::Adopt { token: self.token });
+        }
     }
 
     /// A park of one of its groups: what the consumer held goes back to

@@ -516,20 +516,9 @@ impl Driver {
                         | epoll::EventFlags::HUP
                         | epoll::EventFlags::RDHUP,
                 );
-                // A consumer polls this connection: leave its input to it
-                // (read under the lock: `park` clears it before locking).
-                if only_input && c.phase == Phase::Open && cell.polling(now).is_some() {
-                    // On the groups' lists first, then freshness again: a
-                    // park that came in between either takes it from a
-                    // list or is seen here.
-                    cell.claim();
-                    if cell.polling(now).is_some() {
-                        c.polled = true;
-                        self.sh.sync_interest(&mut c);
-                        self.polled.insert(t);
-                        self.polled_grew = true;
-                        return;
-                    }
+                // A consumer polls this connection: leave its input to it.
+                if only_input && self.leave_input(t, &cell, &mut c, now) {
+                    return;
                 }
                 c.pump(now);
                 if fl.intersects(epoll::EventFlags::ERR | epoll::EventFlags::HUP) {
@@ -539,6 +528,28 @@ impl Driver {
             }
         }
         self.after(t);
+    }
+
+    /// If a consumer polls open connection `t` (read under the lock:
+    /// `park` clears it before locking), leaves its input to it: the
+    /// thread stops polling the socket for input and looks at the
+    /// connection again when the consumer's passes stop
+    /// ([`Driver::check_polled`]). True if it did.
+    fn leave_input(&mut self, t: u64, cell: &ConnCell, c: &mut Conn, now: u64) -> bool {
+        if c.phase != Phase::Open || cell.polling(now).is_none() {
+            return false;
+        }
+        // On the groups' lists first, then freshness again: a park that
+        // came in between either takes it from a list or is seen here.
+        cell.claim();
+        if cell.polling(now).is_none() {
+            return false;
+        }
+        c.polled = true;
+        self.sh.sync_interest(c);
+        self.polled.insert(t);
+        self.polled_grew = true;
+        true
     }
 
     fn command(&mut self, cmd: Cmd, now: u64) {
@@ -607,6 +618,17 @@ impl Driver {
                 let cell = self.take_by_ep(&ep);
                 if let Some(cell) = cell {
                     look(&self.sh, &cell).break_link(now);
+                }
+            }
+            Cmd::Adopt { token } => {
+                let Some(cell) = self.cell(token) else {
+                    return;
+                };
+                self.touched.insert(token);
+                let mut c = look(&self.sh, &cell);
+                c.adopt_asked = false;
+                if !c.polled {
+                    self.leave_input(token, &cell, &mut c, now);
                 }
             }
             Cmd::Kick { ep, recv } => {

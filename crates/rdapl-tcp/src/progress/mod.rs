@@ -30,7 +30,9 @@
 //!   of one of its groups less than [`POLL_FRESH_MS`] ago, and no park of
 //!   its groups since) the thread does not compete for its
 //!   input: the first readiness it sees then takes `EPOLLIN` away from
-//!   that socket, and the thread only checks every few milliseconds
+//!   that socket (so does a consumer's pass that read the input first:
+//!   it asks the thread, `Cmd::Adopt`), and the thread only checks every
+//!   few milliseconds
 //!   whether the polling stopped. A consumer about to block or to rely on
 //!   a notification hands the input back at once (`park`); one that just
 //!   stops polling gets it back within the IA's `poll_fresh_ms`
@@ -166,6 +168,12 @@ pub(crate) enum Cmd {
     Kick {
         ep: Arc<EpInner>,
         recv: bool,
+    },
+    /// A consumer's pass read connection `token`'s input while the thread
+    /// still polled for it (`ConnCell::pass`): leave it to the consumer
+    /// while it is fresh, as when the thread sees the input first.
+    Adopt {
+        token: u64,
     },
 }
 
