@@ -95,7 +95,9 @@ pub struct TcpConfig {
     /// [`rdapl::provider::WAIT_SPIN_GROWTH`] times, while its blocked
     /// waits keep ending soon after they blocked (where waking a blocked
     /// peer costs more than the spin, as on a VM whose idle CPUs halt),
-    /// except in a thread that may run on one CPU only. `None` (the
+    /// except in a thread that may run on one CPU only: a process pinned
+    /// to a CPU of its own, its peer on another, may want a longer one
+    /// there (200). `None` (the
     /// default): [`DEFAULT_WAIT_SPIN_US`], or 0 on a
     /// machine with one CPU online. Say 0 where both sides of a
     /// connection, or a consumer and its IA, are confined to one CPU
