@@ -86,9 +86,8 @@ impl Evd {
             // block.
             let start = std::time::Instant::now();
             // Never past the caller's timeout.
-            let spin = timeout.map_or(inner.progress.wait_spin(), |t| {
-                t.min(inner.progress.wait_spin())
-            });
+            let spin = inner.progress.wait_spin();
+            let spin = timeout.map_or(spin, |t| t.min(spin));
             let mut passes = 0u32;
             loop {
                 let s = inner.load();

@@ -108,22 +108,20 @@ impl ConnCell {
     /// from the caller's thread if the lock is free, else leaves it to the
     /// lock's holder, which pumps again when it lets go. Never waits.
     pub fn kick(&self) {
-        self.conn.kick(
-            |c| {
-                self.unquiet();
-                let before = (c.deadline(), c.phase);
-                c.pump_tx(self.sh.now());
-                self.sh.settle(c, before);
-            },
-            |c| self.repump(c),
-        );
+        self.conn
+            .kick(|c| self.pump_with(c, Conn::pump_tx), |c| self.repump(c));
     }
 
     /// A release's pump for a kick raised while the lock was held.
     fn repump(&self, c: &mut Conn) {
+        self.pump_with(c, Conn::pump);
+    }
+
+    /// Pumps `c` with `pump`, then settles its interest and timers.
+    fn pump_with(&self, c: &mut Conn, pump: fn(&mut Conn, u64)) {
         self.unquiet();
         let before = (c.deadline(), c.phase);
-        c.pump(self.sh.now());
+        pump(c, self.sh.now());
         self.sh.settle(c, before);
     }
 
