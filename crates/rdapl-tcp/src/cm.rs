@@ -17,8 +17,9 @@
 //!   breaks within the IA's `timeout_ms`: `TCP_USER_TIMEOUT` bounds how
 //!   long sent data may stay unacknowledged, and keepalive probes, sent
 //!   after half that time of silence, find a dead peer while nothing is
-//!   being sent. A process killed on a live host is seen at once (its
-//!   kernel resets the connection).
+//!   being sent; the connection's watchdog (`conn/liveness.rs`) breaks it
+//!   on time where the kernel's timers come round late. A process killed
+//!   on a live host is seen at once (its kernel resets the connection).
 
 use rdapl::error::Subtype;
 use rdapl::{ConnectionEventKind, Error, Result};
@@ -183,15 +184,24 @@ pub(crate) fn prepare_accepted(s: &TcpStream, timeout_ms: u64) -> io::Result<()>
 /// data unacknowledged for `timeout_ms` breaks the connection; with
 /// keepalive on, it also bounds the probes) and keepalive probes after
 /// half of it idle, one per second or per half of it, whichever is
-/// longer. Keepalive counts in whole seconds.
+/// longer ([`keepalive_ms`]). Keepalive counts in whole seconds. The
+/// kernel acts on these on its own timers' schedule, late by up to a
+/// window probe's period; the connection's watchdog of a silent peer
+/// (`conn/liveness.rs`) keeps the bound.
 fn set_liveness(s: &Socket, timeout_ms: u64) -> io::Result<()> {
     use std::time::Duration;
-    let half = Duration::from_millis(timeout_ms / 2).max(Duration::from_secs(1));
+    let period = Duration::from_millis(keepalive_ms(timeout_ms));
     s.set_tcp_user_timeout(Some(Duration::from_millis(timeout_ms)))?;
     s.set_tcp_keepalive(
         &socket2::TcpKeepalive::new()
-            .with_time(half)
-            .with_interval(half)
+            .with_time(period)
+            .with_interval(period)
             .with_retries(2),
     )
+}
+
+/// The keepalive period (ms) of a connection whose IA has `timeout_ms`:
+/// half of it in whole seconds, at least one.
+pub(crate) fn keepalive_ms(timeout_ms: u64) -> u64 {
+    (timeout_ms / 2 / 1_000).max(1) * 1_000
 }

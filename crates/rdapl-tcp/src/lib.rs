@@ -184,7 +184,7 @@
 //! server.cr(req.cr).unwrap().accept(&sep, b"welcome").unwrap();
 //! ```
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod cm;
@@ -194,6 +194,7 @@ pub mod memory;
 mod outq;
 pub mod params;
 pub mod progress;
+mod sockinfo;
 
 pub use params::{Completion, DEFAULT_WAIT_SPIN_US, ONE_CPU_POLL_YIELD, TcpConfig};
 

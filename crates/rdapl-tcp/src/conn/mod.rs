@@ -93,6 +93,7 @@ macro_rules! conn_log {
 mod events;
 mod input;
 mod lifecycle;
+mod liveness;
 mod output;
 mod requests;
 
@@ -216,6 +217,11 @@ pub(crate) struct Conn {
     /// set when reads come to be queued and kept until it passes, so that
     /// a read a round trip does not move the timer each time.
     answer_check: Option<u64>,
+    /// When to look at the kernel's state for a silent peer
+    /// ([`Conn::look_alive`]): set once the stream is established, then
+    /// from each look. `live_off` once the kernel cannot say.
+    live_check: Option<u64>,
+    live_off: bool,
     // output
     out: OutQueue,
     shut: bool,
@@ -350,6 +356,8 @@ impl Conn {
             reads_queued: 0,
             awaiting_since: 0,
             answer_check: None,
+            live_check: None,
+            live_off: false,
             out: OutQueue::default(),
             shut: false,
             linger_deadline: None,
@@ -456,6 +464,7 @@ impl Conn {
             self.linger_deadline,
             self.frame_deadline(),
             self.answer_check,
+            self.live_check.filter(|_| self.phase == Phase::Open),
         ]
         .into_iter()
         .fold(engine, earliest)
@@ -568,6 +577,59 @@ impl Conn {
         if self.reads_queued > 0 && self.answer_check.is_none() {
             self.answer_check = Some(now.saturating_add(self.ia.timeout_ms));
         }
+        if self.live_check.is_none()
+            && !self.live_off
+            && self.phase == Phase::Open
+            && self.established_engine()
+        {
+            self.live_check = Some(now.saturating_add(self.ia.timeout_ms));
+        }
+    }
+
+    /// Looks whether the peer fell silent ([`liveness`]): breaks the
+    /// connection if so, else sets when to look again.
+    fn look_alive(&mut self, now: u64) {
+        self.live_check = None;
+        if self.phase != Phase::Open || !self.established_engine() {
+            return;
+        }
+        let s = match crate::sockinfo::snapshot(&self.sock) {
+            Ok(s) => s,
+            Err(e) => {
+                // The kernel's own timers are left to it.
+                conn_log!(debug, self, error = %e, "no TCP_INFO: no watchdog");
+                self.live_off = true;
+                return;
+            }
+        };
+        let keepalive = crate::cm::keepalive_ms(self.ia.timeout_ms);
+        match liveness::judge(&s, self.ia.timeout_ms, keepalive) {
+            liveness::Verdict::Again(ms) => self.live_check = Some(now.saturating_add(ms)),
+            liveness::Verdict::Silent => {
+                conn_log!(
+                    warn,
+                    self,
+                    timeout_ms = self.ia.timeout_ms,
+                    since_ack_ms = s.since_ack_ms,
+                    unacked = s.unacked,
+                    unsent = s.notsent,
+                    probes = s.probes,
+                    retransmits = s.retransmits,
+                    "the peer fell silent, asked and not answering: the connection breaks"
+                );
+                self.break_silent(rdapl_iwarp::terminate::llp::TCP_STREAM_LOST);
+            }
+        }
+    }
+
+    /// Breaks the connection of a peer that fell silent, with an MPA
+    /// Terminate of code `code`.
+    fn break_silent(&mut self, code: u8) {
+        self.end_kind = ConnectionEventKind::Broken;
+        if let Some(e) = self.engine.as_mut() {
+            e.abort_with(rdapl_iwarp::terminate::llp(code));
+        }
+        self.events();
     }
 
     /// RFC 5044's MULPDU follows the connection's current MSS: where the
@@ -687,12 +749,11 @@ impl Conn {
                         "owing the answer to a read or fence"
                     }
                 );
-                self.end_kind = ConnectionEventKind::Broken;
-                if let Some(e) = self.engine.as_mut() {
-                    e.abort_with(rdapl_iwarp::terminate::llp(code));
-                }
-                self.events();
+                self.break_silent(code);
             }
+        }
+        if self.live_check.is_some_and(|d| now >= d) {
+            self.look_alive(now);
         }
         if let Some(d) = self.linger_deadline
             && now >= d

@@ -58,7 +58,7 @@ impl Conn {
         }
     }
 
-    fn established_engine(&self) -> bool {
+    pub(super) fn established_engine(&self) -> bool {
         self.engine
             .as_ref()
             .is_some_and(|e| e.state() == State::Established)
