@@ -9,6 +9,7 @@
 use rdapl::error::Subtype;
 use rdapl::event::CrHandle;
 use rdapl::event::{PzHandle, SrqHandle};
+use rdapl::provider::soft::{Timer, TimerKey};
 use rdapl::provider::{
     CrInner, CrOps, CrState, EpInfo, EpInner, EpOps, ListenerOps, NewWr, Provider, SpInner, SrqOps,
     Transport, WrKind,
@@ -27,8 +28,9 @@ pub struct Pipe {
     fabric: Arc<Fabric>,
 }
 
-/// A request in flight: the request and its active endpoint.
-type Pending = (Arc<CrInner>, Weak<EpInner>);
+/// A request in flight: the request, its active endpoint and the job
+/// that times it out.
+type Pending = (Arc<CrInner>, Weak<EpInner>, Option<TimerKey>);
 
 /// A connected endpoint's peer, the peer's connection number and its own:
 /// the pipe's state of a connection, kept in the endpoint's link slot
@@ -43,6 +45,8 @@ struct Fabric {
     addresses: Mutex<HashMap<IpAddr, usize>>,
     /// Requests in flight: the request and its active endpoint.
     pending: Mutex<HashMap<CrHandle, Pending>>,
+    /// Times connects out (one thread for every request in flight).
+    timer: Arc<Timer>,
     jobs: Mutex<mpsc::Sender<Weak<EpInner>>>,
     /// Held from taking a peer's receive to completing it: an end of the
     /// connection (which flushes the receives still queued, the later
@@ -57,6 +61,7 @@ impl Pipe {
             listeners: Mutex::new(HashMap::new()),
             addresses: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
+            timer: Timer::new("rdapl-pipe-timer"),
             jobs: Mutex::new(tx),
             moving: Mutex::new(()),
         });
@@ -117,7 +122,29 @@ struct PipeIa {
     closed: std::sync::atomic::AtomicBool,
 }
 
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        // Its thread ends; jobs not run yet never run.
+        self.timer.stop();
+    }
+}
+
 impl Fabric {
+    /// Takes request `h` out of the requests in flight (its timeout job
+    /// cancelled); its active endpoint, if it was there.
+    fn take_pending(&self, h: CrHandle) -> Option<Weak<EpInner>> {
+        let (_, active, job) = self.pending.lock().unwrap().remove(&h)?;
+        self.cancel(job);
+        Some(active)
+    }
+
+    /// Cancels a request's timeout job, if it has one.
+    fn cancel(&self, job: Option<TimerKey>) {
+        if let Some(key) = job {
+            self.timer.cancel(key);
+        }
+    }
+
     fn kick(&self, ep: &Arc<EpInner>) {
         let _ = self.jobs.lock().unwrap().send(Arc::downgrade(ep));
     }
@@ -394,13 +421,14 @@ impl EpOps for PipeEp {
         };
         match sp.request(self.addr, private_data, Box::new(PipeCr(passive))) {
             Ok(cr) => {
-                pending.insert(cr.handle(), (cr.clone(), Arc::downgrade(ep)));
-                drop(pending);
-                if let Some(t) = timeout {
-                    let (cr, ep) = (cr, Arc::downgrade(ep));
+                // Armed under the lock, so that whoever takes the request
+                // finds its job to cancel. (A timeout too long for an
+                // instant is as good as none; a timer that cannot start
+                // leaves the request to its answer.)
+                let job = rdapl::provider::soft::deadline(timeout).and_then(|at| {
+                    let (cr, ep) = (cr.clone(), Arc::downgrade(ep));
                     let f = Arc::downgrade(&self.f);
-                    std::thread::spawn(move || {
-                        std::thread::sleep(t);
+                    let job = move || {
                         if cr.settle_as(CrState::Cancelled) {
                             if let Some(f) = f.upgrade() {
                                 f.pending.lock().unwrap().remove(&cr.handle());
@@ -409,8 +437,10 @@ impl EpOps for PipeEp {
                                 ep.connect_failed(ConnectionEventKind::TimedOut, None);
                             }
                         }
-                    });
-                }
+                    };
+                    self.f.timer.at(at, Box::new(job)).ok()
+                });
+                pending.insert(cr.handle(), (cr.clone(), Arc::downgrade(ep), job));
             }
             Err(_) => {
                 drop(pending);
@@ -433,11 +463,12 @@ impl EpOps for PipeEp {
         let mut pending = self.f.pending.lock().unwrap();
         let mine: Vec<CrHandle> = pending
             .iter()
-            .filter(|(_, (_, a))| std::ptr::eq(a.as_ptr(), Arc::as_ptr(ep)))
+            .filter(|(_, (_, a, _))| std::ptr::eq(a.as_ptr(), Arc::as_ptr(ep)))
             .map(|(h, _)| *h)
             .collect();
         for h in mine {
-            if let Some((cr, _)) = pending.remove(&h) {
+            if let Some((cr, _, job)) = pending.remove(&h) {
+                self.f.cancel(job);
                 cr.settle_as(CrState::Cancelled);
             }
         }
@@ -465,8 +496,8 @@ impl CrOps for PipeCr {
         if !cr.settle_as(CrState::Accepted) {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }
-        let active = self.f.pending.lock().unwrap().remove(&cr.handle());
-        let Some(active) = active.and_then(|(_, a)| a.upgrade()) else {
+        let active = self.f.take_pending(cr.handle());
+        let Some(active) = active.and_then(|a| a.upgrade()) else {
             return Err(Error::Abort("the connecting endpoint went away"));
         };
         let passive_conn = ep
@@ -496,8 +527,8 @@ impl CrOps for PipeCr {
         if !cr.settle_as(CrState::Rejected) {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }
-        let active = self.f.pending.lock().unwrap().remove(&cr.handle());
-        if let Some(a) = active.and_then(|(_, a)| a.upgrade()) {
+        let active = self.f.take_pending(cr.handle());
+        if let Some(a) = active.and_then(|a| a.upgrade()) {
             a.connect_failed(ConnectionEventKind::PeerRejected, Some(&private_data));
         }
         Ok(())
