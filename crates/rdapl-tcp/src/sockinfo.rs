@@ -1,8 +1,8 @@
 //! What the kernel knows of a TCP connection and the socket API does not
 //! say: whether sent bytes wait for the peer, whether the kernel is
 //! already asking the peer (retransmitting, probing a closed window, or
-//! sending keepalive probes), and how long ago the peer last acknowledged
-//! anything. The watchdog of a silent peer (`conn/liveness.rs`) reads it.
+//! sending keepalive probes), and how long ago anything last came from
+//! the peer. The watchdog of a silent peer (`conn/liveness.rs`) reads it.
 //!
 //! * This module is the crate's only `unsafe`: one `getsockopt(TCP_INFO)`
 //!   into a zeroed structure of the C library's layout.
@@ -26,8 +26,12 @@ pub(crate) struct TcpSnapshot {
     pub probes: u8,
     /// Retransmissions of the oldest unacknowledged segment.
     pub retransmits: u8,
-    /// Milliseconds since the peer last acknowledged anything.
-    pub since_ack_ms: u32,
+    /// Milliseconds since anything last came from the peer: an
+    /// acknowledgement or data. (Both count: the kernel's receive fast
+    /// path may take the peer's data without the acknowledgement it
+    /// carries when that acknowledges nothing new, as on a side that only
+    /// receives; Linux 6.18 on loopback counted both the same.)
+    pub silent_ms: u32,
 }
 
 /// Reads the kernel's `TCP_INFO` of `sock`.
@@ -69,7 +73,7 @@ pub(crate) fn snapshot(sock: &TcpStream) -> io::Result<TcpSnapshot> {
         },
         probes: info.tcpi_probes,
         retransmits: info.tcpi_retransmits,
-        since_ack_ms: info.tcpi_last_ack_recv,
+        silent_ms: info.tcpi_last_ack_recv.min(info.tcpi_last_data_recv),
     })
 }
 
@@ -113,5 +117,41 @@ mod tests {
             full.notsent > 0 || full.unacked > 0,
             "bytes outstanding: {full:?}"
         );
+    }
+
+    /// A side that only receives hears from its peer through the data:
+    /// it is not silent while data flows in, though no acknowledgement of
+    /// anything it sent has come for a long time.
+    #[test]
+    fn data_flowing_in_is_no_silence() {
+        use std::io::Read;
+        use std::time::{Duration, Instant};
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        // Quiet for a while: `a` hears nothing.
+        std::thread::sleep(Duration::from_millis(400));
+        let end = Instant::now() + Duration::from_millis(400);
+        let writer = std::thread::spawn(move || {
+            let mut w = &b;
+            let chunk = [5u8; 1000];
+            while Instant::now() < end {
+                w.write_all(&chunk).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            b
+        });
+        let mut r = &a;
+        let mut buf = [0u8; 4096];
+        a.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let mut worst = 0;
+        while Instant::now() < end - Duration::from_millis(20) {
+            let _ = r.read(&mut buf);
+            if Instant::now() > end - Duration::from_millis(300) {
+                worst = worst.max(snapshot(&a).unwrap().silent_ms);
+            }
+        }
+        let _b = writer.join().unwrap();
+        assert!(worst < 200, "silent for {worst} ms while data came in");
     }
 }

@@ -11,8 +11,7 @@
 //! reach the bound:
 //!
 //! * The peer is **silent** when nothing came from it (no acknowledgement,
-//!   which every segment carries) for the bound **and** the kernel is
-//!   asking it: a retransmission, a window probe or a keepalive probe is
+//!   no data) for the bound **and** the kernel is asking it: a retransmission, a window probe or a keepalive probe is
 //!   unanswered. Silence alone is no evidence: an idle peer that nobody
 //!   asked owes nothing.
 //! * The bound is `timeout_ms` while bytes wait for the peer. With none,
@@ -50,7 +49,7 @@ pub(crate) fn judge(s: &TcpSnapshot, timeout_ms: u64, keepalive_ms: u64) -> Verd
     } else {
         timeout_ms.max(keepalive_ms.saturating_mul(3) / 2)
     };
-    let silent = u64::from(s.since_ack_ms);
+    let silent = u64::from(s.silent_ms);
     if silent < bound {
         Verdict::Again(bound - silent)
     } else if asking {
@@ -75,7 +74,7 @@ mod tests {
             notsent,
             probes,
             retransmits,
-            since_ack_ms: since,
+            silent_ms: since,
         }
     }
 

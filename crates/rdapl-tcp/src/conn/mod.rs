@@ -610,7 +610,7 @@ impl Conn {
                     warn,
                     self,
                     timeout_ms = self.ia.timeout_ms,
-                    since_ack_ms = s.since_ack_ms,
+                    silent_ms = s.silent_ms,
                     unacked = s.unacked,
                     unsent = s.notsent,
                     probes = s.probes,
