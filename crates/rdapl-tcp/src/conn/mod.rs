@@ -50,6 +50,11 @@
 //!   and on `placed` the Sends and Writes before the fence, waiting with
 //!   no end. Bytes waiting in the socket count as an answer coming (a
 //!   polling consumer that paused has not read them yet).
+//! * **No silent peer outlives the timeout.** A peer from which nothing
+//!   came for `timeout_ms` while the kernel asks it (a retransmission, a
+//!   window probe or a keepalive probe unanswered) breaks the connection
+//!   then, with an MPA Terminate (stream lost), not when the kernel's own
+//!   timers come round to it (`liveness`).
 //! * **Bounded memory.** At most `MAX_INFLIGHT` requests and
 //!   `MAX_STAGED` staged bytes per connection leave the core's queue;
 //!   the input buffer stops growing at `IO_HIGH` bytes, the output at
