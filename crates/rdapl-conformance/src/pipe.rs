@@ -45,7 +45,7 @@ struct Fabric {
     addresses: Mutex<HashMap<IpAddr, usize>>,
     /// Requests in flight: the request and its active endpoint.
     pending: Mutex<HashMap<CrHandle, Pending>>,
-    /// Times connects out (one thread for every request in flight).
+    /// Times connects out (one thread for all the requests in flight).
     timer: Arc<Timer>,
     jobs: Mutex<mpsc::Sender<Weak<EpInner>>>,
     /// Held from taking a peer's receive to completing it: an end of the
