@@ -27,8 +27,9 @@ const TIMEOUT_MS: u64 = 2_000;
 /// The allowance on top of `TIMEOUT_MS`: the provider's thread waking,
 /// the child printing. The kernel's own timers come round up to 1.25 s
 /// late (a side probing a closed window at the cut counts from its first
-/// probe; an idle side's keepalive runs on a coarse timer), which the
-/// provider's watchdog of a silent peer must not leave to them.
+/// probe; an idle side broke half a second late in most runs, cause not
+/// traced), which the provider's watchdog of a silent peer must not leave
+/// to them.
 const SLACK: Duration = Duration::from_millis(300);
 const WINDOW: u64 = 64;
 const SIZE: u64 = 64 << 10;
