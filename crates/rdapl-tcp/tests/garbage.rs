@@ -227,6 +227,51 @@ fn bad_clients_get_a_terminate_and_the_server_keeps_serving() {
     assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
 }
 
+/// A bad frame from a client that reads nothing: the server's socket and
+/// output are full of Sends that cannot leave, and its Terminate queues
+/// behind them. Every Send is flushed and the endpoint broken at once,
+/// not when the kernel gives the full socket up (`timeout_ms` later).
+#[test]
+fn a_bad_frame_while_the_output_is_full_flushes_at_once() {
+    let tcp = Tcp::new();
+    let s = Node::new(&tcp, "127.0.235.1", "timeout_ms=30000");
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    let rbuf = s.buf(16);
+    let mut raw = Raw::connect(&s, q, &s.ep, &rbuf);
+    // 8 MiB of Sends to a client that never reads.
+    const N: u64 = 128;
+    let src = s.lmr(pattern(1 << 16, 8));
+    for i in 0..N {
+        s.send(&src, 0, 1 << 16, i);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    empty(&s.req);
+    let start = std::time::Instant::now();
+    raw.sock
+        .write_all(&fpdu(
+            tagged_header(Opcode::Write, true, 0xDEAD_BEEF, 0x1000),
+            &[1; 32],
+        ))
+        .unwrap();
+    let mut seen = vec![0u32; N as usize];
+    while seen.contains(&0) {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{} of {N} Sends completed",
+            seen.iter().filter(|&&n| n > 0).count()
+        );
+        if let Ok((Event::Dto(d), _)) = s.req.wait(Some(Duration::from_millis(10)), 1) {
+            assert_eq!(d.status, DtoStatus::Flushed, "{d:?}");
+            seen[d.cookie as usize] += 1;
+        }
+    }
+    assert!(seen.iter().all(|&n| n == 1), "each Send exactly once");
+    assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Broken);
+    assert_eq!(next_dto(&s.rcv).status, DtoStatus::Flushed);
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(1), "broken after {took:?}");
+}
+
 /// A client that resets its connection while the server holds back its
 /// Sends (no receive posted for them, the server's input buffer full,
 /// so it no longer reads that socket) is seen at once: the endpoint

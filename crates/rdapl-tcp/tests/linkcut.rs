@@ -29,8 +29,10 @@ const TIMEOUT_MS: u64 = 2_000;
 /// late (a side probing a closed window at the cut counts from its first
 /// probe; an idle side broke half a second late in most runs, cause not
 /// traced), which the provider's watchdog of a silent peer must not leave
-/// to them.
-const SLACK: Duration = Duration::from_millis(300);
+/// to them; nor may a side whose socket is full wait for the kernel to
+/// give it up before it completes its requests (about 240 ms late, when
+/// the Terminate waited for room in the socket).
+const SLACK: Duration = Duration::from_millis(200);
 const WINDOW: u64 = 64;
 const SIZE: u64 = 64 << 10;
 /// Receives each side posts and never has consumed.

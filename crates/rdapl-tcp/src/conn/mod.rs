@@ -55,6 +55,9 @@
 //!   window probe or a keepalive probe unanswered) breaks the connection
 //!   then, with an MPA Terminate (stream lost), not when the kernel's own
 //!   timers come round to it (`liveness`).
+//! * **An ending connection completes at once.** Its requests are
+//!   flushed as soon as it ends, also when its Terminate must wait behind
+//!   bytes a full socket does not take.
 //! * **Bounded memory.** At most `MAX_INFLIGHT` requests and
 //!   `MAX_STAGED` staged bytes per connection leave the core's queue;
 //!   the input buffer stops growing at `IO_HIGH` bytes, the output at

@@ -10,7 +10,7 @@
 use crate::memory::Staged;
 use crate::params::Completion;
 use rdapl::DtoStatus;
-use rdapl_iwarp::{Source, Transmit};
+use rdapl_iwarp::{Source, State, Transmit};
 use std::sync::atomic::Ordering;
 
 use super::{Conn, IO_HIGH, Phase, SlotKind};
@@ -74,13 +74,20 @@ impl Conn {
         if self.phase == Phase::Dead {
             return;
         }
-        // Past IO_HIGH only to finish the message being framed: a large
-        // message leaves in writes of up to OUT_MESSAGE_MAX.
+        // Past IO_HIGH only to finish the message being framed (a large
+        // message leaves in writes of up to OUT_MESSAGE_MAX), and for an
+        // ending connection's last frames (its Terminate): the engine
+        // closes once it hands them out, and the requests it flushed are
+        // then completed at once, not when a full socket (a peer gone
+        // silent) takes bytes again.
         let mut high = IO_HIGH;
-        while self.out.len() < high {
+        loop {
             let Some(e) = self.engine.as_mut() else {
                 return;
             };
+            if self.out.len() >= high && e.state() != State::Terminating {
+                break;
+            }
             let Some(t) = e.poll_transmit(&self.mem) else {
                 break;
             };
