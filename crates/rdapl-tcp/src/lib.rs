@@ -368,6 +368,13 @@ impl Tcp {
         self.stat(|s| &s.fences)
     }
 
+    /// Zero-length RDMA Reads its connections posted as heartbeats, asking
+    /// a peer that was silent for half of `timeout_ms` on an idle
+    /// connection whether it is there (a diagnostic).
+    pub fn heartbeats(&self) -> u64 {
+        self.stat(|s| &s.heartbeats)
+    }
+
     /// One of the diagnostics' counters (0 before the thread started).
     fn stat(&self, which: impl Fn(&progress::Stats) -> &std::sync::atomic::AtomicU64) -> u64 {
         self.core.lock().as_ref().map_or(0, |c| {

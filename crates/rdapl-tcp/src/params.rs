@@ -10,7 +10,7 @@
 //! | `crc` | ask for MPA CRC32c (`1`/`0`, `on`/`off`); used if either side asks | the instance's (on) |
 //! | `mss` | largest FPDU in bytes (64..=65535; `auto`: the default) | the socket's MSS when the connection is set up (on loopback Linux then caps it at half the peer's first window, about 32 KiB; larger FPDUs, once the window grew, moved 1 MiB messages slower), and smaller as soon as the socket's MSS falls (the path's MTU did: looked at every 100 ms while the connection moves) |
 //! | `recv_wait_ms` | how long an arriving Send may wait for a receive | the instance's (5000) |
-//! | `timeout_ms` | how long a silent peer (link cut, host gone, or stopped inside an FPDU it began or owing the answer to a read or fence) goes unnoticed before the connection breaks (100..=3600000; an idle peer is asked by keepalive, at most once a second, so below 2000 an idle connection breaks 1.5 s after its peer fell silent); keep it above the peer's `recv_wait_ms`, during which a peer may rightly hold an answer back or its window closed | the instance's (10000) |
+//! | `timeout_ms` | how long a silent peer (link cut, host gone, or stopped inside an FPDU it began or owing the answer to a read or fence) goes unnoticed before the connection breaks (100..=3600000; an idle peer is asked with a heartbeat, a zero-length read, after half of it; below 400 a live peer must acknowledge within half of it, which a delayed acknowledgement may not); keep it above the peer's `recv_wait_ms`, during which a peer may rightly hold an answer back or its window closed | the instance's (10000) |
 //! | `complete` | when a Send or RDMA Write completes: `placed` (the peer placed it) or `sent` (handed to TCP, siw's meaning); see [`Completion`] | the instance's (`placed`) |
 //! | `poll_fresh_ms` | how long after a consumer's last polling pass the provider's thread leaves the input to it (1..=3600000); keep it well below the peer's `timeout_ms`: input left unread that long holds back the answers the peer waits for | the instance's (3) |
 //! | `mpa_timeout_ms` | how long a passive side waits for the MPA Request of a connection it accepted, and for the RTR after its Reply (100..=3600000); the active side's wait for the Reply is bounded by the consumer's connect timeout alone, and the consumer's decision on a request by nothing | 5000 (siw's) |
@@ -68,10 +68,10 @@ pub struct TcpConfig {
     pub linger_ms: u64,
     /// How long, in milliseconds, a connection whose peer falls silent
     /// (the link cut, the host gone) lasts before it breaks: nothing
-    /// from the peer that long while the kernel asks it (sent data
-    /// unacknowledged, a closed window's probes or keepalive probes
-    /// unanswered; an idle connection, which keepalive asks once a second
-    /// at most, at least 1.5 s), no byte
+    /// from the peer that long while it is asked (sent data
+    /// unacknowledged, a closed window's probes, keepalive probes or,
+    /// on an idle connection, the provider's heartbeat, a zero-length
+    /// read sent after half of it, unanswered), no byte
     /// of an FPDU the peer began (a peer stopped mid-frame, a corrupted
     /// length), or no byte either way while the peer owes the answer to a
     /// read or fence (a peer process stopped or hung while its kernel

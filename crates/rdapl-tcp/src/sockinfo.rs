@@ -1,8 +1,9 @@
 //! What the kernel knows of a TCP connection and the socket API does not
 //! say: whether sent bytes wait for the peer, whether the kernel is
 //! already asking the peer (retransmitting, probing a closed window, or
-//! sending keepalive probes), and how long ago anything last came from
-//! the peer. The watchdog of a silent peer (`conn/liveness.rs`) reads it.
+//! sending keepalive probes), how long ago anything last came from the
+//! peer and how long ago data of ours last went out. The watchdog of a
+//! silent peer (`conn/liveness.rs`) reads it.
 //!
 //! * This module is the crate's only `unsafe`: one `getsockopt(TCP_INFO)`
 //!   into a zeroed structure of the C library's layout.
@@ -32,6 +33,9 @@ pub(crate) struct TcpSnapshot {
     /// carries when that acknowledges nothing new, as on a side that only
     /// receives; Linux 6.18 on loopback counted both the same.)
     pub silent_ms: u32,
+    /// Milliseconds since data of ours last went out (a retransmission or
+    /// a tail loss probe counts).
+    pub sent_ms: u32,
 }
 
 /// Reads the kernel's `TCP_INFO` of `sock`.
@@ -74,6 +78,7 @@ pub(crate) fn snapshot(sock: &TcpStream) -> io::Result<TcpSnapshot> {
         probes: info.tcpi_probes,
         retransmits: info.tcpi_retransmits,
         silent_ms: info.tcpi_last_ack_recv.min(info.tcpi_last_data_recv),
+        sent_ms: info.tcpi_last_data_sent,
     })
 }
 
@@ -117,6 +122,27 @@ mod tests {
             full.notsent > 0 || full.unacked > 0,
             "bytes outstanding: {full:?}"
         );
+    }
+
+    /// The time since our data last went out counts from the last write,
+    /// not from anything the peer sent.
+    #[test]
+    fn a_snapshot_says_when_our_data_last_went_out() {
+        use std::time::Duration;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut b, _) = l.accept().unwrap();
+        a.write_all(b"x").unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+        // The peer's data afterwards changes nothing of it.
+        b.write_all(b"y").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let s = snapshot(&a).unwrap();
+        assert!(
+            (180..2_000).contains(&s.sent_ms),
+            "our byte went out 200 ms ago: {s:?}"
+        );
+        assert!(s.silent_ms < 150, "the peer's byte came 50 ms ago: {s:?}");
     }
 
     /// A side that only receives hears from its peer through the data:

@@ -1,5 +1,7 @@
 //! Two hosts in network namespaces joined by a veth pair; the link is cut
-//! mid-transfer, and again under an idle connection (keepalive's case).
+//! mid-transfer, and again under an idle connection, with a timeout that
+//! keepalive keeps and with one under its whole second (the provider's
+//! heartbeats' case).
 //! Once more mid-transfer after the link's MTU fell: the sender's FPDUs
 //! must follow the smaller MSS first.
 //! Both sides must see the connection broken within the
@@ -24,14 +26,17 @@ use std::time::{Duration, Instant};
 const ENV: &str = "RDAPL_TCP_LINKCUT_CHILD";
 /// The configured timeout under test.
 const TIMEOUT_MS: u64 = 2_000;
-/// The allowance on top of `TIMEOUT_MS`: the provider's thread waking,
+/// A timeout shorter than keepalive's period of a second: only the
+/// provider's heartbeats can ask an idle peer often enough.
+const SHORT_TIMEOUT_MS: u64 = 500;
+/// The allowance on top of the timeout: the provider's thread waking,
 /// the child printing. The kernel's own timers come round up to 1.25 s
 /// late (a side probing a closed window at the cut counts from its first
-/// probe; an idle side broke half a second late in most runs, cause not
-/// traced), which the provider's watchdog of a silent peer must not leave
-/// to them; nor may a side whose socket is full wait for the kernel to
-/// give it up before it completes its requests (about 240 ms late, when
-/// the Terminate waited for room in the socket).
+/// probe; keepalive cannot keep a timeout under two seconds), which the
+/// provider's watchdog of a silent peer must not leave to them; nor may
+/// a side whose socket is full wait for the kernel to give it up before
+/// it completes its requests (about 240 ms late, when the Terminate
+/// waited for room in the socket).
 const SLACK: Duration = Duration::from_millis(200);
 const WINDOW: u64 = 64;
 const SIZE: u64 = 64 << 10;
@@ -189,9 +194,11 @@ fn child() {
     let Ok(args) = std::env::var(ENV) else {
         return;
     };
-    let args: Vec<&str> = args.split(',').collect();
+    // The timeout comes last.
+    let mut args: Vec<&str> = args.split(',').collect();
+    let timeout_ms: u64 = args.pop().and_then(|t| t.parse().ok()).unwrap();
     let tcp = Tcp::new();
-    let params = format!("timeout_ms={TIMEOUT_MS}");
+    let params = format!("timeout_ms={timeout_ms}");
     let attr = EpAttr {
         max_request_dtos: WINDOW as usize * 2,
         max_recv_dtos: IDLE_RECVS as usize,
@@ -224,7 +231,11 @@ fn child() {
             assert_eq!(conn_kind(&n.conn), ConnectionEventKind::Established);
             println!("READY");
             let kind = drain_recvs(&n, &mut rt, limit, false).expect("waited for the end");
-            println!("BROKEN kind={kind:?} recv_flushed={}", rt.flushed);
+            println!(
+                "BROKEN kind={kind:?} recv_flushed={} heartbeats={}",
+                rt.flushed,
+                tcp.heartbeats()
+            );
             assert_eq!(kind, ConnectionEventKind::Broken);
             assert_eq!(rt.flushed, IDLE_RECVS);
         }
@@ -293,14 +304,18 @@ fn child() {
         }
         "idle-client" => {
             // Connected and then silent: no request outstanding, only the
-            // receives, so only keepalive can notice the cut.
+            // receives, so only keepalive or a heartbeat can notice the cut.
             let port: u64 = args[3].parse().unwrap();
             n.ep.connect(args[2].parse().unwrap(), port, Some(T), b"")
                 .unwrap();
             assert_eq!(conn_kind(&n.conn), ConnectionEventKind::Established);
             println!("RUNNING");
             let kind = drain_recvs(&n, &mut rt, limit, false).expect("waited for the end");
-            println!("BROKEN kind={kind:?} recv_flushed={}", rt.flushed);
+            println!(
+                "BROKEN kind={kind:?} recv_flushed={} heartbeats={}",
+                rt.flushed,
+                tcp.heartbeats()
+            );
             assert_eq!(kind, ConnectionEventKind::Broken);
             assert_eq!(rt.flushed, IDLE_RECVS);
         }
@@ -352,22 +367,26 @@ fn drain_recvs(
 }
 
 /// The link is cut while the client keeps a window of RDMA Writes full,
-/// then (new namespaces) while a connection sits idle, where keepalive
-/// alone can notice.
+/// then (new namespaces each time) while a connection sits idle, once
+/// with a timeout keepalive keeps and once with one it cannot, and under
+/// a transfer whose path's MTU fell.
 #[test]
 fn a_cut_link_breaks_both_sides_within_the_timeout_and_flushes_everything() {
     if std::env::var(ENV).is_ok() {
         return;
     }
-    if cut_while("client") && cut_while("idle-client") {
-        cut_while("mtu-client");
+    if cut_while("client", TIMEOUT_MS)
+        && cut_while("idle-client", TIMEOUT_MS)
+        && cut_while("idle-client", SHORT_TIMEOUT_MS)
+    {
+        cut_while("mtu-client", TIMEOUT_MS);
     }
 }
 
-/// Runs a server and a client (`client_mode`) in two namespaces, cuts the
-/// link once the client says it runs, and checks both ends. False if the
-/// namespaces could not be made (skipped).
-fn cut_while(client_mode: &str) -> bool {
+/// Runs a server and a client (`client_mode`) in two namespaces, both
+/// with `timeout_ms`, cuts the link once the client says it runs, and
+/// checks both ends. False if the namespaces could not be made (skipped).
+fn cut_while(client_mode: &str, timeout_ms: u64) -> bool {
     let hosts = match Hosts::new() {
         Ok(h) => h,
         Err(e) => {
@@ -376,9 +395,12 @@ fn cut_while(client_mode: &str) -> bool {
         }
     };
     let (sa, ca) = (hosts.addr(2), hosts.addr(1));
-    let (server, srx) = spawn(&hosts.b, &format!("server,{sa}"));
+    let (server, srx) = spawn(&hosts.b, &format!("server,{sa},{timeout_ms}"));
     let port = expect_line(&srx, "PORT ", T);
-    let (client, crx) = spawn(&hosts.a, &format!("{client_mode},{ca},{sa},{port}"));
+    let (client, crx) = spawn(
+        &hosts.a,
+        &format!("{client_mode},{ca},{sa},{port},{timeout_ms}"),
+    );
     expect_line(&srx, "READY", T);
     expect_line(&crx, "RUNNING", T);
     if client_mode == "mtu-client" {
@@ -388,16 +410,30 @@ fn cut_while(client_mode: &str) -> bool {
         let s = expect_line(&crx, "SHRUNK", T);
         println!("{client_mode}: {s}");
     }
+    let idle = client_mode == "idle-client";
+    if idle {
+        // Idle for three timeouts first: a live peer is asked and answers,
+        // and nothing breaks.
+        std::thread::sleep(Duration::from_millis(3 * timeout_ms));
+        for (who, rx) in [("client", &crx), ("server", &srx)] {
+            while let Ok(line) = rx.try_recv() {
+                assert!(
+                    !line.contains("BROKEN"),
+                    "{client_mode} ({timeout_ms} ms): the {who} broke a live idle connection: {line}"
+                );
+            }
+        }
+    }
     hosts.cut();
     let cut = Instant::now();
-    let bound = Duration::from_millis(TIMEOUT_MS) + SLACK;
+    let bound = Duration::from_millis(timeout_ms) + SLACK;
     let wait = bound + Duration::from_secs(5);
     let c = expect_line(&crx, "BROKEN", wait);
     let c_at = cut.elapsed();
     let s = expect_line(&srx, "BROKEN", wait);
     let s_at = cut.elapsed();
-    println!("{client_mode}: client broken after {c_at:?}: {c}");
-    println!("{client_mode}: server broken after {s_at:?}: {s}");
+    println!("{client_mode} ({timeout_ms} ms): client broken after {c_at:?}: {c}");
+    println!("{client_mode} ({timeout_ms} ms): server broken after {s_at:?}: {s}");
     assert!(
         c_at <= bound,
         "{client_mode}: the client saw the end after {c_at:?}"
@@ -406,6 +442,20 @@ fn cut_while(client_mode: &str) -> bool {
         s_at <= bound,
         "{client_mode}: the server saw the end after {s_at:?}"
     );
+    if idle {
+        let beats = |line: &str| -> u64 {
+            line.split("heartbeats=")
+                .nth(1)
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        // Each side's heartbeat and its answer end the other's silence, so
+        // one side may ask for both.
+        assert!(
+            beats(&c) + beats(&s) >= 2,
+            "{client_mode} ({timeout_ms} ms): an idle connection was not asked: {c} / {s}"
+        );
+    }
     expect_line(&crx, "CLEAN", T);
     expect_line(&srx, "CLEAN", T);
     for (who, mut ch) in [("client", client), ("server", server)] {

@@ -5,7 +5,9 @@
 //! survivor must see every one flushed, exactly once, and the connection
 //! broken within 1 s. A child stopped (SIGSTOP) while it owes the answer
 //! to a read, its kernel still acknowledging, breaks the connection
-//! within the IA's `timeout_ms`.
+//! within the IA's `timeout_ms`; one stopped while its connection is
+//! idle does not (the provider's heartbeats ask the peer's kernel, which
+//! answers), and the connection serves on once it runs again.
 
 mod common;
 
@@ -308,6 +310,129 @@ fn a_stopped_peer_breaks_the_connection_within_the_timeout() {
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Broken);
     assert_eq!(c.ep.state(), EpState::Disconnected);
     let _ = kill_process(pid, Signal::CONT);
+}
+
+/// The peer process stopped under a stream of RDMA Writes: its kernel's
+/// window closes, the writer's socket and output fill, and the fences'
+/// answers cannot come. The timeout after the last byte went (the
+/// stopped kernel may still open its window a little, once) every
+/// request is flushed, exactly once, and the connection broken.
+#[test]
+fn a_stopped_peer_with_a_full_socket_is_broken_at_the_timeout() {
+    let (child, rx, port) = spawn("target", "127.0.234.4");
+    let tcp = Tcp::new();
+    let attr = EpAttr {
+        max_request_dtos: 1024,
+        ..EpAttr::default()
+    };
+    let c = Node::with_attr(
+        common::ia(&tcp, "127.0.234.3", "timeout_ms=500"),
+        4096,
+        Some(attr),
+    );
+    c.ep.connect("127.0.234.4".parse().unwrap(), port, Some(T), b"")
+        .unwrap();
+    let e = conn_ev(&c.conn);
+    assert_eq!(e.kind, ConnectionEventKind::Established);
+    expect_line(&rx, "READY", T);
+    let whole = offered(&e.private_data.expect("the accept's private data"));
+    use rustix::process::{Pid, Signal, kill_process};
+    let pid = Pid::from_raw(child.0.id() as i32).expect("the child's pid");
+    kill_process(pid, Signal::STOP).expect("SIGSTOP to the child");
+    let stopped = Instant::now();
+    while !all_stopped(child.0.id()) {
+        assert!(stopped.elapsed() < T, "the child did not stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stopped = Instant::now();
+    // 32 MiB: far more than the two kernels and the provider's output
+    // hold.
+    const N: u64 = 512;
+    let src = c.lmr(pattern(1 << 16, 5));
+    for i in 0..N {
+        c.ep.post_rdma_write(&[src.triplet(0, 1 << 16).unwrap()], whole, i, D)
+            .unwrap();
+    }
+    let mut seen = vec![0u32; N as usize];
+    let mut ended = None;
+    while seen.contains(&0) || ended.is_none() {
+        assert!(
+            stopped.elapsed() < T,
+            "not everything ended: {ended:?}, {} completed",
+            seen.iter().filter(|&&n| n > 0).count()
+        );
+        if ended.is_none()
+            && let Ok(Some(Event::Connection(e))) = c.conn.dequeue()
+        {
+            ended = Some(e.kind);
+        }
+        if let Ok((Event::Dto(d), _)) = c.req.wait(Some(Duration::from_millis(5)), 1) {
+            seen[d.cookie as usize] += 1;
+        }
+    }
+    let took = stopped.elapsed();
+    assert!(seen.iter().all(|&n| n == 1), "each request exactly once");
+    assert_eq!(ended, Some(ConnectionEventKind::Broken));
+    // The timeout counts from the last byte written: a few milliseconds
+    // after the stop, or a window probe's round later (Linux 6.18 opened
+    // the stopped side's window once, about 200 ms after it closed).
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_millis(1_500),
+        "everything ended {took:?} after the stop"
+    );
+    let _ = kill_process(pid, Signal::CONT);
+}
+
+/// The peer process stopped while its connection is idle: the provider
+/// asks it with heartbeats (a short timeout, so several), its kernel
+/// acknowledges them, and the connection stays up: a stopped process owes
+/// nothing it was not asked by its consumer. Resumed, it answers, and a
+/// read moves the region again.
+#[test]
+fn a_stopped_peer_on_an_idle_connection_is_asked_and_not_broken() {
+    let (child, rx, port) = spawn("target", "127.0.234.2");
+    let tcp = Tcp::new();
+    let c = Node::new(&tcp, "127.0.234.1", "timeout_ms=300");
+    c.ep.connect("127.0.234.2".parse().unwrap(), port, Some(T), b"")
+        .unwrap();
+    let e = conn_ev(&c.conn);
+    assert_eq!(e.kind, ConnectionEventKind::Established);
+    expect_line(&rx, "READY", T);
+    let whole = offered(&e.private_data.expect("the accept's private data"));
+    let sink = c.buf(1 << 16);
+    let read = |cookie| {
+        c.ep.post_rdma_read(&[sink.triplet(0, 1 << 16).unwrap()], whole, cookie, D)
+            .unwrap()
+    };
+    read(1);
+    assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
+    use rustix::process::{Pid, Signal, kill_process};
+    let pid = Pid::from_raw(child.0.id() as i32).expect("the child's pid");
+    kill_process(pid, Signal::STOP).expect("SIGSTOP to the child");
+    let stopped = Instant::now();
+    while !all_stopped(child.0.id()) {
+        assert!(stopped.elapsed() < T, "the child did not stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let before = tcp.heartbeats();
+    // Five timeouts.
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(c.ep.state(), EpState::Connected);
+    empty(&c.conn);
+    empty(&c.req);
+    assert!(
+        tcp.heartbeats() > before,
+        "an idle peer silent for five timeouts was never asked"
+    );
+    kill_process(pid, Signal::CONT).expect("SIGCONT to the child");
+    let fresh = c.buf(1 << 16);
+    c.ep.post_rdma_read(&[fresh.triplet(0, 1 << 16).unwrap()], whole, 2, D)
+        .unwrap();
+    let d = next_dto(&c.req);
+    assert_eq!((d.cookie, d.status), (2, DtoStatus::Success));
+    assert!(fresh.to_vec().unwrap() == pattern(1 << 16, 77));
+    assert_eq!(c.ep.state(), EpState::Connected);
+    empty(&c.conn);
 }
 
 /// Whether every thread of process `pid` is stopped (state `T` in

@@ -51,10 +51,13 @@
 //!   no end. Bytes waiting in the socket count as an answer coming (a
 //!   polling consumer that paused has not read them yet).
 //! * **No silent peer outlives the timeout.** A peer from which nothing
-//!   came for `timeout_ms` while the kernel asks it (a retransmission, a
-//!   window probe or a keepalive probe unanswered) breaks the connection
-//!   then, with an MPA Terminate (stream lost), not when the kernel's own
-//!   timers come round to it (`liveness`).
+//!   came for `timeout_ms` while it is asked (a retransmission, a window
+//!   probe or a keepalive probe unanswered, or bytes of ours half a
+//!   timeout old; an idle connection asks with a heartbeat, a zero-length
+//!   read, after half a timeout) breaks the connection then, with an MPA
+//!   Terminate (stream lost), not when the kernel's own timers come round
+//!   to it (`liveness`). A heartbeat's answer is not owed as a read's is:
+//!   a stopped peer process whose kernel acknowledges stays connected.
 //! * **An ending connection completes at once.** Its requests are
 //!   flushed as soon as it ends, also when its Terminate must wait behind
 //!   bytes a full socket does not take.
@@ -230,6 +233,11 @@ pub(crate) struct Conn {
     /// from each look. `live_off` once the kernel cannot say.
     live_check: Option<u64>,
     live_off: bool,
+    /// The heartbeat not answered yet (`liveness`): its request's id and
+    /// when it was posted. Its answer is not owed as a read's is: a live
+    /// kernel acknowledging it is the evidence, and a peer process that
+    /// is stopped answers it once it runs again.
+    heartbeat_sent: Option<(u64, u64)>,
     // output
     out: OutQueue,
     shut: bool,
@@ -366,6 +374,7 @@ impl Conn {
             answer_check: None,
             live_check: None,
             live_off: false,
+            heartbeat_sent: None,
             out: OutQueue::default(),
             shut: false,
             linger_deadline: None,
@@ -486,11 +495,18 @@ impl Conn {
             .then(|| self.rx_last.saturating_add(self.ia.timeout_ms))
     }
 
+    /// Reads and fences of ours whose answers are owed: those queued but
+    /// a heartbeat.
+    fn answers_owed(&self) -> usize {
+        self.reads_queued
+            .saturating_sub(usize::from(self.heartbeat_sent.is_some()))
+    }
+
     /// When an answer owed to us is overdue: while reads or fences are
     /// queued, `timeout_ms` after the last byte came or went, or after the
     /// first of them was queued if that is later.
     fn answer_deadline(&self) -> Option<u64> {
-        (self.listening() && self.reads_queued > 0).then(|| {
+        (self.listening() && self.answers_owed() > 0).then(|| {
             let last = self.rx_last.max(self.tx_last).max(self.awaiting_since);
             last.saturating_add(self.ia.timeout_ms)
         })
@@ -563,7 +579,7 @@ impl Conn {
             self.out_held = false;
         }
         self.follow_mss(now);
-        let (writes, reads) = (self.out.writes, self.reads_queued);
+        let (writes, reads) = (self.out.writes, self.answers_owed());
         loop {
             let before = self.work;
             self.read_socket(now);
@@ -579,10 +595,11 @@ impl Conn {
         if self.out.writes != writes {
             self.tx_last = now;
         }
-        if reads == 0 && self.reads_queued > 0 {
+        let owed = self.answers_owed();
+        if reads == 0 && owed > 0 {
             self.awaiting_since = now;
         }
-        if self.reads_queued > 0 && self.answer_check.is_none() {
+        if owed > 0 && self.answer_check.is_none() {
             self.answer_check = Some(now.saturating_add(self.ia.timeout_ms));
         }
         if self.live_check.is_none()
@@ -590,7 +607,7 @@ impl Conn {
             && self.phase == Phase::Open
             && self.established_engine()
         {
-            self.live_check = Some(now.saturating_add(self.ia.timeout_ms));
+            self.live_check = Some(now.saturating_add((self.ia.timeout_ms / 2).max(1)));
         }
     }
 
@@ -611,8 +628,19 @@ impl Conn {
             }
         };
         let keepalive = crate::cm::keepalive_ms(self.ia.timeout_ms);
-        match liveness::judge(&s, self.ia.timeout_ms, keepalive) {
+        let can_ask = self.slots.is_empty() && self.listening() && self.may_read();
+        // How long our heartbeat has gone unanswered, if it has.
+        let asked_ms = self.heartbeat_sent.map(|(_, at)| now.saturating_sub(at));
+        let verdict = liveness::judge(&s, self.ia.timeout_ms, keepalive, can_ask, asked_ms);
+        match verdict {
             liveness::Verdict::Again(ms) => self.live_check = Some(now.saturating_add(ms)),
+            liveness::Verdict::Ask(ms) => {
+                if let Some(id) = self.heartbeat() {
+                    conn_log!(trace, self, silent_ms = s.silent_ms, "heartbeat");
+                    self.heartbeat_sent = Some((id, now));
+                }
+                self.live_check = Some(now.saturating_add(ms));
+            }
             liveness::Verdict::Silent => {
                 conn_log!(
                     warn,

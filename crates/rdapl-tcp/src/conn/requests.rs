@@ -299,6 +299,38 @@ impl Conn {
         if !fence_now(outstanding, uncovered, covered, ord) {
             return; // (the next response leads here again)
         }
+        if self.post_zero_read().is_some() {
+            self.fence_due = false;
+            self.stats.fences.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Asks an idle peer whether it is there (`conn/liveness.rs`): a
+    /// zero-length read, answered by a live peer's provider and
+    /// acknowledged by its kernel. Only on a connection with no request
+    /// outstanding, so that no completion waits for its answer.
+    /// Returns the heartbeat's request id.
+    pub(super) fn heartbeat(&mut self) -> Option<u64> {
+        if !self.slots.is_empty() || !self.may_read() {
+            return None;
+        }
+        let id = self.post_zero_read()?;
+        self.stats.heartbeats.fetch_add(1, Ordering::Relaxed);
+        Some(id)
+    }
+
+    /// The negotiated ORD lets this side post reads.
+    pub(super) fn may_read(&self) -> bool {
+        self.engine
+            .as_ref()
+            .and_then(|e| e.negotiated())
+            .is_some_and(|n| n.ord > 0)
+    }
+
+    /// Posts a zero-length RDMA Read (a fence or a heartbeat): its
+    /// response says the peer took everything sent before it. Returns its
+    /// request id.
+    fn post_zero_read(&mut self) -> Option<u64> {
         let id = self.next_id();
         let rr = ReadRequest {
             sink_stag: FENCE_STAG,
@@ -307,23 +339,19 @@ impl Conn {
             src_stag: FENCE_STAG,
             src_to: 0,
         };
-        let Some(e) = self.engine.as_mut() else {
-            return;
-        };
-        if e.post_read(id, rr).is_ok() {
-            self.fence_due = false;
-            self.stats.fences.fetch_add(1, Ordering::Relaxed);
-            self.push_slot(Slot {
-                id,
-                kind: SlotKind::Fence { msn: self.read_msn },
-                wr: None,
-                len: 0,
-                sent: false,
-                sent_at: 0,
-                status: None,
-            });
-            self.read_msn = self.read_msn.wrapping_add(1);
-        }
+        let e = self.engine.as_mut()?;
+        e.post_read(id, rr).ok()?;
+        self.push_slot(Slot {
+            id,
+            kind: SlotKind::Fence { msn: self.read_msn },
+            wr: None,
+            len: 0,
+            sent: false,
+            sent_at: 0,
+            status: None,
+        });
+        self.read_msn = self.read_msn.wrapping_add(1);
+        Some(id)
     }
 
     /// Completes requests from the head while their outcome is known (a
@@ -375,6 +403,9 @@ impl Conn {
         let s = self.slots.pop_front()?;
         if matches!(s.kind, SlotKind::Read { .. } | SlotKind::Fence { .. }) {
             self.reads_queued -= 1;
+        }
+        if self.heartbeat_sent.is_some_and(|(id, _)| id == s.id) {
+            self.heartbeat_sent = None;
         }
         Some(s)
     }

@@ -246,6 +246,8 @@ pub(crate) struct Stats {
     pub socket_reads: AtomicU64,
     /// Zero-length reads posted as fences (`complete=placed`).
     pub fences: AtomicU64,
+    /// Zero-length reads posted to ask an idle peer whether it is there.
+    pub heartbeats: AtomicU64,
     /// Consumers' passes over a group (an EVD's connections).
     pub passes: AtomicU64,
     /// Passes that yielded the CPU (`poll_yield`).
