@@ -19,8 +19,9 @@
 //!   after half that time of silence, find a dead peer while nothing is
 //!   being sent; the connection's watchdog (`conn/liveness.rs`) breaks it
 //!   on time where the kernel's timers come round late, and asks an idle
-//!   peer itself where keepalive's whole seconds are too coarse. A process killed
-//!   on a live host is seen at once (its kernel resets the connection).
+//!   peer itself where keepalive's whole seconds are too coarse. A
+//!   process killed on a live host is seen at once (its kernel resets the
+//!   connection).
 
 use rdapl::error::Subtype;
 use rdapl::{ConnectionEventKind, Error, Result};
