@@ -86,6 +86,10 @@ struct RpingArgs {
     /// Bound of every wait, in seconds (a server's wait for its client too).
     #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
     timeout: f64,
+    /// Client: the pause between two pings, in seconds (the connection
+    /// sits idle meanwhile).
+    #[arg(long, value_parser = parse_seconds)]
+    interval: Option<f64>,
 }
 
 fn rping_options(a: &RpingArgs) -> rping::RpingOptions {
@@ -100,6 +104,7 @@ fn rping_options(a: &RpingArgs) -> rping::RpingOptions {
         verbose: a.verbose,
         crc: a.crc == "1",
         timeout: Duration::from_secs_f64(a.timeout),
+        interval: a.interval.map_or(Duration::ZERO, Duration::from_secs_f64),
     }
 }
 

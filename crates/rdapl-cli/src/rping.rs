@@ -15,8 +15,8 @@
 //! * The server RDMA-Writes `strlen(data) + 1` bytes of what it read there
 //!   and Sends another go ahead.
 //! * The client checks the sink against the start buffer and goes on with
-//!   ping `i + 1`, `count` times; then it disconnects, and the server
-//!   (waiting for the next ping) ends.
+//!   ping `i + 1` (after `interval`, if given), `count` times; then it
+//!   disconnects, and the server (waiting for the next ping) ends.
 //!
 //! With `-v` both print the ping data as rping does (`ping data: ...` on
 //! the client, `server ping data: ...` on the server). Unlike rping, both
@@ -70,6 +70,8 @@ pub struct RpingOptions {
     pub crc: bool,
     /// Bound of every wait (a server waits this long for its client too).
     pub timeout: Duration,
+    /// Client: the pause between two pings (the connection sits idle).
+    pub interval: Duration,
 }
 
 impl Default for RpingOptions {
@@ -85,6 +87,7 @@ impl Default for RpingOptions {
             verbose: false,
             crc: true,
             timeout: Duration::from_secs(30),
+            interval: Duration::ZERO,
         }
     }
 }
@@ -431,6 +434,9 @@ fn client_pings(o: &RpingOptions, s: &mut Side) -> Result<u32, String> {
         }
         s.say(format!("ping data: {}", c_str(&got)));
         ping += 1;
+        if !o.interval.is_zero() && ping != o.count {
+            std::thread::sleep(o.interval);
+        }
     }
     let _ = s.ep.disconnect(true);
     let deadline = Instant::now() + o.timeout;
@@ -691,6 +697,35 @@ mod tests {
         both(17_174, false, false, 5, 64);
         both(17_175, true, false, 3, MIN_SIZE);
         both(17_176, false, true, 2, MAX_SIZE);
+    }
+
+    /// `interval` pauses the client between pings (two pauses for three).
+    #[test]
+    fn a_client_pauses_between_pings() {
+        crate::register_providers();
+        let base = RpingOptions {
+            port: 17_179,
+            count: 3,
+            timeout: Duration::from_secs(20),
+            ..Default::default()
+        };
+        let so = RpingOptions {
+            server: true,
+            ..base.clone()
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || serve(&so, || tx.send(()).unwrap()));
+        rx.recv().unwrap();
+        let t = Instant::now();
+        let c = client(&RpingOptions {
+            interval: Duration::from_millis(200),
+            ..base
+        })
+        .unwrap();
+        let took = t.elapsed();
+        assert_eq!(c.pings, 3);
+        assert_eq!(h.join().unwrap().unwrap().pings, 3);
+        assert!(took >= Duration::from_millis(400), "{took:?}");
     }
 
     #[test]

@@ -12,6 +12,9 @@
 //!   rdma-cm`, each way;
 //! * rping each way again with the rdapl side's Sends and Writes completing
 //!   once TCP has them (`RDAPL_TCP_PARAMS=complete=sent`, siw's meaning);
+//! * `rdapl rping -c --interval 0.7` with `timeout_ms=1000`: idle between
+//!   pings, the rdapl side asks siw with heartbeats (zero-length reads),
+//!   which must be in the capture and answered (every ping checked);
 //! * the whole session captured in the VM and decoded by the host's
 //!   tshark: the CRC flag of every MPA exchange as expected, every CRC good
 //!   where CRC is on, no malformed frame.
@@ -97,6 +100,8 @@ struct Scenario {
     /// The tcp provider's default parameters on the rdapl side
     /// (`RDAPL_TCP_PARAMS`), e.g. `complete=sent`.
     params: &'static str,
+    /// The rdapl client's pause between pings, in seconds (`""`: none).
+    interval: &'static str,
 }
 
 impl Scenario {
@@ -134,6 +139,9 @@ impl Scenario {
             Dir::HostToVm => vec![tool.into(), "-c".into(), "-S".into(), self.size.to_string()],
             Dir::VmToHost => vec![tool.into(), "-s".into()],
         };
+        if !self.interval.is_empty() {
+            a.extend(["--interval".into(), self.interval.into()]);
+        }
         a.extend(
             [
                 "-a",
@@ -163,6 +171,7 @@ const SCENARIOS: &[Scenario] = &[
         crc: false,
         size: 64,
         params: "",
+        interval: "",
     },
     Scenario {
         name: "rdapl-client-crc1",
@@ -173,6 +182,7 @@ const SCENARIOS: &[Scenario] = &[
         // Several FPDUs each way (siw's are at most one MSS).
         size: 5000,
         params: "",
+        interval: "",
     },
     Scenario {
         name: "rdapl-server-crc0",
@@ -182,6 +192,7 @@ const SCENARIOS: &[Scenario] = &[
         crc: false,
         size: 64,
         params: "",
+        interval: "",
     },
     Scenario {
         name: "rdapl-server-crc1",
@@ -191,6 +202,7 @@ const SCENARIOS: &[Scenario] = &[
         crc: true,
         size: 3000,
         params: "",
+        interval: "",
     },
     Scenario {
         name: "rdma-cm-client-crc1",
@@ -200,6 +212,7 @@ const SCENARIOS: &[Scenario] = &[
         crc: true,
         size: 64,
         params: "",
+        interval: "",
     },
     Scenario {
         name: "rdma-cm-server-crc0",
@@ -209,6 +222,7 @@ const SCENARIOS: &[Scenario] = &[
         crc: false,
         size: 64,
         params: "",
+        interval: "",
     },
     // Sends and Writes complete once TCP has them (siw's own meaning).
     Scenario {
@@ -219,6 +233,7 @@ const SCENARIOS: &[Scenario] = &[
         crc: true,
         size: 5000,
         params: "complete=sent",
+        interval: "",
     },
     Scenario {
         name: "rdapl-server-sent-crc0",
@@ -228,6 +243,21 @@ const SCENARIOS: &[Scenario] = &[
         crc: false,
         size: 3000,
         params: "complete=sent",
+        interval: "",
+    },
+    // Idle between pings for longer than half the timeout: the rdapl
+    // side asks siw with heartbeats, zero-length reads (no fences on
+    // `sent`, so every Read Request from the host is one), and siw
+    // answers them.
+    Scenario {
+        name: "rdapl-client-idle-crc1",
+        tool: Tool::Rping,
+        dir: Dir::HostToVm,
+        port: 27182,
+        crc: true,
+        size: 64,
+        params: "complete=sent,timeout_ms=1000",
+        interval: "0.7",
     },
 ];
 
@@ -604,9 +634,39 @@ fn check_pcap(pcap: &Path) -> Result<String, String> {
                 s.name
             ));
         }
+        let mut heartbeats = String::new();
+        if !s.interval.is_empty() {
+            // Read Requests from the host (the VM's own reads of rping's
+            // buffers come from 10.0.2.15).
+            let reads = tshark(
+                pcap,
+                &[
+                    "-Y",
+                    &format!("{port} && ip.src != 10.0.2.15 && iwarp_rdma.opcode == 1"),
+                    "-T",
+                    "fields",
+                    "-e",
+                    "iwarp_rdma.opcode",
+                ],
+            );
+            let n = reads
+                .lines()
+                .flat_map(|l| l.split(','))
+                .filter(|x| x.trim() == "1" || x.trim() == "0x01")
+                .count();
+            // One an idle pause at least, most of them.
+            if n < COUNT as usize / 2 {
+                return Err(format!(
+                    "{}: {n} heartbeats (zero-length reads) from the host over {} idle pauses",
+                    s.name,
+                    COUNT - 1
+                ));
+            }
+            heartbeats = format!(", {n} heartbeats");
+        }
         report += &format!(
             "{}: MPA CRC flags {flags:?}, {fpdus} FPDUs decoded, {good} good CRCs, \
-             {siw_bad} bad in siw's answers to zero-length reads\n",
+             {siw_bad} bad in siw's answers to zero-length reads{heartbeats}\n",
             s.name
         );
     }
