@@ -659,6 +659,14 @@ mod tests {
         assert_eq!(decode_info(&m), (0x1122_3344_5566_7788, 0xdead_beef, 64));
     }
 
+    /// Runs `serve(so)` in a thread, once it listens.
+    fn start_server(so: RpingOptions) -> std::thread::JoinHandle<Result<RpingReport, String>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || serve(&so, || tx.send(()).unwrap()));
+        rx.recv().unwrap();
+        h
+    }
+
     fn both(port: u16, crc_client: bool, crc_server: bool, count: u32, size: usize) {
         crate::register_providers();
         let base = RpingOptions {
@@ -674,9 +682,7 @@ mod tests {
             crc: crc_server,
             ..base.clone()
         };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let h = std::thread::spawn(move || serve(&so, || tx.send(()).unwrap()));
-        rx.recv().unwrap();
+        let h = start_server(so);
         let co = RpingOptions {
             crc: crc_client,
             ..base
@@ -713,9 +719,7 @@ mod tests {
             server: true,
             ..base.clone()
         };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let h = std::thread::spawn(move || serve(&so, || tx.send(()).unwrap()));
-        rx.recv().unwrap();
+        let h = start_server(so);
         let t = Instant::now();
         let c = client(&RpingOptions {
             interval: Duration::from_millis(200),
@@ -741,9 +745,7 @@ mod tests {
             count: 3,
             ..base.clone()
         };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let h = std::thread::spawn(move || serve(&so, || tx.send(()).unwrap()));
-        rx.recv().unwrap();
+        let h = start_server(so);
         let c = client(&RpingOptions { count: 2, ..base }).unwrap();
         assert_eq!(c.pings, 2);
         let e = h.join().unwrap().unwrap_err();

@@ -262,12 +262,7 @@ fn a_stopped_peer_breaks_the_connection_within_the_timeout() {
     let (child, rx, port) = spawn("target", "127.0.22.2");
     let tcp = Tcp::new();
     let c = Node::new(&tcp, "127.0.22.1", "timeout_ms=500");
-    c.ep.connect("127.0.22.2".parse().unwrap(), port, Some(T), b"")
-        .unwrap();
-    let e = conn_ev(&c.conn);
-    assert_eq!(e.kind, ConnectionEventKind::Established);
-    expect_line(&rx, "READY", T);
-    let whole = offered(&e.private_data.expect("the accept's private data"));
+    let whole = connect_target(&c, "127.0.22.2", port, &rx);
     let sink = c.buf(1 << 16);
     let read = |cookie| {
         c.ep.post_rdma_read(&[sink.triplet(0, 1 << 16).unwrap()], whole, cookie, D)
@@ -277,15 +272,7 @@ fn a_stopped_peer_breaks_the_connection_within_the_timeout() {
     read(1);
     assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
     assert!(sink.to_vec().unwrap() == pattern(1 << 16, 77));
-    use rustix::process::{Pid, Signal, kill_process};
-    let pid = Pid::from_raw(child.0.id() as i32).expect("the child's pid");
-    kill_process(pid, Signal::STOP).expect("SIGSTOP to the child");
-    // (A stop takes effect as each thread next runs: wait for all.)
-    let stopped = Instant::now();
-    while !all_stopped(child.0.id()) {
-        assert!(stopped.elapsed() < T, "the child did not stop");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let pid = stop(&child);
     let stopped = Instant::now();
     read(2);
     let src = c.lmr(pattern(100, 3));
@@ -309,7 +296,7 @@ fn a_stopped_peer_breaks_the_connection_within_the_timeout() {
     );
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Broken);
     assert_eq!(c.ep.state(), EpState::Disconnected);
-    let _ = kill_process(pid, Signal::CONT);
+    let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
 }
 
 /// The peer process stopped under a stream of RDMA Writes: its kernel's
@@ -330,20 +317,8 @@ fn a_stopped_peer_with_a_full_socket_is_broken_at_the_timeout() {
         4096,
         Some(attr),
     );
-    c.ep.connect("127.0.234.4".parse().unwrap(), port, Some(T), b"")
-        .unwrap();
-    let e = conn_ev(&c.conn);
-    assert_eq!(e.kind, ConnectionEventKind::Established);
-    expect_line(&rx, "READY", T);
-    let whole = offered(&e.private_data.expect("the accept's private data"));
-    use rustix::process::{Pid, Signal, kill_process};
-    let pid = Pid::from_raw(child.0.id() as i32).expect("the child's pid");
-    kill_process(pid, Signal::STOP).expect("SIGSTOP to the child");
-    let stopped = Instant::now();
-    while !all_stopped(child.0.id()) {
-        assert!(stopped.elapsed() < T, "the child did not stop");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let whole = connect_target(&c, "127.0.234.4", port, &rx);
+    let pid = stop(&child);
     let stopped = Instant::now();
     // 32 MiB: far more than the two kernels and the provider's output
     // hold.
@@ -380,7 +355,7 @@ fn a_stopped_peer_with_a_full_socket_is_broken_at_the_timeout() {
         took >= Duration::from_millis(450) && took < Duration::from_millis(1_500),
         "everything ended {took:?} after the stop"
     );
-    let _ = kill_process(pid, Signal::CONT);
+    let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
 }
 
 /// The peer process stopped while its connection is idle: the provider
@@ -393,27 +368,17 @@ fn a_stopped_peer_on_an_idle_connection_is_asked_and_not_broken() {
     let (child, rx, port) = spawn("target", "127.0.234.2");
     let tcp = Tcp::new();
     let c = Node::new(&tcp, "127.0.234.1", "timeout_ms=300");
-    c.ep.connect("127.0.234.2".parse().unwrap(), port, Some(T), b"")
-        .unwrap();
-    let e = conn_ev(&c.conn);
-    assert_eq!(e.kind, ConnectionEventKind::Established);
-    expect_line(&rx, "READY", T);
-    let whole = offered(&e.private_data.expect("the accept's private data"));
-    let sink = c.buf(1 << 16);
+    let whole = connect_target(&c, "127.0.234.2", port, &rx);
     let read = |cookie| {
+        let sink = c.buf(1 << 16);
         c.ep.post_rdma_read(&[sink.triplet(0, 1 << 16).unwrap()], whole, cookie, D)
-            .unwrap()
+            .unwrap();
+        let d = next_dto(&c.req);
+        assert_eq!((d.cookie, d.status), (cookie, DtoStatus::Success));
+        assert!(sink.to_vec().unwrap() == pattern(1 << 16, 77));
     };
     read(1);
-    assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
-    use rustix::process::{Pid, Signal, kill_process};
-    let pid = Pid::from_raw(child.0.id() as i32).expect("the child's pid");
-    kill_process(pid, Signal::STOP).expect("SIGSTOP to the child");
-    let stopped = Instant::now();
-    while !all_stopped(child.0.id()) {
-        assert!(stopped.elapsed() < T, "the child did not stop");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let pid = stop(&child);
     let before = tcp.heartbeats();
     // Five timeouts.
     std::thread::sleep(Duration::from_millis(1_500));
@@ -424,15 +389,36 @@ fn a_stopped_peer_on_an_idle_connection_is_asked_and_not_broken() {
         tcp.heartbeats() > before,
         "an idle peer silent for five timeouts was never asked"
     );
-    kill_process(pid, Signal::CONT).expect("SIGCONT to the child");
-    let fresh = c.buf(1 << 16);
-    c.ep.post_rdma_read(&[fresh.triplet(0, 1 << 16).unwrap()], whole, 2, D)
-        .unwrap();
-    let d = next_dto(&c.req);
-    assert_eq!((d.cookie, d.status), (2, DtoStatus::Success));
-    assert!(fresh.to_vec().unwrap() == pattern(1 << 16, 77));
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).expect("SIGCONT");
+    read(2);
     assert_eq!(c.ep.state(), EpState::Connected);
     empty(&c.conn);
+}
+
+/// Connects `c` to a child in mode "target" (listening at `server` on
+/// `port`, its stdout `rx`): the region it offers.
+fn connect_target(c: &Node, server: &str, port: u64, rx: &mpsc::Receiver<String>) -> RmrTriplet {
+    c.ep.connect(server.parse().unwrap(), port, Some(T), b"")
+        .unwrap();
+    let e = conn_ev(&c.conn);
+    assert_eq!(e.kind, ConnectionEventKind::Established);
+    expect_line(rx, "READY", T);
+    offered(&e.private_data.expect("the accept's private data"))
+}
+
+/// Stops the child (SIGSTOP) and waits until every thread of it is
+/// stopped (a stop takes effect as each thread next runs); its pid, for
+/// the SIGCONT.
+fn stop(child: &Reap) -> rustix::process::Pid {
+    use rustix::process::{Pid, Signal, kill_process};
+    let pid = Pid::from_raw(child.0.id() as i32).expect("the child's pid");
+    kill_process(pid, Signal::STOP).expect("SIGSTOP to the child");
+    let stopped = Instant::now();
+    while !all_stopped(child.0.id()) {
+        assert!(stopped.elapsed() < T, "the child did not stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    pid
 }
 
 /// Whether every thread of process `pid` is stopped (state `T` in
