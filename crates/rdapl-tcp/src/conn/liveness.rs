@@ -210,6 +210,46 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Whatever the snapshot: a peer is silent only after the timeout
+        /// and only if it was asked; a heartbeat is asked for only where
+        /// the connection may ask and nothing waits; every look comes
+        /// again after a while, and none later than the bound.
+        #[test]
+        fn the_rule_never_breaks_early_or_unasked(
+            unacked in 0u32..3,
+            notsent in 0u32..3,
+            probes in 0u8..3,
+            retransmits in 0u8..3,
+            silent_ms in 0u32..20_000,
+            sent_ms in 0u32..20_000,
+            timeout_ms in 100u64..10_000,
+            can_ask: bool,
+            asked_ms in proptest::option::of(0u64..20_000),
+        ) {
+            let s = TcpSnapshot { unacked, notsent, probes, retransmits, silent_ms, sent_ms };
+            let keepalive = crate::cm::keepalive_ms(timeout_ms);
+            let bound = timeout_ms.max(keepalive * 3 / 2);
+            match judge(&s, timeout_ms, keepalive, can_ask, asked_ms) {
+                Verdict::Silent => {
+                    proptest::prop_assert!(u64::from(silent_ms) >= timeout_ms);
+                    let ours = unacked > 0
+                        && (u64::from(sent_ms) >= timeout_ms / 2
+                            || asked_ms.is_some_and(|a| a >= timeout_ms / 2));
+                    proptest::prop_assert!(probes > 0 || retransmits > 0 || ours);
+                }
+                Verdict::Ask(ms) => {
+                    proptest::prop_assert!(can_ask && unacked == 0 && notsent == 0);
+                    proptest::prop_assert!(u64::from(silent_ms) >= timeout_ms / 2);
+                    proptest::prop_assert!(ms >= timeout_ms / 2 && ms <= timeout_ms);
+                }
+                Verdict::Again(ms) => {
+                    proptest::prop_assert!(ms >= 1 && ms <= bound);
+                }
+            }
+        }
+    }
+
     #[test]
     fn an_idle_peer_is_asked_at_half_the_timeout_and_broken_at_the_timeout() {
         const S: u64 = 500;
