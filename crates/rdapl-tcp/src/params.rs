@@ -73,9 +73,9 @@ pub struct TcpConfig {
     /// on an idle connection, the provider's heartbeat, a zero-length
     /// read sent after half of it, unanswered), no byte
     /// of an FPDU the peer began (a peer stopped mid-frame, a corrupted
-    /// length), or no byte either way while the peer owes the answer to a
-    /// read or fence (a peer process stopped or hung while its kernel
-    /// acknowledges). Keep it above the peer's `recv_wait_ms`: a peer
+    /// length), or no byte either way (bytes of ours the kernel still
+    /// delivers count) while the peer owes the answer to a read or fence
+    /// (a peer process stopped or hung while its kernel acknowledges). Keep it above the peer's `recv_wait_ms`: a peer
     /// holding a Send for a receive holds the answers behind it too.
     pub timeout_ms: u64,
     /// How long, in milliseconds, after a consumer's last polling pass the

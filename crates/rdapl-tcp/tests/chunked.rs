@@ -610,6 +610,15 @@ fn a_conversation_in_random_pieces_through_small_windows() {
     conversation(154, "crc=1", true);
 }
 
+/// The same with a short timeout: the 6 MiB Send's last bytes take longer
+/// than it to leave the sender's socket through the small windows, and
+/// the answer to its fence comes only behind them. The sender must not
+/// take the wait for a silent peer (it broke the connection before).
+#[test]
+fn a_slow_path_outlasting_a_short_timeout_is_no_silence() {
+    conversation(167, "timeout_ms=400", true);
+}
+
 /// Every completion of `evd` until `n` arrived (within `T`): cookie →
 /// status, each cookie once.
 fn collect(evd: &Evd, n: usize) -> HashMap<u64, DtoCompletion> {

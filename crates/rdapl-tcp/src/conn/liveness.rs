@@ -92,6 +92,16 @@ pub(crate) fn judge(
     }
 }
 
+/// Whether bytes of ours are still leaving for the peer, by the kernel's
+/// state: some in flight and the peer acknowledging within the timeout.
+/// An answer (to a read or fence) is not overdue while they are: it
+/// comes behind them. A closed window shows nothing in flight (only
+/// probes, which carry no new data), so a stopped peer whose buffer
+/// filled does not pass for one still taking bytes.
+pub(crate) fn still_sending(s: &TcpSnapshot, timeout_ms: u64) -> bool {
+    s.unacked > 0 && u64::from(s.silent_ms) < timeout_ms
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,6 +218,19 @@ mod tests {
             judge(&snap(2, 0, 0, 1, 100), 100, KA, false, None),
             Verdict::Silent
         );
+    }
+
+    #[test]
+    fn bytes_in_flight_and_acknowledged_are_still_leaving() {
+        // A slow path draining a large message: in flight, acknowledged
+        // 30 ms ago.
+        assert!(still_sending(&snap(40, 900_000, 0, 0, 30), T));
+        // A closed window: nothing in flight, the probes answered.
+        assert!(!still_sending(&snap(0, 900_000, 1, 0, 30), T));
+        // All delivered: the answer is owed.
+        assert!(!still_sending(&snap(0, 0, 0, 0, 30), T));
+        // In flight, nothing acknowledged for the timeout: not leaving.
+        assert!(!still_sending(&snap(40, 0, 0, 2, 2_000), T));
     }
 
     proptest::proptest! {

@@ -49,7 +49,10 @@
 //!   or a middlebox that swallows frames, would otherwise leave the read,
 //!   and on `placed` the Sends and Writes before the fence, waiting with
 //!   no end. Bytes waiting in the socket count as an answer coming (a
-//!   polling consumer that paused has not read them yet).
+//!   polling consumer that paused has not read them yet), and bytes of
+//!   ours the kernel is still delivering (in flight and acknowledged
+//!   within the timeout) as bytes going: on a slow path the answer comes
+//!   behind a large message's last bytes, long after they were written.
 //! * **No silent peer outlives the timeout.** A peer from which nothing
 //!   came for `timeout_ms` while it is asked (a retransmission, a window
 //!   probe or a keepalive probe unanswered, or bytes of ours half a
@@ -658,6 +661,13 @@ impl Conn {
         }
     }
 
+    /// Whether the kernel still delivers bytes of ours to the peer
+    /// ([`liveness::still_sending`]); false where it cannot say.
+    fn still_sending(&self) -> bool {
+        crate::sockinfo::snapshot(&self.sock)
+            .is_ok_and(|s| liveness::still_sending(&s, self.ia.timeout_ms))
+    }
+
     /// Breaks the connection of a peer that fell silent, with an MPA
     /// Terminate of code `code`.
     fn break_silent(&mut self, code: u8) {
@@ -771,6 +781,11 @@ impl Conn {
                 // The peer is not silent: its bytes (or its end) are not
                 // read yet. (An error the socket held broke it just now.)
                 self.rx_last = now;
+                self.answer_check = self.answer_deadline();
+            } else if code == rdapl_iwarp::terminate::llp::TCP_STREAM_LOST && self.still_sending() {
+                // The kernel still delivers bytes of ours (a slow path
+                // drains a large message): the answer comes behind them.
+                self.tx_last = now;
                 self.answer_check = self.answer_deadline();
             } else {
                 // No byte for `timeout_ms`: none will come.
