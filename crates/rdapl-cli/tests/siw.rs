@@ -533,6 +533,20 @@ fn tshark(pcap: &Path, extra: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The RDMAP opcode of every FPDU in the frames `filter` keeps (a frame
+/// may carry several).
+fn opcodes(pcap: &Path, filter: &str) -> Vec<String> {
+    tshark(
+        pcap,
+        &["-Y", filter, "-T", "fields", "-e", "iwarp_rdma.opcode"],
+    )
+    .lines()
+    .flat_map(|l| l.split(','))
+    .map(|x| x.trim().to_string())
+    .filter(|x| !x.is_empty())
+    .collect()
+}
+
 /// The capture: per scenario, the MPA Request and Reply with the CRC flag
 /// expected, every CRC good when on; no malformed frame anywhere.
 fn check_pcap(pcap: &Path) -> Result<String, String> {
@@ -581,22 +595,7 @@ fn check_pcap(pcap: &Path) -> Result<String, String> {
                 s.name, s.crc
             ));
         }
-        let ops = tshark(
-            pcap,
-            &[
-                "-Y",
-                &format!("{port} && iwarp_ddp_rdmap"),
-                "-T",
-                "fields",
-                "-e",
-                "iwarp_rdma.opcode",
-            ],
-        );
-        let fpdus = ops
-            .lines()
-            .flat_map(|l| l.split(','))
-            .filter(|x| !x.trim().is_empty())
-            .count();
+        let fpdus = opcodes(pcap, &format!("{port} && iwarp_ddp_rdmap")).len();
         let verbose = tshark(pcap, &["-Y", &port, "-V"]);
         let good = verbose.matches("Good CRC32").count();
         // Every bad CRC must be siw's, on a Read Response: siw answers
@@ -638,22 +637,13 @@ fn check_pcap(pcap: &Path) -> Result<String, String> {
         if !s.interval.is_empty() {
             // Read Requests from the host (the VM's own reads of rping's
             // buffers come from 10.0.2.15).
-            let reads = tshark(
+            let n = opcodes(
                 pcap,
-                &[
-                    "-Y",
-                    &format!("{port} && ip.src != 10.0.2.15 && iwarp_rdma.opcode == 1"),
-                    "-T",
-                    "fields",
-                    "-e",
-                    "iwarp_rdma.opcode",
-                ],
-            );
-            let n = reads
-                .lines()
-                .flat_map(|l| l.split(','))
-                .filter(|x| x.trim() == "1" || x.trim() == "0x01")
-                .count();
+                &format!("{port} && ip.src != 10.0.2.15 && iwarp_rdma.opcode == 1"),
+            )
+            .iter()
+            .filter(|op| *op == "1" || *op == "0x01")
+            .count();
             // One an idle pause at least, most of them.
             if n < COUNT as usize / 2 {
                 return Err(format!(

@@ -291,11 +291,7 @@ impl Conn {
             self.fence_due = false;
             return;
         }
-        let ord = self
-            .engine
-            .as_ref()
-            .and_then(|e| e.negotiated())
-            .map_or(1, |n| usize::from(n.ord));
+        let ord = self.ord().unwrap_or(1);
         if !fence_now(outstanding, uncovered, covered, ord) {
             return; // (the next response leads here again)
         }
@@ -321,10 +317,13 @@ impl Conn {
 
     /// The negotiated ORD lets this side post reads.
     pub(super) fn may_read(&self) -> bool {
-        self.engine
-            .as_ref()
-            .and_then(|e| e.negotiated())
-            .is_some_and(|n| n.ord > 0)
+        self.ord().is_some_and(|ord| ord > 0)
+    }
+
+    /// The ORD negotiated at set-up (reads of ours outstanding at once).
+    fn ord(&self) -> Option<usize> {
+        let n = self.engine.as_ref()?.negotiated()?;
+        Some(usize::from(n.ord))
     }
 
     /// Posts a zero-length RDMA Read (a fence or a heartbeat): its
