@@ -6,11 +6,13 @@
 # lock (--cfg rdapl_tcp_loom), and
 # a check that a downstream crate's own --cfg loom leaves rdapl whole. The
 # conformance suite of providers (crates/rdapl-conformance) runs, within
-# cargo test, three times: on the loopback provider
+# cargo test, on the loopback provider
 # (crates/rdapl-loopback/tests/conformance.rs), on the asynchronous test
 # provider "pipe" (rdapl-conformance's own tests/pipe.rs; written with the
 # public provider interface alone) and on the TCP/iWARP provider over
-# 127.0.0.1 (crates/rdapl-tcp/tests/conformance.rs); the last two skip,
+# 127.0.0.1 three ways (crates/rdapl-tcp/tests/: conformance.rs with its
+# defaults, conformance_sent.rs with complete=sent, conformance_small.rs
+# with FPDUs of at most 100 bytes and no CRC); all but the first skip,
 # with a printed reason, what only the loopback does.
 #
 # The kernel soft-iWARP interoperability test (crates/rdapl-cli/tests/siw.rs)
@@ -24,8 +26,15 @@
 #
 # Tests that need an outside program skip with a printed reason unless
 # RDAPL_REQUIRE_EXTERNAL=1 (set by .ci/run), which turns a skip into a failure.
+#
+# The tcp provider's defaults can come from the environment
+# (RDAPL_TCP_PARAMS, as an application's would); the tests assume the
+# built-in ones (a CRC, "placed" completions, the socket's MSS) where they
+# do not set their own, so a value left in the caller's shell is dropped
+# here. Other settings run as conformance binaries of their own (above).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unset RDAPL_TCP_PARAMS
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
