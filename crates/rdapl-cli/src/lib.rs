@@ -28,6 +28,25 @@ pub fn register_providers() {
     });
 }
 
+/// A client's own IA address when the user names none: the loopback
+/// address of the server's family for a server on this host (`127.0.0.1`
+/// with no server named, as a server's default is), else any address of
+/// its family (`0.0.0.0` or `::`), from which the kernel picks the one
+/// that reaches it. A loopback address reaches this host only, and an
+/// address of the other family nothing.
+pub fn client_addr(server: Option<std::net::IpAddr>) -> std::net::IpAddr {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    match server {
+        None => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        Some(s) if s.is_loopback() => match s {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        },
+        Some(IpAddr::V4(_)) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        Some(IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    }
+}
+
 /// The environment variable that sets how much of the providers' logs
 /// the tool prints.
 pub const LOG_ENV: &str = "RDAPL_LOG";
@@ -67,3 +86,19 @@ pub mod info;
 pub mod perf;
 pub mod rping;
 pub mod stress;
+
+#[cfg(test)]
+mod tests {
+    use super::client_addr;
+
+    #[test]
+    fn a_clients_address_follows_its_servers() {
+        let a = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(client_addr(None), a("127.0.0.1"));
+        assert_eq!(client_addr(Some(a("127.0.0.1"))), a("127.0.0.1"));
+        assert_eq!(client_addr(Some(a("127.0.9.9"))), a("127.0.0.1"));
+        assert_eq!(client_addr(Some(a("::1"))), a("::1"));
+        assert_eq!(client_addr(Some(a("192.0.2.7"))), a("0.0.0.0"));
+        assert_eq!(client_addr(Some(a("2001:db8::7"))), a("::"));
+    }
+}

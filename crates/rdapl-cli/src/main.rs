@@ -62,9 +62,11 @@ struct RpingArgs {
     /// Server: the address to listen at; client: the server's address.
     #[arg(short = 'a', long, default_value = "127.0.0.1", value_parser = parse_host)]
     addr: std::net::IpAddr,
-    /// Client: this side's address.
-    #[arg(short = 'I', long, default_value = "127.0.0.1", value_parser = parse_host)]
-    local: std::net::IpAddr,
+    /// Client: this side's address [default: a loopback address of the
+    /// server's family for a server on this host, else any: 0.0.0.0 or
+    /// ::].
+    #[arg(short = 'I', long, value_parser = parse_host)]
+    local: Option<std::net::IpAddr>,
     /// Port.
     #[arg(short = 'p', long, default_value_t = 7174)]
     port: u16,
@@ -97,7 +99,9 @@ fn rping_options(a: &RpingArgs) -> rping::RpingOptions {
         provider: a.provider.clone(),
         server: a.server,
         addr: a.addr,
-        local: a.local,
+        local: a
+            .local
+            .unwrap_or_else(|| rdapl_cli::client_addr(Some(a.addr))),
         port: a.port,
         count: a.count,
         size: a.size,
@@ -174,9 +178,11 @@ struct PerfArgs {
     /// ib_read_lat.
     #[arg(long, default_value = "send", value_parser = ["send", "write", "read"])]
     op: String,
-    /// This side's IA address.
-    #[arg(short = 'a', long, default_value = "127.0.0.1", value_parser = parse_host)]
-    addr: std::net::IpAddr,
+    /// This side's IA address [default: a server 127.0.0.1, which serves
+    /// this host only (0.0.0.0 or :: serve any); a client a loopback
+    /// address of its server's family for a server on this host, else any].
+    #[arg(short = 'a', long, value_parser = parse_host)]
+    addr: Option<std::net::IpAddr>,
     /// Connection qualifier (with tcp: the TCP port).
     #[arg(short = 'q', long, default_value_t = 47_593)]
     qual: u64,
@@ -260,7 +266,9 @@ fn perf_cmd(test: Test, a: &PerfArgs) -> ExitCode {
         provider: a.provider.clone(),
         op,
         server: a.server,
-        addr: a.addr,
+        addr: a
+            .addr
+            .unwrap_or_else(|| rdapl_cli::client_addr(if a.server { None } else { a.server_addr })),
         remote: a.server_addr,
         qual: a.qual,
         sizes,

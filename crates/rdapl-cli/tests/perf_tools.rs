@@ -381,6 +381,60 @@ fn host_names_resolve_to_addresses() {
     assert!(err.contains("nor a host name that resolves"), "{err}");
 }
 
+/// A client that names no address of its own takes the loopback address
+/// of its server's family for a server on this host (any address for one
+/// elsewhere: `rdapl_cli::client_addr`). Over IPv6 it used to open its IA
+/// at 127.0.0.1 and fail `Unreachable` without a word of why; told to use
+/// an address of the other family, it still fails, and the provider's
+/// log (a warning, printed by default) says why.
+#[test]
+fn a_clients_own_address_follows_its_servers() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipped: this host has no IPv6 loopback (::1)");
+        return;
+    }
+    let port = (20_000 + ((std::process::id() + 30_017) % 20_000) as u16).to_string();
+    let server = Server(Some(
+        rdapl()
+            .args(["pingpong", "-s", "-p", "tcp", "-a", "::1", "-q", &port])
+            .arg("--once")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the server"),
+    ));
+    let end = Instant::now() + Duration::from_secs(20);
+    let out = loop {
+        let out = rdapl()
+            .args(["pingpong", "-p", "tcp", "-q", &port, "-I", "10"])
+            .args(["--timeout", "10", "::1"])
+            .output()
+            .expect("running the client");
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || !err.contains("NonPeerRejected") {
+            break out;
+        }
+        assert!(Instant::now() < end, "the server never listened: {err}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(first_row(&out), ("64".to_string(), 10));
+    assert!(server.wait().success());
+    let out = rdapl()
+        .args(["pingpong", "-p", "tcp", "-a", "127.0.0.1", "-q", &port])
+        .args(["-I", "10", "--timeout", "10", "::1"])
+        .env_remove("RDAPL_LOG")
+        .output()
+        .expect("running the client");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Unreachable")
+            && err.contains("connect failed before it began")
+            && err.contains("of different families"),
+        "{err}"
+    );
+}
+
 /// RDMA Writes and Reads between processes, as perftest's `ib_write_bw`,
 /// `ib_read_bw`, `ib_write_lat` and `ib_read_lat` measure them: the server offers a
 /// region; every Read is checked where it has a buffer of its own, and the

@@ -12,7 +12,9 @@
 //! * A TCP connect that fails maps to: `ECONNREFUSED` (nobody listens):
 //!   `NonPeerRejected`; no route, unreachable host or network, an address
 //!   that cannot be used: `Unreachable`; `ETIMEDOUT` or the consumer's
-//!   timeout: `TimedOut`.
+//!   timeout: `TimedOut`. A connect that fails before it began is logged
+//!   (a warning) with its cause: the IA's address of another family than
+//!   the peer's, or a loopback one, which reaches this host only.
 //! * A connection whose peer falls silent (the link cut, the host gone)
 //!   breaks within the IA's `timeout_ms`: `TCP_USER_TIMEOUT` bounds how
 //!   long sent data may stay unacknowledged, and keepalive probes, sent
@@ -112,34 +114,69 @@ pub(crate) fn connect_socket(remote: SocketAddr) -> Result<Option<Socket>> {
     }
 }
 
+/// A connect that failed before it began: what the consumer is told, and
+/// why, for the log.
+#[derive(Debug)]
+pub(crate) struct ConnectFailure {
+    pub kind: ConnectionEventKind,
+    pub why: String,
+}
+
 /// Starts a non-blocking connect of `s` from `local` to `remote`.
-/// `Ok(stream)` while in progress (or done); `Err(kind)` if it failed at
-/// once.
+/// `Ok(stream)` while in progress (or done); `Err` if it failed at once.
 pub(crate) fn start_connect(
     s: Option<Socket>,
     local: IpAddr,
     remote: SocketAddr,
     timeout_ms: u64,
-) -> std::result::Result<TcpStream, ConnectionEventKind> {
+) -> std::result::Result<TcpStream, ConnectFailure> {
+    let unreachable = |why: String| ConnectFailure {
+        kind: ConnectionEventKind::Unreachable,
+        why,
+    };
     if local.is_ipv4() != remote.is_ipv4() {
-        return Err(ConnectionEventKind::Unreachable);
+        return Err(unreachable(format!(
+            "the IA's address {local} and the peer's {} are of different families: \
+             open the IA at an address of the peer's family",
+            remote.ip()
+        )));
     }
-    let s = s.ok_or(ConnectionEventKind::Unreachable)?;
+    let s = s.ok_or_else(|| unreachable("no socket of the peer's address family here".into()))?;
     s.set_nonblocking(true)
-        .map_err(|_| ConnectionEventKind::Unreachable)?;
+        .map_err(|e| unreachable(format!("a non-blocking socket: {e}")))?;
     let _ = s.set_tcp_nodelay(true);
-    set_liveness(&s, timeout_ms).map_err(|_| ConnectionEventKind::Unreachable)?;
+    set_liveness(&s, timeout_ms).map_err(|e| unreachable(format!("the socket's timeouts: {e}")))?;
     defer_port(&s);
     s.bind(&SockAddr::from(SocketAddr::new(local, 0)))
-        .map_err(|_| ConnectionEventKind::Unreachable)?;
+        .map_err(|e| unreachable(format!("binding the IA's address {local}: {e}")))?;
     match s.connect(&SockAddr::from(remote)) {
         Ok(()) => {}
         Err(e)
             if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error())
                 || e.kind() == io::ErrorKind::WouldBlock => {}
-        Err(e) => return Err(connect_error_kind(&e)),
+        Err(e) => {
+            return Err(ConnectFailure {
+                kind: connect_error_kind(&e),
+                why: connect_why(local, remote.ip(), &e),
+            });
+        }
     }
     Ok(s.into())
+}
+
+/// Why a connect from `local` to `remote` failed with `e`. A socket bound
+/// to a loopback address reaches this host only (Linux refuses the
+/// connect to another with `EINVAL`): said so, with what to do.
+fn connect_why(local: IpAddr, remote: IpAddr, e: &io::Error) -> String {
+    if local.is_loopback() && !remote.is_loopback() {
+        format!(
+            "{e}: the IA's address {local} is a loopback address, which reaches this \
+             host only; open the IA at an address of this host's that reaches {remote}, \
+             or at 0.0.0.0 or :: (any)"
+        )
+    } else {
+        e.to_string()
+    }
 }
 
 /// Leaves the choice of `s`'s port to its connect (Linux's
@@ -206,4 +243,38 @@ fn set_liveness(s: &Socket, timeout_ms: u64) -> io::Result<()> {
 /// half of it in whole seconds, at least one.
 pub(crate) fn keepalive_ms(timeout_ms: u64) -> u64 {
     (timeout_ms / 2 / 1_000).max(1) * 1_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connect that fails at once says why; from a loopback address to
+    /// another host's, what to do about it.
+    #[test]
+    fn an_immediate_failure_says_why() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let einval = || io::Error::from_raw_os_error(rustix::io::Errno::INVAL.raw_os_error());
+        let why = connect_why(ip("127.0.0.1"), ip("192.0.2.7"), &einval());
+        assert!(
+            why.contains("127.0.0.1 is a loopback address") && why.contains("0.0.0.0"),
+            "{why}"
+        );
+        // Between loopback addresses, or from any: the OS's word alone.
+        let why = connect_why(ip("127.0.0.1"), ip("127.0.0.2"), &einval());
+        assert!(!why.contains("loopback address"), "{why}");
+        let why = connect_why(ip("0.0.0.0"), ip("192.0.2.7"), &einval());
+        assert!(!why.contains("loopback address"), "{why}");
+        // Families that differ: refused before any socket call.
+        let remote = SocketAddr::new(ip("::1"), 9);
+        let f = start_connect(
+            connect_socket(remote).unwrap(),
+            ip("127.0.0.1"),
+            remote,
+            1000,
+        )
+        .unwrap_err();
+        assert_eq!(f.kind, ConnectionEventKind::Unreachable);
+        assert!(f.why.contains("different families"), "{}", f.why);
+    }
 }

@@ -36,8 +36,10 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
             }
             Event::Connection(e) => {
                 return Err(format!(
-                    "connecting to {remote} on {}: {:?}",
-                    o.qual, e.kind
+                    "connecting to {remote} on {}: {:?}{}",
+                    o.qual,
+                    e.kind,
+                    connect_hint(e.kind, o.addr, remote)
                 ));
             }
             // A failed attempt flushes the receives first, then says why.
@@ -227,4 +229,38 @@ fn rdma_phase(c: &Side, ctl: &Control, t: RmrTriplet, window: usize) -> Result<(
         c.rdma_done(ctl, checked)?;
     }
     c.exchange_control(*ctl)
+}
+
+/// What the user can do about a connect that failed with `kind` from
+/// `local` to `remote`, where the cause is likely theirs.
+fn connect_hint(kind: ConnectionEventKind, local: IpAddr, remote: IpAddr) -> &'static str {
+    match kind {
+        ConnectionEventKind::Unreachable if local.is_loopback() && !remote.is_loopback() => {
+            " (this side's address is a loopback one, which reaches this host only: \
+             -a 0.0.0.0, -a ::, or an address of this host's)"
+        }
+        ConnectionEventKind::NonPeerRejected if !remote.is_loopback() => {
+            " (nothing listens there: a server for other hosts needs -a 0.0.0.0, -a ::, \
+             or its own address; its default, 127.0.0.1, serves this host only)"
+        }
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_connect_says_what_to_do_where_the_cause_is_the_users() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let k = ConnectionEventKind::Unreachable;
+        assert!(connect_hint(k, ip("127.0.0.1"), ip("192.0.2.7")).contains("-a 0.0.0.0"));
+        assert_eq!(connect_hint(k, ip("0.0.0.0"), ip("192.0.2.7")), "");
+        let k = ConnectionEventKind::NonPeerRejected;
+        assert!(connect_hint(k, ip("0.0.0.0"), ip("192.0.2.7")).contains("serves this host only"));
+        assert_eq!(connect_hint(k, ip("127.0.0.1"), ip("127.0.0.1")), "");
+        let k = ConnectionEventKind::TimedOut;
+        assert_eq!(connect_hint(k, ip("127.0.0.1"), ip("192.0.2.7")), "");
+    }
 }

@@ -566,8 +566,16 @@ impl Driver {
                 let t = self.sh.token();
                 let s = match cm::start_connect(sock, ia.addr, remote, ia.timeout_ms) {
                     Ok(s) => s,
-                    Err(kind) => {
-                        ep.connect_failed(kind, None);
+                    Err(f) => {
+                        tracing::warn!(
+                            local = %ia.addr,
+                            peer = %remote.ip(),
+                            qual,
+                            end = ?f.kind,
+                            why = %f.why,
+                            "connect failed before it began"
+                        );
+                        ep.connect_failed(f.kind, None);
                         return;
                     }
                 };
