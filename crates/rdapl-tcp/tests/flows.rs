@@ -958,6 +958,41 @@ fn bulk_payload_at_an_ethernet_mss_goes_by_reference() {
     );
 }
 
+/// A dual-stack listener (an IA at `::`, any) takes an IPv4 client, and
+/// its connection request names the client by its IPv4 address, as the
+/// client's IA has it, not as the IPv4-mapped `::ffff:127.0.12.41` the
+/// socket reports: an application's checks of the address see the
+/// client's. Skips where the host has no IPv6 or its IPv6 sockets take
+/// IPv6 only (`net.ipv6.bindv6only`).
+#[test]
+fn a_dual_stack_listener_names_an_ipv4_client_by_its_address() {
+    let v6only = std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only");
+    if std::net::TcpListener::bind("[::]:0").is_err() || v6only.is_ok_and(|v| v.trim() != "0") {
+        eprintln!("skipped: this host has no dual-stack IPv6 sockets");
+        return;
+    }
+    let tcp = Tcp::new();
+    let p = Pair::new(
+        Node::new(&tcp, "127.0.12.41", ""),
+        Node::new(&tcp, "::", ""),
+    );
+    let v4: std::net::IpAddr = "127.0.12.41".parse().unwrap();
+    p.c.ep
+        .connect("127.0.0.1".parse().unwrap(), p.qual, Some(T), b"four")
+        .unwrap();
+    let cr = next_cr(&p.s.ia, &p.s.cr);
+    assert_eq!(cr.remote_address(), v4);
+    assert_eq!(cr.private_data(), b"four");
+    cr.accept(&p.s.ep, b"").unwrap();
+    assert_eq!(conn_kind(&p.s.conn), ConnectionEventKind::Established);
+    assert_eq!(conn_kind(&p.c.conn), ConnectionEventKind::Established);
+    let (sbuf, src) = (p.s.buf(4096), p.c.lmr(pattern(4096, 6)));
+    p.s.recv(&sbuf, 0, 4096, 1);
+    p.c.send(&src, 0, 4096, 2);
+    assert_eq!(next_dto(&p.s.rcv).status, DtoStatus::Success);
+    assert_eq!(sbuf.to_vec().unwrap(), pattern(4096, 6));
+}
+
 /// IPv6: both IAs on `::1` connect, the connection request names the
 /// peer, and sends, an RDMA Write and an RDMA Read move their bytes. Skips
 /// (with its reason) where the host has no IPv6 loopback.

@@ -366,7 +366,10 @@ impl Driver {
         let mut accepted = Vec::with_capacity(fresh.len());
         for (s, peer, sp, ia, qual) in fresh {
             let t = self.sh.token();
-            let mut c = Conn::new(t, s, ia, Role::Responder, (peer.ip(), qual));
+            // (An IPv4 client of a dual-stack listener, an IA at `::`,
+            // comes as `::ffff:a.b.c.d`: named by its IPv4 address.)
+            let peer = peer.ip().to_canonical();
+            let mut c = Conn::new(t, s, ia, Role::Responder, (peer, qual));
             c.stats = self.sh.stats.clone();
             c.srq_waits = self.sh.srq_waits.clone();
             c.shared = Some(self.sh.clone());
