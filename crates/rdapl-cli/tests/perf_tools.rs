@@ -1,7 +1,9 @@
 //! `rdapl pingpong` and `rdapl bw` as a user runs them: the binary, on the
 //! loopback provider in one process, and on the TCP provider with the
-//! server in another process (127.0.0.1 only, a port of this test's own).
+//! server in another process (127.0.0.1 and ::1, a port of this test's
+//! own; one test between two network namespaces it makes).
 
+use rdapl_conformance::hosts::Hosts;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -151,6 +153,16 @@ fn once_listening_at(host: &str, test: &str, port: &str, more: &[&str]) -> std::
 /// Runs the client `rdapl ARGS --timeout 10 SERVER` until its server
 /// listens (as `once_listening`).
 fn until_listening(args: &[&str], server: &str) -> std::process::Output {
+    until_listening_by(rdapl, args, server)
+}
+
+/// `until_listening` with the command `rdapl` makes (say, in a network
+/// namespace).
+fn until_listening_by(
+    rdapl: impl Fn() -> Command,
+    args: &[&str],
+    server: &str,
+) -> std::process::Output {
     let end = Instant::now() + Duration::from_secs(20);
     loop {
         let out = rdapl()
@@ -414,20 +426,99 @@ fn a_clients_own_address_follows_its_servers() {
     let out = until_listening(&["pingpong", "-p", "tcp", "-q", &port, "-I", "10"], "::1");
     assert_eq!(first_row(&out), ("64".to_string(), 10));
     assert!(server.wait().success());
-    let out = rdapl()
-        .args(["pingpong", "-p", "tcp", "-a", "127.0.0.1", "-q", &port])
-        .args(["-I", "10", "--timeout", "10", "::1"])
-        .env_remove("RDAPL_LOG")
-        .output()
-        .expect("running the client");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = from_loopback(rdapl(), &port, "::1");
     assert!(
         err.contains("Unreachable")
             && err.contains("connect failed before it began")
             && err.contains("of different families"),
         "{err}"
     );
+}
+
+/// Runs `rdapl` (the command `c`) as a pingpong client from 127.0.0.1 of
+/// the server at `server` on `port`, which must fail, with the providers'
+/// logs at their default level: its stderr.
+fn from_loopback(mut c: Command, port: &str, server: &str) -> String {
+    let out = c
+        .args(["pingpong", "-p", "tcp", "-a", "127.0.0.1", "-q", port])
+        .args(["-I", "10", "--timeout", "10", server])
+        .env_remove("RDAPL_LOG")
+        .output()
+        .expect("running the client");
+    assert!(
+        !out.status.success(),
+        "a client from 127.0.0.1 reached {server}"
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Two hosts, as a user first runs the tools across machines: network
+/// namespaces of this test's own (10.202.x.1 and .2, joined by a veth
+/// pair; root and iproute2, else skipped with the reason unless
+/// `RDAPL_REQUIRE_EXTERNAL=1`). A server at any address serves a client
+/// on the other host that names no address of its own; the same client
+/// told to start from 127.0.0.1 fails, and both the provider's warning
+/// and the tool say why; a server left at its default (127.0.0.1) is
+/// not reached from the other host, and the tool says what to do.
+#[test]
+fn a_client_on_another_host_reaches_a_server_and_is_told_what_went_wrong() {
+    let h = match Hosts::new("th", 202) {
+        Ok(h) => h,
+        Err(e) => {
+            let why = format!("cannot make two network namespaces: {e}");
+            if std::env::var("RDAPL_REQUIRE_EXTERNAL").as_deref() == Ok("1") {
+                panic!("{why}, and RDAPL_REQUIRE_EXTERNAL=1");
+            }
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let port = (20_000 + ((std::process::id() + 30_023) % 20_000) as u16).to_string();
+    let in_ns = |ns: &str| Hosts::command(ns, env!("CARGO_BIN_EXE_rdapl"));
+    let (a, b) = (|| in_ns(&h.a), || in_ns(&h.b));
+    let server = Server(Some(
+        b().args(["pingpong", "-s", "-p", "tcp", "-a", "0.0.0.0", "-q", &port])
+            .arg("--once")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the server"),
+    ));
+    let peer = h.addr(2);
+    let args = ["pingpong", "-p", "tcp", "-q", &port, "-I", "10"];
+    let out = until_listening_by(a, &args, &peer);
+    assert_eq!(first_row(&out), ("64".to_string(), 10));
+    assert!(server.wait().success());
+    // From a loopback address: refused at once, and said why.
+    let err = from_loopback(a(), &port, &peer);
+    assert!(
+        err.contains("Unreachable")
+            && err.contains("127.0.0.1 is a loopback address")
+            && err.contains("(this side's address is a loopback one"),
+        "{err}"
+    );
+    // A server at its default address: its host's clients only.
+    let server = Server(Some(
+        b().args(["pingpong", "-s", "-p", "tcp", "-q", &port])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the server"),
+    ));
+    let local = until_listening_by(b, &args, "127.0.0.1");
+    assert_eq!(first_row(&local), ("64".to_string(), 10));
+    let out = a()
+        .args(args)
+        .args(["--timeout", "10", &peer])
+        .output()
+        .expect("running the client");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("NonPeerRejected") && err.contains("serves this host only"),
+        "{err}"
+    );
+    server.stop();
 }
 
 /// RDMA Writes and Reads between processes, as perftest's `ib_write_bw`,

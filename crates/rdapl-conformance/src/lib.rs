@@ -76,6 +76,7 @@
 
 mod cases;
 pub mod churn;
+pub mod hosts;
 pub mod pipe;
 pub mod support;
 

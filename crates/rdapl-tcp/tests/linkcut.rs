@@ -18,8 +18,8 @@ mod common;
 
 use common::*;
 use rdapl::*;
+use rdapl_conformance::hosts::Hosts;
 use rdapl_tcp::Tcp;
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -50,91 +50,11 @@ fn skip_or_fail(why: &str) {
     println!("SKIPPED link-cut test: {why}");
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-/// Two namespaces and the veth pair between them; removed on drop.
-struct Hosts {
-    a: String,
-    b: String,
-    veth_a: String,
-    veth_b: String,
-    net: String,
-}
-
-impl Hosts {
-    fn new() -> Result<Hosts, String> {
-        let pid = std::process::id();
-        let h = Hosts {
-            a: format!("rdapl-lc-a-{pid}"),
-            b: format!("rdapl-lc-b-{pid}"),
-            veth_a: format!("rlca{pid}"),
-            veth_b: format!("rlcb{pid}"),
-            net: format!("10.201.{}", pid % 250 + 1),
-        };
-        let veth_b = h.veth_b.clone();
-        ip(&["netns", "add", &h.a])?;
-        // From here on, drop removes what exists.
-        ip(&["netns", "add", &h.b])?;
-        ip(&[
-            "link", "add", &h.veth_a, "netns", &h.a, "type", "veth", "peer", "name", &veth_b,
-            "netns", &h.b,
-        ])?;
-        for (ns, dev, host) in [(&h.a, &h.veth_a, 1), (&h.b, &veth_b, 2)] {
-            let addr = format!("{}.{host}/24", h.net);
-            ip(&["-n", ns, "addr", "add", &addr, "dev", dev])?;
-            ip(&["-n", ns, "link", "set", dev, "up"])?;
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
-        }
-        Ok(h)
-    }
-
-    fn addr(&self, host: u8) -> String {
-        format!("{}.{host}", self.net)
-    }
-
-    /// Lowers the link's MTU at both ends.
-    fn set_mtu(&self, mtu: u32) {
-        let mtu = mtu.to_string();
-        for (ns, dev) in [(&self.a, &self.veth_a), (&self.b, &self.veth_b)] {
-            ip(&["-n", ns, "link", "set", dev, "mtu", &mtu]).expect("lower the MTU");
-        }
-    }
-
-    /// Cuts the link: no packet crosses, and neither side is told.
-    fn cut(&self) {
-        ip(&["-n", &self.a, "link", "set", &self.veth_a, "down"]).expect("cut the link");
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        let _ = ip(&["netns", "del", &self.a]);
-        let _ = ip(&["netns", "del", &self.b]);
-    }
-}
-
 /// Runs this binary's `child` in namespace `ns` with `args`; returns it
 /// and its stdout lines.
 fn spawn(ns: &str, args: &str) -> (Reap, mpsc::Receiver<String>) {
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", ns])
-        .arg(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+    let mut cmd = Hosts::command(ns, std::env::current_exe().unwrap());
+    cmd.args(["child", "--exact", "--nocapture", "--test-threads=1"])
         .env(ENV, args);
     spawn_lines(cmd)
 }
@@ -387,7 +307,7 @@ fn a_cut_link_breaks_both_sides_within_the_timeout_and_flushes_everything() {
 /// with `timeout_ms`, cuts the link once the client says it runs, and
 /// checks both ends. False if the namespaces could not be made (skipped).
 fn cut_while(client_mode: &str, timeout_ms: u64) -> bool {
-    let hosts = match Hosts::new() {
+    let hosts = match Hosts::new("lc", 201) {
         Ok(h) => h,
         Err(e) => {
             skip_or_fail(&format!("cannot make network namespaces: {e}"));
