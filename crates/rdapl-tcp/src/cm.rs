@@ -14,7 +14,8 @@
 //!   that cannot be used: `Unreachable`; `ETIMEDOUT` or the consumer's
 //!   timeout: `TimedOut`. A connect that fails before it began is logged
 //!   (a warning) with its cause: the IA's address of another family than
-//!   the peer's, or a loopback one, which reaches this host only.
+//!   the peer's, or a loopback one, which reaches this host only; one
+//!   that fails later, at `info`, with the socket's error.
 //! * A connection whose peer falls silent (the link cut, the host gone)
 //!   breaks within the IA's `timeout_ms`: `TCP_USER_TIMEOUT` bounds how
 //!   long sent data may stay unacknowledged, and keepalive probes, sent
@@ -114,8 +115,8 @@ pub(crate) fn connect_socket(remote: SocketAddr) -> Result<Option<Socket>> {
     }
 }
 
-/// A connect that failed before it began: what the consumer is told, and
-/// why, for the log.
+/// A connect that failed: what the consumer is told, and why, for the
+/// log.
 #[derive(Debug)]
 pub(crate) struct ConnectFailure {
     pub kind: ConnectionEventKind,
@@ -199,15 +200,19 @@ fn defer_port(s: &Socket) {
 }
 
 /// The outcome of a connect in progress, once the socket is writable:
-/// `Ok(true)` connected, `Ok(false)` still going, `Err(kind)` failed.
-pub(crate) fn connect_result(s: &TcpStream) -> std::result::Result<bool, ConnectionEventKind> {
+/// `Ok(true)` connected, `Ok(false)` still going, `Err` failed (with the
+/// socket's error).
+pub(crate) fn connect_result(s: &TcpStream) -> std::result::Result<bool, ConnectFailure> {
+    let failed = |e: io::Error| ConnectFailure {
+        kind: connect_error_kind(&e),
+        why: e.to_string(),
+    };
     match s.take_error() {
-        Ok(Some(e)) => Err(connect_error_kind(&e)),
-        Err(e) => Err(connect_error_kind(&e)),
+        Ok(Some(e)) | Err(e) => Err(failed(e)),
         Ok(None) => match s.peer_addr() {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
-            Err(e) => Err(connect_error_kind(&e)),
+            Err(e) => Err(failed(e)),
         },
     }
 }

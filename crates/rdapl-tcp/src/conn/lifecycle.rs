@@ -149,6 +149,7 @@ impl Conn {
                                 info,
                                 self,
                                 end = ?k,
+                                why = self.setup_why.as_deref().unwrap_or(""),
                                 flushed = self.flushed,
                                 "connect failed"
                             );
@@ -215,9 +216,11 @@ impl Conn {
         self.pump(now);
     }
 
-    /// An active attempt failed before MPA (refused, unreachable).
-    pub fn connect_failed(&mut self, kind: ConnectionEventKind, now: u64) {
+    /// An active attempt failed before MPA (refused, unreachable): the
+    /// socket's error `why`.
+    pub fn connect_failed(&mut self, kind: ConnectionEventKind, why: String, now: u64) {
         self.setup_fail = (kind, None);
+        self.setup_why = Some(why);
         self.phase = Phase::Open;
         self.finalize(now);
         self.phase = Phase::Dead;

@@ -198,6 +198,8 @@ pub(crate) struct Conn {
     given_up: bool,
     /// How an active attempt failed, with the reject's private data.
     setup_fail: (ConnectionEventKind, Option<Vec<u8>>),
+    /// The socket's error, if that is how the attempt failed (logged).
+    setup_why: Option<String>,
     /// How an established connection ends.
     end_kind: ConnectionEventKind,
     // input
@@ -359,6 +361,7 @@ impl Conn {
             told: false,
             given_up: false,
             setup_fail: (ConnectionEventKind::NonPeerRejected, None),
+            setup_why: None,
             end_kind: ConnectionEventKind::Disconnected,
             inbuf: Vec::new(),
             in_end: 0,

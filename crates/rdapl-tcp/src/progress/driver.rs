@@ -510,7 +510,7 @@ impl Driver {
                 match cm::connect_result(&c.sock) {
                     Ok(true) => c.start_mpa(now),
                     Ok(false) => {}
-                    Err(kind) => c.connect_failed(kind, now),
+                    Err(f) => c.connect_failed(f.kind, f.why, now),
                 }
             } else {
                 let only_input = !fl.intersects(
