@@ -45,10 +45,7 @@ const BOOT: Duration = Duration::from_secs(240);
 const RUN_LIMIT_S: u64 = 600;
 
 fn skip_or_fail(why: &str) {
-    if std::env::var("RDAPL_REQUIRE_EXTERNAL").as_deref() == Ok("1") {
-        panic!("{why}, and RDAPL_REQUIRE_EXTERNAL=1");
-    }
-    println!("SKIPPED siw interoperability tests: {why}");
+    rdapl_conformance::support::skip_or_fail("siw interoperability tests", why);
 }
 
 fn have(tool: &str, arg: &str) -> bool {

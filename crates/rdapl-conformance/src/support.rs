@@ -32,6 +32,17 @@ pub const LIMIT: Duration = Duration::from_secs(5);
 /// How long to watch for something that must *not* happen.
 pub const QUIET: Duration = Duration::from_millis(100);
 
+/// A check that needs something outside the project (a program, root,
+/// a VM) and cannot run here: it prints `SKIPPED what: why`, unless
+/// `RDAPL_REQUIRE_EXTERNAL=1` (CI, which installs what is needed), where
+/// it fails.
+pub fn skip_or_fail(what: &str, why: &str) {
+    if std::env::var("RDAPL_REQUIRE_EXTERNAL").as_deref() == Ok("1") {
+        panic!("{why}, and RDAPL_REQUIRE_EXTERNAL=1");
+    }
+    println!("SKIPPED {what}: {why}");
+}
+
 /// Runs `f` on a helper thread and fails the test if it does not finish
 /// within `limit` (the helper is leaked in that case, e.g. deadlocked). A
 /// panic in `f` is passed on to the caller.

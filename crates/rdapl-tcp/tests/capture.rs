@@ -18,10 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn skip_or_fail(why: &str) {
-    if std::env::var("RDAPL_REQUIRE_EXTERNAL").as_deref() == Ok("1") {
-        panic!("{why}, and RDAPL_REQUIRE_EXTERNAL=1");
-    }
-    println!("SKIPPED live capture check: {why}");
+    rdapl_conformance::support::skip_or_fail("live capture check", why);
 }
 
 fn have(tool: &str) -> bool {

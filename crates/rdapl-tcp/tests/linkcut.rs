@@ -44,10 +44,7 @@ const SIZE: u64 = 64 << 10;
 const IDLE_RECVS: u64 = 8;
 
 fn skip_or_fail(why: &str) {
-    if std::env::var("RDAPL_REQUIRE_EXTERNAL").as_deref() == Ok("1") {
-        panic!("{why}, and RDAPL_REQUIRE_EXTERNAL=1");
-    }
-    println!("SKIPPED link-cut test: {why}");
+    rdapl_conformance::support::skip_or_fail("link-cut test", why);
 }
 
 /// Runs this binary's `child` in namespace `ns` with `args`; returns it
