@@ -1048,6 +1048,48 @@ fn an_answer_that_never_comes_breaks_both_within_the_timeout() {
     }
 }
 
+/// Requests complete in order, and a connection's end flushes every one
+/// still outstanding. On `complete=sent` a Send handed to TCP behind a
+/// read whose answer never comes waits for the read; when the timeout
+/// breaks the connection both are flushed, the Send included: no success
+/// after a flush in one endpoint's stream (verbs and DAT flush every
+/// request behind the first that did not complete).
+#[test]
+fn a_send_behind_an_unanswered_read_is_flushed_with_it() {
+    let tcp = Tcp::new();
+    let mode = Mode {
+        seed: seed(),
+        fault: Fault::None,
+        small_windows: false,
+        back: Fault::DropFrom(0),
+    };
+    let (p, _proxy) = through_proxy(&tcp, 168, "crc=1 timeout_ms=300 complete=sent", mode);
+    let src = pattern(1000, 4);
+    let target = p.s.lmr(src.clone());
+    let (sink, rbuf) = (p.c.buf(1000), p.s.buf(1000));
+    p.s.recv(&rbuf, 0, 1000, 7);
+    p.c.ep
+        .post_rdma_read(
+            &[sink.triplet(0, 1000).unwrap()],
+            target.rmr_triplet(0, 1000).unwrap(),
+            1,
+            D,
+        )
+        .unwrap();
+    let l = p.c.lmr(src.clone());
+    p.c.send(&l, 0, 1000, 2);
+    // The Send reached the server (its answers are what the proxy drops).
+    let r = collect(&p.s.rcv, 1)[&7].clone();
+    assert_eq!(r.status, DtoStatus::Success, "{r:?}");
+    let got = collect(&p.c.req, 2);
+    assert_eq!(
+        (got[&1].status, got[&2].status),
+        (DtoStatus::Flushed, DtoStatus::Flushed),
+        "{got:?}"
+    );
+    p.expect_end(ConnectionEventKind::Broken);
+}
+
 /// With CRC, a bit flipped in what the server sends back (RDMA Read
 /// Responses, straight into the client's sinks), anywhere or in an FPDU's
 /// length: both sides break, each read completes once, and no read that

@@ -284,6 +284,9 @@ pub(crate) struct Conn {
     /// Requests completed `Flushed` so far (said when the connection
     /// ends).
     flushed: u64,
+    /// A request completed `Flushed`: every later one does too
+    /// ([`Conn::complete_ready`]).
+    flushing: bool,
     /// The socket had nothing more to read in this pump.
     rx_drained: bool,
     /// `write_socket` holds its bytes back (a polling consumer's pass).
@@ -401,6 +404,7 @@ impl Conn {
             hook: None,
             delivered: 0,
             flushed: 0,
+            flushing: false,
             rx_drained: false,
             hold_out: false,
             out_held: false,

@@ -354,13 +354,16 @@ impl Conn {
     }
 
     /// Completes requests from the head while their outcome is known (a
-    /// memory operation runs when it reaches the head).
+    /// memory operation runs when it reaches the head). Behind a flushed
+    /// request every later one is flushed too, whatever it was to be (a
+    /// Send handed to TCP behind a read the ended connection never
+    /// answered): no success follows a flush in an endpoint's stream.
     pub(super) fn complete_ready(&mut self) {
         let Some(ep) = self.ep.clone() else {
             return;
         };
         while let Some(s) = self.slots.front() {
-            if s.kind == SlotKind::Local && s.status.is_none() {
+            if s.kind == SlotKind::Local && s.status.is_none() && !self.flushing {
                 let mut s = self.pop_slot().expect("front exists");
                 if let Some(wr) = s.wr.take() {
                     ep.execute_local(wr);
@@ -371,7 +374,12 @@ impl Conn {
                 break;
             }
             let mut s = self.pop_slot().expect("front exists");
-            let st = s.status.unwrap_or(DtoStatus::Flushed);
+            let mut st = s.status.unwrap_or(DtoStatus::Flushed);
+            if st == DtoStatus::Flushed {
+                self.flushing = true;
+            } else if self.flushing {
+                st = DtoStatus::Flushed;
+            }
             let len = if st == DtoStatus::Success { s.len } else { 0 };
             let wr = match s.kind {
                 SlotKind::Read { sink, .. } => self.mem.sinks.remove(&sink).map(|k| k.wr),
