@@ -401,12 +401,15 @@ impl Tcp {
 
 impl Provider for Tcp {
     fn attr(&self) -> ProviderAttr {
+        // What an IA with no parameters of its own gets, the environment's
+        // included: the flag and the named settings agree.
+        let d = self.defaults();
         ProviderAttr {
             name: "tcp".into(),
             description: "iWARP (MPA/DDP/RDMAP) over TCP sockets".into(),
             max_private_data_size: MAX_PRIVATE_DATA,
-            completes_when_placed: self.cfg.complete == Completion::Placed,
-            provider_specific_attr: self.defaults().named(),
+            completes_when_placed: d.complete == Completion::Placed,
+            provider_specific_attr: d.named(),
             ..ProviderAttr::default()
         }
     }

@@ -116,6 +116,38 @@ fn an_ia_reports_its_own_settings() {
     assert_eq!(tcp.attr(), plain);
 }
 
+/// The provider's own attributes (what an IA with no parameters of its
+/// own gets) follow `RDAPL_TCP_PARAMS` as its IAs do: under
+/// `complete=sent` its flag says Sends complete once sent, as its named
+/// settings do; an application that reads the flag to know whether a
+/// completion means placement is not misled. This binary, run again with
+/// the variable set, checks it.
+#[test]
+fn the_providers_attributes_follow_the_environment() {
+    const CHILD: &str = "RDAPL_TCP_ATTR_CHILD";
+    let name = "the_providers_attributes_follow_the_environment";
+    if std::env::var_os(CHILD).is_some() {
+        let a = Tcp::new().attr();
+        assert!(!a.completes_when_placed, "{a:?}");
+        for (key, value) in [("complete", "sent"), ("crc", "0")] {
+            let found = a.provider_specific_attr.iter().find(|n| n.name == key);
+            assert_eq!(found.map(|n| n.value.as_str()), Some(value), "{key}");
+        }
+        println!("CHILD CHECKED");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .env(rdapl_tcp::PARAMS_ENV, "complete=sent crc=0")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("CHILD CHECKED"), "{text}");
+}
+
 #[test]
 fn connect_accept_and_reject_carry_private_data() {
     let tcp = Tcp::new();
