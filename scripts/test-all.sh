@@ -31,7 +31,10 @@
 # (RDAPL_TCP_PARAMS, as an application's would); the tests assume the
 # built-in ones (a CRC, "placed" completions, the socket's MSS) where they
 # do not set their own, so a value left in the caller's shell is dropped
-# here. Other settings run as conformance binaries of their own (above).
+# here. Other settings run as conformance binaries of their own (above),
+# and the whole tcp crate's tests run once more under
+# RDAPL_TCP_PARAMS="complete=sent crc=0 mss=700", each test pinning in its
+# own parameters what it assumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unset RDAPL_TCP_PARAMS
@@ -67,6 +70,14 @@ if [ "$(id -u)" = "0" ] && command -v setpriv >/dev/null && command -v prlimit >
 else
   echo "(not root, or no setpriv/prlimit: nothing to add)"
 fi
+
+# The tcp provider's tests once more under settings other than its
+# defaults, from the environment as an application's would come: each test
+# pins in its own parameters what it assumes (placed completions, a CRC,
+# the socket's MSS), so the rest check those paths under these settings.
+tcp_other="complete=sent crc=0 mss=700"
+echo "== the tcp provider's tests under RDAPL_TCP_PARAMS=\"$tcp_other\""
+RDAPL_TCP_PARAMS="$tcp_other" cargo test -q -p rdapl-tcp --all-features
 
 echo "== loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-3}, warnings denied)"
 LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" RUSTFLAGS="--cfg rdapl_loom -D warnings" \

@@ -88,8 +88,8 @@ fn a_live_session_decodes_in_tshark_with_good_crcs() {
     }
     let tcp = Tcp::new();
     let p = Pair::new(
-        common::Node::new(&tcp, "127.0.73.1", ""),
-        common::Node::new(&tcp, "127.0.73.2", ""),
+        common::Node::new(&tcp, "127.0.73.1", "crc=1"),
+        common::Node::new(&tcp, "127.0.73.2", "crc=1"),
     );
     let file: PathBuf = std::env::temp_dir().join(format!(
         "rdapl-tcp-live-{}-{}.pcapng",

@@ -692,7 +692,9 @@ fn fault_midway(net: u8, params: &str, round: u64, kind: u8) {
         small_windows: round % 3 == 1,
         back: Fault::None,
     };
-    let (p, _proxy) = through_proxy(&tcp, net, params, mode);
+    // Placed: the fault comes before the last requests complete.
+    let params = format!("{params} complete=placed");
+    let (p, _proxy) = through_proxy(&tcp, net, &params, mode);
     let msgs: Vec<u8> = (0..N).flat_map(|i| pattern(LEN, i as u8)).collect();
     let src = p.c.lmr(msgs.clone());
     let rbuf = p.s.buf(N as usize * LEN);
@@ -788,7 +790,7 @@ fn a_flipped_length_breaks_both_and_delivers_nothing_corrupted() {
 /// timer alone ends the connection.
 #[test]
 fn a_frame_whose_bytes_never_come_breaks_both_within_the_timeout() {
-    let placed = "crc=1 timeout_ms=300";
+    let placed = "crc=1 timeout_ms=300 complete=placed";
     let sent = "crc=1 timeout_ms=300 complete=sent";
     for (bit, params) in [(3u8, placed), (6, placed), (3, sent)] {
         let tcp = Tcp::new();
@@ -837,7 +839,8 @@ fn a_frame_whose_bytes_never_come_breaks_both_within_the_timeout() {
 /// timer breaks the other; every request completes once.
 #[test]
 fn a_peer_that_stops_reading_breaks_both_within_the_timeout() {
-    let (p, _proxy, ok, t0, _bufs) = sends_until_reading_stops(159, "crc=1", Fault::None);
+    let (p, _proxy, ok, t0, _bufs) =
+        sends_until_reading_stops(159, "crc=1 complete=placed", Fault::None);
     let waited = t0.elapsed();
     assert!(waited < Duration::from_secs(5), "broken after {waited:?}");
     let rcvd = collect(&p.s.rcv, SR_N as usize);
@@ -941,7 +944,7 @@ fn a_flipped_tagged_field_without_crc_stays_inside_the_grant() {
             small_windows: false,
             back: Fault::None,
         };
-        let (p, _proxy) = through_proxy(&tcp, 165, "crc=0", mode);
+        let (p, _proxy) = through_proxy(&tcp, 165, "crc=0 mss=auto complete=placed", mode);
         let whole = p.s.buf(3 * LEN as usize);
         let rmr = p.s.pz.rmr_create().unwrap();
         p.s.ep
@@ -1011,7 +1014,7 @@ fn an_answer_that_never_comes_breaks_both_within_the_timeout() {
             small_windows: false,
             back: Fault::DropFrom(0),
         };
-        let (p, _proxy) = through_proxy(&tcp, net, "crc=1 timeout_ms=300", mode);
+        let (p, _proxy) = through_proxy(&tcp, net, "crc=1 timeout_ms=300 complete=placed", mode);
         let src = pattern(1000, 4);
         let target = p.s.lmr(src.clone());
         let (sink, rbuf) = (p.c.buf(1000), p.s.buf(1000));
@@ -1147,7 +1150,7 @@ fn a_flipped_bit_in_read_responses_breaks_both() {
 #[test]
 fn a_stalled_connection_leaves_the_others_alone() {
     let tcp = Tcp::new();
-    let params = "crc=1 timeout_ms=300";
+    let params = "crc=1 timeout_ms=300 complete=placed";
     let bad_mode = Mode {
         seed: 6,
         fault: Fault::FlipLength(1, 6),

@@ -234,7 +234,7 @@ fn bad_clients_get_a_terminate_and_the_server_keeps_serving() {
 #[test]
 fn a_bad_frame_while_the_output_is_full_flushes_at_once() {
     let tcp = Tcp::new();
-    let s = Node::new(&tcp, "127.0.235.1", "timeout_ms=30000");
+    let s = Node::new(&tcp, "127.0.235.1", "timeout_ms=30000 complete=placed");
     let (_psp, q) = listen(&s.ia, &s.cr);
     let rbuf = s.buf(16);
     let mut raw = Raw::connect(&s, q, &s.ep, &rbuf);

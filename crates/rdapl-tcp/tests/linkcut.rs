@@ -115,7 +115,8 @@ fn child() {
     let mut args: Vec<&str> = args.split(',').collect();
     let timeout_ms: u64 = args.pop().and_then(|t| t.parse().ok()).unwrap();
     let tcp = Tcp::new();
-    let params = format!("timeout_ms={timeout_ms}");
+    // The MSS of the path, which the mtu-client's FPDUs follow.
+    let params = format!("timeout_ms={timeout_ms} mss=auto");
     let attr = EpAttr {
         max_request_dtos: WINDOW as usize * 2,
         max_recv_dtos: IDLE_RECVS as usize,

@@ -73,10 +73,12 @@ fn a_connection_says_what_was_negotiated_and_how_it_ended() {
     capture();
     let tcp = Tcp::new();
     for (params, crc, c, s) in [
-        ("", "crc=true", "127.0.210.1", "127.0.210.2"),
+        ("crc=1", "crc=true", "127.0.210.1", "127.0.210.2"),
         ("crc=0", "crc=false", "127.0.210.3", "127.0.210.4"),
     ] {
-        let p = Pair::connected(&tcp, c, s, params);
+        // Placed: the Send below waits for its receive, not for TCP.
+        let params = format!("{params} complete=placed");
+        let p = Pair::connected(&tcp, c, s, &params);
         let q = format!("qual={}", p.qual);
         let (cpeer, speer) = (format!("peer={s} "), format!("peer={c} "));
         for (peer, role) in [(&cpeer, "role=Initiator"), (&speer, "role=Responder")] {
@@ -125,7 +127,7 @@ fn a_connect_nobody_takes_says_why() {
 fn a_forged_key_is_told_on_both_sides_with_its_cause() {
     capture();
     let tcp = Tcp::new();
-    let p = Pair::connected(&tcp, "127.0.210.7", "127.0.210.8", "");
+    let p = Pair::connected(&tcp, "127.0.210.7", "127.0.210.8", "complete=placed");
     let q = format!("qual={}", p.qual);
     let target = p.s.lmr(vec![5; 64]);
     let src = p.c.lmr(vec![1; 64]);
@@ -213,7 +215,12 @@ fn a_reject_is_told_on_both_sides() {
 fn a_send_that_found_no_receive_says_how_long_it_waited() {
     capture();
     let tcp = Tcp::new();
-    let p = Pair::connected(&tcp, "127.0.210.13", "127.0.210.14", "recv_wait_ms=100");
+    let p = Pair::connected(
+        &tcp,
+        "127.0.210.13",
+        "127.0.210.14",
+        "recv_wait_ms=100 complete=placed",
+    );
     let q = format!("qual={}", p.qual);
     let src = p.c.lmr(vec![3; 16]);
     p.c.send(&src, 0, 16, 1);

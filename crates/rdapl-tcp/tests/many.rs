@@ -162,7 +162,8 @@ fn at_once(n: usize, client: &str, server: &str, next: fn(&Evd) -> DtoCompletion
 #[test]
 fn an_idle_provider_does_not_spin() {
     let tcp = Tcp::new();
-    let p = Pair::connected(&tcp, "127.0.31.1", "127.0.31.2", "");
+    // The default timeout: no heartbeat falls in the half second watched.
+    let p = Pair::connected(&tcp, "127.0.31.1", "127.0.31.2", "timeout_ms=10000");
     let rbuf = p.s.buf(16);
     p.s.recv(&rbuf, 0, 16, 1);
     // Past the connection's start-up timers: the active side nudges a

@@ -203,7 +203,11 @@ fn a_killed_peer_flushes_1000_requests_once_and_breaks_within_a_second() {
         max_request_dtos: 1024,
         ..EpAttr::default()
     };
-    let c = Node::with_attr(common::ia(&tcp, "127.0.21.1", ""), 4096, Some(attr));
+    let c = Node::with_attr(
+        common::ia(&tcp, "127.0.21.1", "complete=placed"),
+        4096,
+        Some(attr),
+    );
     c.ep.connect("127.0.21.2".parse().unwrap(), port, Some(T), b"")
         .unwrap();
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
@@ -261,7 +265,7 @@ fn a_killed_peer_flushes_1000_requests_once_and_breaks_within_a_second() {
 fn a_stopped_peer_breaks_the_connection_within_the_timeout() {
     let (child, rx, port) = spawn("target", "127.0.22.2");
     let tcp = Tcp::new();
-    let c = Node::new(&tcp, "127.0.22.1", "timeout_ms=500");
+    let c = Node::new(&tcp, "127.0.22.1", "timeout_ms=500 complete=placed");
     let whole = connect_target(&c, "127.0.22.2", port, &rx);
     let sink = c.buf(1 << 16);
     let read = |cookie| {
