@@ -264,7 +264,9 @@ fn receives_posted_late_by_another_thread_let_every_send_in() {
     const SLOTS: u64 = 16;
     let seed = seed_from("SWITCHING_SEED");
     let tcp = Tcp::new();
-    let p = Pair::connected(&tcp, "127.0.225.5", "127.0.225.6", "");
+    // The default timeout: a sender completing once sent runs far ahead
+    // of this receiver, whose window may stay closed a while.
+    let p = Pair::connected(&tcp, "127.0.225.5", "127.0.225.6", "timeout_ms=10000");
     let rbuf = p.s.buf(SLOTS as usize * MSG);
     let received = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
