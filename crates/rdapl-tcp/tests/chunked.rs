@@ -90,6 +90,19 @@ struct Mode {
     small_windows: bool,
 }
 
+impl Mode {
+    /// The client's bytes untouched, the server's dropped from its first
+    /// FPDU on (its kernel still acknowledging): no answer comes.
+    fn answers_dropped() -> Mode {
+        Mode {
+            seed: seed(),
+            fault: Fault::None,
+            small_windows: false,
+            back: Fault::DropFrom(0),
+        }
+    }
+}
+
 /// A fault of one direction.
 #[derive(Clone, Copy, PartialEq)]
 enum Fault {
@@ -1008,12 +1021,7 @@ fn a_flipped_tagged_field_without_crc_stays_inside_the_grant() {
 fn an_answer_that_never_comes_breaks_both_within_the_timeout() {
     for (net, read) in [(163u8, true), (164, false)] {
         let tcp = Tcp::new();
-        let mode = Mode {
-            seed: seed(),
-            fault: Fault::None,
-            small_windows: false,
-            back: Fault::DropFrom(0),
-        };
+        let mode = Mode::answers_dropped();
         let (p, _proxy) = through_proxy(&tcp, net, "crc=1 timeout_ms=300 complete=placed", mode);
         let src = pattern(1000, 4);
         let target = p.s.lmr(src.clone());
@@ -1060,12 +1068,7 @@ fn an_answer_that_never_comes_breaks_both_within_the_timeout() {
 #[test]
 fn a_send_behind_an_unanswered_read_is_flushed_with_it() {
     let tcp = Tcp::new();
-    let mode = Mode {
-        seed: seed(),
-        fault: Fault::None,
-        small_windows: false,
-        back: Fault::DropFrom(0),
-    };
+    let mode = Mode::answers_dropped();
     let (p, _proxy) = through_proxy(&tcp, 168, "crc=1 timeout_ms=300 complete=sent", mode);
     let src = pattern(1000, 4);
     let target = p.s.lmr(src.clone());
