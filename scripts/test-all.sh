@@ -34,7 +34,9 @@
 # here. Other settings run as conformance binaries of their own (above),
 # and the whole tcp crate's tests run once more under
 # RDAPL_TCP_PARAMS="complete=sent crc=0 mss=700", each test pinning in its
-# own parameters what it assumes.
+# own parameters what it assumes. The rdapl processes that the CLI's tests
+# and the benchmarks start drop the variable (their settings are their
+# --params).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unset RDAPL_TCP_PARAMS

@@ -7,8 +7,12 @@ use rdapl_conformance::hosts::Hosts;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The binary, with the tcp provider's defaults (the user's
+/// `RDAPL_TCP_PARAMS` dropped: a test says `--params` where it means it).
 fn rdapl() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rdapl"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rdapl"));
+    c.env_remove(rdapl_tcp::PARAMS_ENV);
+    c
 }
 
 /// Runs the client with `args`, bounded in time; its stdout.

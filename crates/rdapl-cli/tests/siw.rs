@@ -360,8 +360,10 @@ fn host_side(s: &Scenario, run: &Path, out: &Path, first: bool) -> HostSide {
     // exchange (a Terminate either way, a socket error) is a line
     // `check_pings` refuses.
     cmd.env_remove("RDAPL_LOG");
+    // (The user's own settings dropped: a scenario names its own.)
+    cmd.env_remove(rdapl_tcp::PARAMS_ENV);
     if !s.params.is_empty() {
-        cmd.env("RDAPL_TCP_PARAMS", s.params);
+        cmd.env(rdapl_tcp::PARAMS_ENV, s.params);
     }
     let r = match s.dir {
         Dir::HostToVm => {

@@ -276,9 +276,11 @@ pub(super) struct PairOut {
     pub(super) client_cpu_share: Option<f64>,
 }
 
+/// `program` with `args`. The user's `RDAPL_TCP_PARAMS` is dropped: a
+/// row's settings are its `--params` alone, as its label says.
 fn command(program: &Path, args: &[String]) -> Command {
     let mut c = Command::new(program);
-    c.args(args);
+    c.args(args).env_remove(rdapl_tcp::PARAMS_ENV);
     c
 }
 
