@@ -50,6 +50,11 @@
 //!   consumers' count is read only when the producers' cached copy says the
 //!   EVD looks full), then publishes with one `fetch_add` on the ring's tail,
 //!   a read of the state word and a write of the slot.
+//! * A refusal (`reserve` or `post_se` on a full EVD) is exact: it comes
+//!   after a read of the consumers' head. It then returns after a short
+//!   pause (`refused_pause`): a producer that retries at once would pull
+//!   that head, and the slot the consumer takes next, to its own core with
+//!   every look, and slow the draining it waits for.
 //! * A consumer reads the state word and claims one event, or a whole batch,
 //!   with one CAS on the ring's head; that head is also the count of slots
 //!   given back, so returning capacity costs nothing more.
@@ -403,6 +408,23 @@ pub(crate) fn default_dispatch() -> Result<Arc<dyn Dispatch>> {
     ))
 }
 
+/// Spin hints a refused producer waits before it returns (see the module
+/// docs): enough that a producer retrying on a full EVD looks at the
+/// consumers' lines a few times an event taken, not dozens.
+#[cfg(not(rdapl_loom))]
+const REFUSED_PAUSE: u32 = 16;
+
+/// The pause of a refusal (`reserve`, `post_se`), after its exact check:
+/// nothing is read or written in it. Not under loom (no shared state).
+#[cold]
+#[inline(never)]
+pub(crate) fn refused_pause() {
+    #[cfg(not(rdapl_loom))]
+    for _ in 0..REFUSED_PAUSE {
+        std::hint::spin_loop();
+    }
+}
+
 impl EvdInner {
     fn load(&self) -> State {
         State(self.state.load(Ordering::SeqCst))
@@ -584,6 +606,7 @@ impl Evd {
             return Err(Error::param(1, "the EVD has no software event stream"));
         }
         if !self.inner.take_slots(1) {
+            refused_pause();
             return Err(Error::QueueFull);
         }
         publish(&self.inner, Event::Software(value));

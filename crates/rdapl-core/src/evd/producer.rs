@@ -75,6 +75,7 @@ impl EvdProducer for Evd {
         if self.inner.take_slots(1) {
             Ok(Reservation::new(self.inner.id))
         } else {
+            super::refused_pause();
             self.inner.check_live()?;
             Err(Error::InsufficientResources {
                 resource: Subtype::ResourceTevd,
