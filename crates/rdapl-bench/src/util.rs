@@ -224,12 +224,9 @@ impl Machine {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
-        let cpu_model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        });
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| cpu_description(&s));
         let unix_time = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -242,6 +239,54 @@ impl Machine {
             rdapl_commit: rdapl_commit(),
         }
     }
+}
+
+/// Features of the CPU that change a measured path: the CRC32 instruction
+/// and carry-less multiplies (the MPA CRC's two ways), wide vectors, and
+/// fast string moves (`memcpy`).
+const CPU_FLAGS: [&str; 7] = [
+    "sse4_2",
+    "pclmulqdq",
+    "vpclmulqdq",
+    "avx2",
+    "avx512f",
+    "erms",
+    "fsrm",
+];
+
+/// The first CPU of `/proc/cpuinfo` text: its model name, then its family,
+/// model and stepping and which of `CPU_FLAGS` it has (a virtual
+/// machine's model name is often generic, "Intel Xeon Processor", while
+/// the family and model tell two generations apart). `None` without a
+/// model name.
+pub fn cpu_description(cpuinfo: &str) -> Option<String> {
+    let first = cpuinfo.split("\n\n").next().unwrap_or("");
+    let field = |name: &str| {
+        first.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == name).then(|| v.trim())
+        })
+    };
+    let mut out = field("model name")?.to_string();
+    if let (Some(f), Some(m)) = (field("cpu family"), field("model")) {
+        out.push_str(&format!("; family {f} model {m}"));
+        if let Some(st) = field("stepping") {
+            out.push_str(&format!(" stepping {st}"));
+        }
+    }
+    if let Some(flags) = field("flags") {
+        let have: Vec<&str> = CPU_FLAGS
+            .iter()
+            .copied()
+            .filter(|f| flags.split_whitespace().any(|x| x == *f))
+            .collect();
+        if have.is_empty() {
+            out.push_str(&format!("; none of {}", CPU_FLAGS.join(" ")));
+        } else {
+            out.push_str(&format!("; {}", have.join(" ")));
+        }
+    }
+    Some(out)
 }
 
 /// `git rev-parse --short HEAD` of the workspace this crate was built from,
@@ -299,6 +344,27 @@ pub fn size_label(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cpu_is_described_by_name_model_and_flags() {
+        let info = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n\
+                    model\t\t: 167\nmodel name\t: Intel(R) Xeon(R) Processor\n\
+                    stepping\t: 1\nflags\t\t: fpu sse4_2 avx2 avx512f vpclmulqdq fsrm\n\n\
+                    processor\t: 1\nmodel name\t: other\n";
+        assert_eq!(
+            cpu_description(info).as_deref(),
+            Some(
+                "Intel(R) Xeon(R) Processor; family 6 model 167 stepping 1; \
+                 sse4_2 vpclmulqdq avx2 avx512f fsrm"
+            )
+        );
+        let bare = "model name\t: Some CPU\nflags\t: fpu\n";
+        assert_eq!(
+            cpu_description(bare).as_deref(),
+            Some("Some CPU; none of sse4_2 pclmulqdq vpclmulqdq avx2 avx512f erms fsrm")
+        );
+        assert_eq!(cpu_description("processor\t: 0\n"), None);
+    }
 
     #[test]
     fn utc_dates() {
