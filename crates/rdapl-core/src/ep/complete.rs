@@ -232,7 +232,8 @@ impl EpInner {
             if q.is_empty() {
                 return None;
             }
-            let res = evd.reserve().ok()?;
+            // (No refusal's pause under the SRQ's lock.)
+            let res = evd.reserve_now().ok()?;
             let s = q.pop_front().expect("non-empty");
             RecvWr {
                 iov: RecvIov::from_slice(&s.iov),

@@ -469,7 +469,14 @@ impl EpInner {
                     return Err(queue_full());
                 }
             }
-            let res = evd.reserve()?;
+            let res = match evd.reserve_now() {
+                Ok(r) => r,
+                Err(e) => {
+                    drop(p);
+                    crate::evd::refused_pause();
+                    return Err(e);
+                }
+            };
             p.recvs.push_back(RecvWr {
                 iov: match iov {
                     [t] => RecvIov::from_buf([*t]),
@@ -541,7 +548,14 @@ impl EpInner {
         if self.requests.load(Ordering::Acquire) >= self.attr.max_request_dtos {
             return Err(queue_full());
         }
-        let res = evd.reserve()?;
+        let res = match evd.reserve_now() {
+            Ok(r) => r,
+            Err(e) => {
+                drop(c);
+                crate::evd::refused_pause();
+                return Err(e);
+            }
+        };
         if let Err(e) = prepare(&mut op) {
             let _ = evd.release(res); // reserved on this EVD
             return Err(e);

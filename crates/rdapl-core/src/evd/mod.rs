@@ -54,7 +54,9 @@
 //!   after a read of the consumers' head. It then returns after a short
 //!   pause (`refused_pause`): a producer that retries at once would pull
 //!   that head, and the slot the consumer takes next, to its own core with
-//!   every look, and slow the draining it waits for.
+//!   every look, and slow the draining it waits for. An endpoint's posts
+//!   reserve under its lock and pause only once they let go of it; a
+//!   provider's take of an SRQ receive does not pause.
 //! * A consumer reads the state word and claims one event, or a whole batch,
 //!   with one CAS on the ring's head; that head is also the count of slots
 //!   given back, so returning capacity costs nothing more.

@@ -68,20 +68,33 @@ pub trait EvdProducer {
     fn feeder(&self) -> Feeder;
 }
 
-impl EvdProducer for Evd {
+impl Evd {
+    /// [`EvdProducer::reserve`] without the refusal's pause, for the
+    /// core's posts, which reserve under an endpoint's or SRQ's lock: they
+    /// pause (`refused_pause`) once they let go of it, or not at all.
     #[inline]
-    fn reserve(&self) -> Result<Reservation> {
+    pub(crate) fn reserve_now(&self) -> Result<Reservation> {
         // A freed EVD has queue length 0, so this fails for it too.
         if self.inner.take_slots(1) {
             Ok(Reservation::new(self.inner.id))
         } else {
-            super::refused_pause();
             self.inner.check_live()?;
             Err(Error::InsufficientResources {
                 resource: Subtype::ResourceTevd,
                 what: "completion EVD is full (queued plus outstanding completions)",
             })
         }
+    }
+}
+
+impl EvdProducer for Evd {
+    #[inline]
+    fn reserve(&self) -> Result<Reservation> {
+        let r = self.reserve_now();
+        if r.is_err() {
+            super::refused_pause();
+        }
+        r
     }
 
     #[inline]
