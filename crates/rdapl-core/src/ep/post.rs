@@ -471,11 +471,7 @@ impl EpInner {
             }
             let res = match evd.reserve_now() {
                 Ok(r) => r,
-                Err(e) => {
-                    drop(p);
-                    crate::evd::refused_pause();
-                    return Err(e);
-                }
+                Err(e) => return crate::evd::refused_after(p, e),
             };
             p.recvs.push_back(RecvWr {
                 iov: match iov {
@@ -550,11 +546,7 @@ impl EpInner {
         }
         let res = match evd.reserve_now() {
             Ok(r) => r,
-            Err(e) => {
-                drop(c);
-                crate::evd::refused_pause();
-                return Err(e);
-            }
+            Err(e) => return crate::evd::refused_after(c, e),
         };
         if let Err(e) = prepare(&mut op) {
             let _ = evd.release(res); // reserved on this EVD

@@ -427,6 +427,15 @@ pub(crate) fn refused_pause() {
     }
 }
 
+/// A refused reservation's return from under a lock: `guard` (the lock)
+/// goes first, then the pause, then the error.
+#[cold]
+pub(crate) fn refused_after<T, G>(guard: G, e: Error) -> Result<T> {
+    drop(guard);
+    refused_pause();
+    Err(e)
+}
+
 impl EvdInner {
     fn load(&self) -> State {
         State(self.state.load(Ordering::SeqCst))
