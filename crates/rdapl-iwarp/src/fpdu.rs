@@ -19,9 +19,23 @@ use crate::crc::FpduCrc;
 use crate::ddp::{DdpHeader, UNTAGGED_HEADER_LEN};
 use crate::error::ProtocolError;
 
+/// The longest payload framed inline, in the header buffer (see
+/// [`crate::Connection::post_send_inline`]): its FPDU is one contiguous run
+/// of bytes with one CRC pass, not a payload fetched from memory apart.
+/// Every header buffer has room for it and is moved by value with its
+/// transmit, so a larger bound costs every FPDU (rdapl-bench's HISTORY.md,
+/// "Short payloads inline").
+pub const INLINE_MAX: usize = 64;
+
 /// Capacity of a [`HeaderBuf`]: length + untagged header + the largest inline
-/// body (a Terminate with both copied headers).
-pub const HEADER_BUF_CAP: usize = 2 + UNTAGGED_HEADER_LEN + crate::terminate::MAX_TERMINATE_BODY;
+/// body (an inline payload; a Terminate with both copied headers is shorter).
+pub const HEADER_BUF_CAP: usize = 2
+    + UNTAGGED_HEADER_LEN
+    + if INLINE_MAX > crate::terminate::MAX_TERMINATE_BODY {
+        INLINE_MAX
+    } else {
+        crate::terminate::MAX_TERMINATE_BODY
+    };
 
 /// The pad length for a ULPDU of `ulpdu_len` bytes.
 pub fn pad_len(ulpdu_len: usize) -> usize {
@@ -34,6 +48,8 @@ pub struct HeaderBuf {
     bytes: [u8; HEADER_BUF_CAP],
     len: u8,
 }
+
+const _: () = assert!(HEADER_BUF_CAP <= u8::MAX as usize);
 
 impl std::fmt::Debug for HeaderBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -371,6 +371,13 @@ impl EpInner {
         out: &mut Vec<u8>,
     ) -> std::result::Result<(), DtoStatus> {
         let spans = local_access(iov, MemPriv::LOCAL_READ, self)?;
+        if let [s] = &spans[..] {
+            // One region (a short message's usual list): its lock alone,
+            // no list of references.
+            let g = s.region.try_read().ok_or(DtoStatus::LocalProtection)?;
+            out.extend_from_slice(&g[s.offset..s.offset + s.len]);
+            return Ok(());
+        }
         let refs: Vec<SpanRef<'_>> = spans.iter().map(Span::as_ref).collect();
         mem::append_spans(&refs, out)
             .map(|_| ())

@@ -196,6 +196,7 @@ impl Connection {
                         internal: true,
                         offset: 0,
                         msn: 0,
+                        inline: None,
                     });
                     let gap = self.cfg.rtr_nudge_ms;
                     if gap > 0 {

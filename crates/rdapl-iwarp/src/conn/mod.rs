@@ -37,7 +37,7 @@
 use std::collections::VecDeque;
 
 use crate::error::{MpaError, PostError, ProtocolError};
-use crate::fpdu::{FpduDecoder, HeaderBuf, TrailerBuf};
+use crate::fpdu::{FpduDecoder, HeaderBuf, INLINE_MAX, TrailerBuf};
 use crate::mem::{Memory, Place, Region, Source};
 use crate::mpa::{self, MpaFrame};
 use crate::rdmap::{self, Opcode, READ_REQUEST_LEN, ReadRequest};
@@ -325,6 +325,43 @@ struct SqEntry {
     internal: bool,
     offset: u32,
     msn: u32,
+    /// The payload, when it was given at post time
+    /// ([`Connection::post_send_inline`]); else framing asks [`Memory`].
+    inline: Option<InlinePayload>,
+}
+
+/// A short payload held by the connection itself.
+#[derive(Clone, Copy)]
+struct InlinePayload {
+    bytes: [u8; INLINE_MAX],
+    len: u16,
+}
+
+impl std::fmt::Debug for InlinePayload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InlinePayload({} bytes)", self.len)
+    }
+}
+
+impl InlinePayload {
+    fn new(data: &[u8]) -> Result<Self, PostError> {
+        if data.len() > INLINE_MAX {
+            return Err(PostError::TooLong);
+        }
+        let mut bytes = [0; INLINE_MAX];
+        bytes[..data.len()].copy_from_slice(data);
+        Ok(Self {
+            bytes,
+            len: data.len() as u16,
+        })
+    }
+
+    /// Bytes `offset..offset + len` (a segment the caller bounded by
+    /// this payload's length).
+    fn get(&self, offset: u32, len: u32) -> Option<&[u8]> {
+        let end = offset.checked_add(len)? as usize;
+        self.bytes[..usize::from(self.len)].get(offset as usize..end)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -525,6 +562,16 @@ impl Connection {
     }
 
     fn push_sq(&mut self, wr_id: u64, kind: SqKind, len: u32) -> Result<(), PostError> {
+        self.push_sq_entry(wr_id, kind, len, None)
+    }
+
+    fn push_sq_entry(
+        &mut self,
+        wr_id: u64,
+        kind: SqKind,
+        len: u32,
+        inline: Option<InlinePayload>,
+    ) -> Result<(), PostError> {
         self.can_post()?;
         self.sq.push_back(SqEntry {
             wr_id,
@@ -533,6 +580,7 @@ impl Connection {
             internal: false,
             offset: 0,
             msn: 0,
+            inline,
         });
         Ok(())
     }
@@ -594,6 +642,47 @@ impl Connection {
     ) -> Result<(), PostError> {
         to.checked_add(u64::from(len)).ok_or(PostError::Wrap)?;
         self.push_sq(wr_id, SqKind::Write { stag, to }, len)
+    }
+
+    /// Posts a Send whose payload is `data` itself, copied into the
+    /// connection now: with Solicited Event if `solicited`, with Invalidate
+    /// of `invalidate` if given. Framing then never asks [`Memory`] for it,
+    /// and each of its FPDUs is one contiguous run with one CRC pass. The
+    /// wire bytes are those of [`Connection::post_send`] and its kin.
+    /// `TooLong` above [`INLINE_MAX`] bytes.
+    pub fn post_send_inline(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        solicited: bool,
+        invalidate: Option<u32>,
+    ) -> Result<(), PostError> {
+        let op = match (invalidate.is_some(), solicited) {
+            (false, false) => Opcode::Send,
+            (false, true) => Opcode::SendSe,
+            (true, false) => Opcode::SendInvalidate,
+            (true, true) => Opcode::SendSeInvalidate,
+        };
+        let kind = SqKind::Send {
+            op,
+            inval: invalidate.unwrap_or(0),
+        };
+        let p = InlinePayload::new(data)?;
+        self.push_sq_entry(wr_id, kind, u32::from(p.len), Some(p))
+    }
+
+    /// [`Connection::post_write`] of `data` itself, as
+    /// [`Connection::post_send_inline`] takes a Send's.
+    pub fn post_write_inline(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        stag: u32,
+        to: u64,
+    ) -> Result<(), PostError> {
+        let p = InlinePayload::new(data)?;
+        to.checked_add(u64::from(p.len)).ok_or(PostError::Wrap)?;
+        self.push_sq_entry(wr_id, SqKind::Write { stag, to }, u32::from(p.len), Some(p))
     }
 
     /// Posts an RDMA Read: `rr.size` bytes from the peer's `src_stag`/`src_to`
@@ -716,6 +805,7 @@ impl Connection {
                     internal: true,
                     offset: 0,
                     msn: 0,
+                    inline: None,
                 });
                 if left > 1 {
                     let gap = gap.saturating_mul(4);

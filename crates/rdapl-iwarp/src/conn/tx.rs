@@ -9,12 +9,13 @@ use crate::fpdu::{self};
 use crate::mem::{Memory, Source};
 use crate::rdmap::{self, Opcode};
 
-use super::{Connection, Event, OrqEntry, Role, SqKind, State, Transmit, TxPick};
+use super::{Connection, Event, OrqEntry, Role, SqEntry, SqKind, State, Transmit, TxPick};
 
 impl Connection {
     /// The next bytes to write to TCP, in order. Payload bytes are named by
     /// [`Source`]; `mem` is read only to compute the CRC and to check that
-    /// the source exists.
+    /// the source exists. A payload posted inline comes in the header
+    /// (`payload` is `None`).
     pub fn poll_transmit<M: Memory + ?Sized>(&mut self, mem: &M) -> Option<Transmit> {
         if let Some(b) = self.out_mpa.pop_front() {
             return Some(Transmit::Mpa(b));
@@ -122,6 +123,36 @@ impl Connection {
         })
     }
 
+    /// The FPDU of bytes `offset..offset + len` of a Send's or Write's
+    /// payload: from the entry itself when it was posted inline (header,
+    /// payload and pad contiguous, one CRC pass), else from `mem`.
+    fn frame_segment<M: Memory + ?Sized>(
+        &self,
+        hdr: &DdpHeader,
+        e: &SqEntry,
+        offset: u32,
+        len: u32,
+        mem: &M,
+    ) -> Result<Transmit, ProtocolError> {
+        match &e.inline {
+            Some(p) => {
+                let bytes = p
+                    .get(offset, len)
+                    .ok_or(ProtocolError::Local("inline payload has the wrong length"))?;
+                self.inline_frame(hdr, bytes)
+                    .ok_or(ProtocolError::Local("FPDU too long"))
+            }
+            None => {
+                let src = Source::Local {
+                    wr_id: e.wr_id,
+                    offset,
+                    len,
+                };
+                self.frame(hdr, &[], Some(src), mem)
+            }
+        }
+    }
+
     fn segment<M: Memory + ?Sized>(
         &mut self,
         pick: TxPick,
@@ -184,12 +215,7 @@ impl Connection {
                             e.msn
                         };
                         let hdr = rdmap::untagged_header(op, seg.last, inval, msn, seg.offset);
-                        let src = Source::Local {
-                            wr_id: e.wr_id,
-                            offset: seg.offset,
-                            len: seg.len,
-                        };
-                        let t = self.frame(&hdr, &[], Some(src), mem)?;
+                        let t = self.frame_segment(&hdr, &e, seg.offset, seg.len, mem)?;
                         if let Some(h) = self.sq.front_mut() {
                             h.offset += seg.len;
                             h.msn = msn;
@@ -205,12 +231,7 @@ impl Connection {
                             stag,
                             to + u64::from(seg.offset),
                         );
-                        let src = Source::Local {
-                            wr_id: e.wr_id,
-                            offset: seg.offset,
-                            len: seg.len,
-                        };
-                        let t = self.frame(&hdr, &[], Some(src), mem)?;
+                        let t = self.frame_segment(&hdr, &e, seg.offset, seg.len, mem)?;
                         if let Some(h) = self.sq.front_mut() {
                             h.offset += seg.len;
                         }

@@ -257,6 +257,8 @@ pub(crate) struct Conn {
     free_recvs: usize,
     next_id: u64,
     next_sink: u32,
+    /// A short Send's or Write's payload, gathered to be posted inline.
+    inline_buf: Vec<u8>,
     send_msn: u32,
     read_msn: u32,
     /// Counts every step that moved something (bytes read, fed, queued or
@@ -393,6 +395,7 @@ impl Conn {
             free_recvs: 0,
             next_id: 1,
             next_sink: 2,
+            inline_buf: Vec::with_capacity(rdapl_iwarp::fpdu::INLINE_MAX),
             send_msn: 1,
             read_msn: 1,
             work: 0,

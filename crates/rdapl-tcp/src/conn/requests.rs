@@ -2,6 +2,9 @@
 //! handing them to the engine, fencing bursts, and completing each one
 //! exactly once, in post order per queue.
 //!
+//! * A Send or Write of at most `INLINE_MAX` bytes is copied at post and
+//!   handed to the engine inline; a longer one is staged (its list held by
+//!   reference, an owned buffer gathered) until the engine framed it.
 //! * A Send or Write completes once placed: a zero-length RDMA Read (a
 //!   fence) follows each burst, and its response proves placement.
 //! * A peer's Terminate completes the request it names with the error,
@@ -11,6 +14,7 @@ use crate::memory::{Sink, Staged};
 use crate::params::Completion;
 use rdapl::provider::{EpInner, Wr, WrKind};
 use rdapl::{CompletionFlags, DtoStatus};
+use rdapl_iwarp::fpdu::INLINE_MAX;
 use rdapl_iwarp::terminate::{ddp as tddp, layer, rdmap as trdmap};
 use rdapl_iwarp::{Buffer, DdpHeader, ReadRequest, State, Terminate};
 use std::sync::Arc;
@@ -125,15 +129,24 @@ impl Conn {
                 return true;
             }
             WrKind::Send | WrKind::SendInvalidate(_) | WrKind::RdmaWrite(_) => {
-                // The list held by reference; an owned buffer gathered.
-                let staged = match ep.gather_ref(&wr) {
-                    Ok(Some(g)) => Ok(Staged::Held(Arc::new(g))),
-                    Ok(None) => {
-                        let mut data = self.out.freed.pop().unwrap_or_else(|| self.mem.take_buf());
-                        ep.gather(&wr, &mut data)
-                            .map(|()| Staged::Copied(Arc::new(data)))
+                // A short payload is copied now and posted inline (framed
+                // with its header in one run, nothing staged); a longer
+                // list is held by reference, an owned buffer gathered.
+                let inline = total_len(&wr) <= INLINE_MAX as u64;
+                let staged = if inline {
+                    self.inline_buf.clear();
+                    ep.gather(&wr, &mut self.inline_buf).map(|()| None)
+                } else {
+                    match ep.gather_ref(&wr) {
+                        Ok(Some(g)) => Ok(Some(Staged::Held(Arc::new(g)))),
+                        Ok(None) => {
+                            let mut data =
+                                self.out.freed.pop().unwrap_or_else(|| self.mem.take_buf());
+                            ep.gather(&wr, &mut data)
+                                .map(|()| Some(Staged::Copied(Arc::new(data))))
+                        }
+                        Err(st) => Err(st),
                     }
-                    Err(st) => Err(st),
                 };
                 let staged = match staged {
                     Ok(s) => s,
@@ -146,8 +159,9 @@ impl Conn {
                     }
                 };
                 let n = match &staged {
-                    Staged::Held(g) => g.len(),
-                    Staged::Copied(d) => d.len(),
+                    Some(Staged::Held(g)) => g.len(),
+                    Some(Staged::Copied(d)) => d.len(),
+                    None => self.inline_buf.len(),
                 };
                 let Ok(len) = u32::try_from(n) else {
                     slot.status = Some(DtoStatus::LocalLength);
@@ -157,7 +171,10 @@ impl Conn {
                     return false;
                 };
                 slot.len = u64::from(len);
-                self.mem.stage(id, staged);
+                if let Some(s) = staged {
+                    self.mem.stage(id, s);
+                }
+                let data = inline.then_some(&self.inline_buf[..]);
                 let Some(e) = self.engine.as_mut() else {
                     return false;
                 };
@@ -168,16 +185,26 @@ impl Conn {
                             to: rt.target_address,
                             len: u64::from(len),
                         };
-                        e.post_write(id, len, rt.rmr_context, rt.target_address)
+                        match data {
+                            Some(d) => {
+                                e.post_write_inline(id, d, rt.rmr_context, rt.target_address)
+                            }
+                            None => e.post_write(id, len, rt.rmr_context, rt.target_address),
+                        }
                     }
                     _ => {
                         slot.kind = SlotKind::Send { msn: self.send_msn };
                         self.send_msn = self.send_msn.wrapping_add(1);
                         let se = wr.flags().contains(CompletionFlags::SOLICITED_WAIT);
-                        match kind {
-                            WrKind::SendInvalidate(k) => e.post_send_inv(id, len, k, se),
-                            _ if se => e.post_send_se(id, len),
-                            _ => e.post_send(id, len),
+                        let inval = match kind {
+                            WrKind::SendInvalidate(k) => Some(k),
+                            _ => None,
+                        };
+                        match (data, inval) {
+                            (Some(d), _) => e.post_send_inline(id, d, se, inval),
+                            (None, Some(k)) => e.post_send_inv(id, len, k, se),
+                            (None, None) if se => e.post_send_se(id, len),
+                            (None, None) => e.post_send(id, len),
                         }
                     }
                 };
