@@ -54,6 +54,16 @@ pub(crate) const COPY_MESSAGE_MAX: usize = 8 << 10;
 /// Most slices one vectored write takes.
 const MAX_IOV: usize = 64;
 
+/// Written byte segments kept for reuse: a message's FPDUs and the
+/// fence behind it can need a few at once (its headers between payloads
+/// queued by reference), each otherwise a fresh allocation grown step by
+/// step.
+const SPARES: usize = 4;
+
+/// The capacity a new byte segment starts with: room for a few headers
+/// and short messages without growing.
+const SEG_START: usize = 512;
+
 /// Most bytes a segment keeps inline: the trailer and next header that
 /// sit between two payloads queued by reference.
 const INLINE: usize = 64;
@@ -90,8 +100,8 @@ pub(crate) struct OutQueue {
     written: u64,
     /// System calls that wrote (some of) them.
     pub writes: u64,
-    /// A written byte segment kept for reuse.
-    spare: Vec<u8>,
+    /// Written byte segments kept for reuse (at most [`SPARES`]).
+    spares: Vec<Vec<u8>>,
     /// Shared payload buffers written and no longer referenced elsewhere.
     pub freed: Vec<Vec<u8>>,
 }
@@ -149,7 +159,10 @@ impl OutQueue {
             }
             _ => {}
         }
-        let mut v = std::mem::take(&mut self.spare);
+        let mut v = self
+            .spares
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(SEG_START.max(b.len())));
         v.extend_from_slice(b);
         self.segs.push_back(Seg::Bytes(v));
     }
@@ -287,10 +300,10 @@ impl OutQueue {
             self.off = 0;
             match self.segs.pop_front() {
                 Some(Seg::Bytes(mut b))
-                    if self.spare.capacity() < b.capacity() && b.capacity() <= 1 << 20 =>
+                    if self.spares.len() < SPARES && b.capacity() <= 1 << 20 =>
                 {
                     b.clear();
-                    self.spare = b;
+                    self.spares.push(b);
                 }
                 Some(Seg::Shared(a, ..)) => {
                     if let Ok(v) = Arc::try_unwrap(a) {
