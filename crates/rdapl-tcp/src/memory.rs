@@ -83,6 +83,46 @@ pub(crate) struct Sink {
     pub status: Option<DtoStatus>,
 }
 
+/// Receives handed to the engine, in the order they were (by increasing
+/// engine id). The engine fills them in that order, so the one a Send
+/// lands in is the first, found without hashing.
+#[derive(Default)]
+pub(crate) struct Recvs(VecDeque<(u64, RecvState)>);
+
+impl Recvs {
+    /// Adds receive `id`, newer than every one held.
+    pub fn push(&mut self, id: u64, r: RecvState) {
+        debug_assert!(self.0.back().is_none_or(|b| b.0 < id));
+        self.0.push_back((id, r));
+    }
+
+    fn index(&self, id: u64) -> Option<usize> {
+        match self.0.front() {
+            Some((f, _)) if *f == id => Some(0),
+            _ => self.0.binary_search_by_key(&id, |e| e.0).ok(),
+        }
+    }
+
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut RecvState> {
+        let i = self.index(id)?;
+        self.0.get_mut(i).map(|e| &mut e.1)
+    }
+
+    pub fn remove(&mut self, id: u64) -> Option<RecvState> {
+        let i = self.index(id)?;
+        self.0.remove(i).map(|e| e.1)
+    }
+
+    /// The oldest receive held.
+    pub fn front_mut(&mut self) -> Option<&mut RecvState> {
+        self.0.front_mut().map(|e| &mut e.1)
+    }
+
+    pub fn pop_front(&mut self) -> Option<RecvState> {
+        self.0.pop_front().map(|e| e.1)
+    }
+}
+
 /// One connection's memory, as the engine sees it.
 pub(crate) struct ConnMemory {
     pub ep: Option<Arc<EpInner>>,
@@ -93,8 +133,8 @@ pub(crate) struct ConnMemory {
     /// Gather buffers given back, for reuse (large sends would otherwise
     /// map, fault in and unmap fresh memory each time).
     pub pool: Vec<Vec<u8>>,
-    /// Receives handed to the engine, by engine id.
-    pub recvs: HashMap<u64, RecvState>,
+    /// Receives handed to the engine.
+    pub recvs: Recvs,
     /// Our reads in flight, by sink STag.
     pub sinks: HashMap<u32, Sink>,
     /// The FPDU being fed.
@@ -115,7 +155,7 @@ impl ConnMemory {
             staged: HashMap::default(),
             staged_bytes: 0,
             pool: Vec::new(),
-            recvs: HashMap::default(),
+            recvs: Recvs::default(),
             sinks: HashMap::default(),
             rx_op: RxOp::Other,
             pending_read: None,
@@ -179,7 +219,7 @@ impl ConnMemory {
         let ep = self.ep.as_ref()?;
         match *dst {
             Place::Recv { wr_id, offset } => {
-                let r = self.recvs.get_mut(&wr_id).filter(|r| r.status.is_none())?;
+                let r = self.recvs.get_mut(wr_id).filter(|r| r.status.is_none())?;
                 ep.lend_recv(&mut r.wr, u64::from(offset), len, f).ok()
             }
             Place::Tagged { stag, to } => match self.rx_op {
@@ -330,7 +370,7 @@ impl Memory for ConnMemory {
         };
         match *dst {
             Place::Recv { wr_id, offset } => {
-                if let Some(r) = self.recvs.get_mut(&wr_id)
+                if let Some(r) = self.recvs.get_mut(wr_id)
                     && r.status.is_none()
                     && let Err(st) = ep.scatter_at(&mut r.wr, u64::from(offset), data)
                 {

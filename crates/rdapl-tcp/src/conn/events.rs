@@ -132,8 +132,7 @@ impl Conn {
                 solicited,
                 invalidated,
             } => {
-                self.recv_order.retain(|&i| i != wr_id);
-                if let Some(mut r) = self.mem.recvs.remove(&wr_id) {
+                if let Some(mut r) = self.mem.recvs.remove(wr_id) {
                     let st = r.status.unwrap_or(DtoStatus::Success);
                     if solicited {
                         r.wr.set_solicited();
@@ -170,8 +169,7 @@ impl Conn {
             Event::ReadComplete { wr_id, .. } => self.read_done(wr_id),
             Event::Flushed { wr_id } => {
                 self.mem.unstage(wr_id);
-                if let Some(r) = self.mem.recvs.remove(&wr_id) {
-                    self.recv_order.retain(|&i| i != wr_id);
+                if let Some(r) = self.mem.recvs.remove(wr_id) {
                     let st = r.status.unwrap_or(DtoStatus::Flushed);
                     if let Some(ep) = &self.ep {
                         ep.complete_recv(r.wr, st, 0);
@@ -227,9 +225,7 @@ impl Conn {
                         self.setup_fail = (ConnectionEventKind::TimedOut, None)
                     }
                     ConnError::Protocol(ProtocolError::MessageTooLong { .. }) => {
-                        if let Some(&id) = self.recv_order.front()
-                            && let Some(r) = self.mem.recvs.get_mut(&id)
-                        {
+                        if let Some(r) = self.mem.recvs.front_mut() {
                             r.status.get_or_insert(DtoStatus::LocalLength);
                         }
                     }

@@ -544,14 +544,13 @@ impl Conn {
             self.flushed += 1;
             return false;
         }
-        self.mem.recvs.insert(
+        self.mem.recvs.push(
             id,
             RecvState {
                 wr: r,
                 status: None,
             },
         );
-        self.recv_order.push_back(id);
         self.free_recvs += 1;
         true
     }

@@ -111,8 +111,8 @@ impl Conn {
                 self.flushed += 1;
             }
         }
-        while let Some(id) = self.recv_order.pop_front() {
-            if let (Some(r), Some(ep)) = (self.mem.recvs.remove(&id), &ep) {
+        while let Some(r) = self.mem.recvs.pop_front() {
+            if let Some(ep) = &ep {
                 let st = r.status.unwrap_or(DtoStatus::Flushed);
                 self.flushed += u64::from(st == DtoStatus::Flushed);
                 ep.complete_recv(r.wr, st, 0);

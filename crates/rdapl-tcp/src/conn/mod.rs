@@ -253,7 +253,6 @@ pub(crate) struct Conn {
     /// A Send or Write was queued since `maybe_fence` last found every
     /// one covered by a read: only then does it look.
     fence_due: bool,
-    recv_order: VecDeque<u64>,
     free_recvs: usize,
     next_id: u64,
     next_sink: u32,
@@ -391,7 +390,6 @@ impl Conn {
             linger_deadline: None,
             slots: VecDeque::new(),
             fence_due: false,
-            recv_order: VecDeque::new(),
             free_recvs: 0,
             next_id: 1,
             next_sink: 2,
