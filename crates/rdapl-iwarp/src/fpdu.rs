@@ -28,7 +28,8 @@ use crate::error::ProtocolError;
 pub const INLINE_MAX: usize = 64;
 
 /// Capacity of a [`HeaderBuf`]: length + untagged header + the largest inline
-/// body (an inline payload; a Terminate with both copied headers is shorter).
+/// body (the larger of an inline payload and a Terminate with both copied
+/// headers).
 pub const HEADER_BUF_CAP: usize = 2
     + UNTAGGED_HEADER_LEN
     + if INLINE_MAX > crate::terminate::MAX_TERMINATE_BODY {
