@@ -10,6 +10,7 @@ mod common;
 use std::collections::{HashMap, VecDeque};
 
 use common::XorShift;
+use rdapl_iwarp::fpdu::INLINE_MAX;
 use rdapl_iwarp::setup::RtrOffer;
 use rdapl_iwarp::{Config, Connection, Event, ReadRequest, Role, VecMemory};
 
@@ -156,21 +157,34 @@ impl Sim {
                 self.nodes[to].mem.recvs.insert(rid, vec![0; cap]);
                 self.nodes[to].conn.post_recv(rid, cap as u32).unwrap();
                 self.nodes[to].recvs.push_back((rid, data.clone()));
-                self.nodes[from].mem.sends.insert(id, data.clone());
+                // A short one is posted inline half the time (its sender's
+                // memory then does not have it at all).
+                let inline = len <= INLINE_MAX && self.rng.chance(1, 2);
+                if !inline {
+                    self.nodes[from].mem.sends.insert(id, data.clone());
+                }
                 let r = match self.rng.below(3) {
+                    0 if inline => self.nodes[from]
+                        .conn
+                        .post_send_inline(id, &data, false, None),
                     0 => self.nodes[from].conn.post_send(id, len as u32),
+                    1 if inline => self.nodes[from]
+                        .conn
+                        .post_send_inline(id, &data, true, None),
                     1 => self.nodes[from].conn.post_send_se(id, len as u32),
                     _ => {
                         // Invalidate a throwaway STag the peer registered.
                         let st = self.next_stag;
                         self.next_stag += 1;
                         self.nodes[to].mem.register(st, 0, vec![], false, false);
-                        self.nodes[from].conn.post_send_inv(
-                            id,
-                            len as u32,
-                            st,
-                            self.rng.chance(1, 2),
-                        )
+                        let se = self.rng.chance(1, 2);
+                        if inline {
+                            self.nodes[from]
+                                .conn
+                                .post_send_inline(id, &data, se, Some(st))
+                        } else {
+                            self.nodes[from].conn.post_send_inv(id, len as u32, st, se)
+                        }
                     }
                 };
                 r.unwrap();
@@ -187,11 +201,18 @@ impl Sim {
                 self.nodes[to]
                     .mem
                     .register(stag, base, vec![0; region_len], true, false);
-                self.nodes[from].mem.sends.insert(id, data.clone());
-                self.nodes[from]
-                    .conn
-                    .post_write(id, len as u32, stag, base + off as u64)
-                    .unwrap();
+                if len <= INLINE_MAX && self.rng.chance(1, 2) {
+                    self.nodes[from]
+                        .conn
+                        .post_write_inline(id, &data, stag, base + off as u64)
+                        .unwrap();
+                } else {
+                    self.nodes[from].mem.sends.insert(id, data.clone());
+                    self.nodes[from]
+                        .conn
+                        .post_write(id, len as u32, stag, base + off as u64)
+                        .unwrap();
+                }
                 self.nodes[from].pending.insert(
                     id,
                     Pending::Write {
