@@ -110,7 +110,9 @@
 //!   Writes of at most 8 KiB are copied into the output queue (a system
 //!   call writes one list of registered memory, so small messages posted
 //!   together, [`rdapl::Ep::post_batch`], share one only when copied; the
-//!   copy costs less than the call). Once a large
+//!   copy costs less than the call); those of at most
+//!   [`rdapl_iwarp::fpdu::INLINE_MAX`] bytes are copied when posted and
+//!   framed with their header in one run (nothing staged). Once a large
 //!   FPDU's header is in, the rest of its payload is read from the socket
 //!   straight into the receive or the tagged region (the core lends that
 //!   memory: `EpInner::lend_recv` and friends); headers and small FPDUs go
