@@ -120,7 +120,7 @@ pub fn fuzz_config(crc: bool) -> Config {
 /// starts with a whole MPA frame, that frame is fed alone first (a peer
 /// waits for the answer), so mutated valid streams reach the FPDU code.
 /// A responder accepts whatever request it sees; an initiator has sent its
-/// request and posts one send and one read once established.
+/// request and posts two sends (one inline) and one read once established.
 pub fn fuzz_connection(data: &[u8]) {
     let Some((&ctl, rest)) = data.split_first() else {
         return;
@@ -166,6 +166,7 @@ fn drive(c: &mut Connection, mem: &mut VecMemory) {
                 Event::Established { .. } if c.role() == Role::Initiator => {
                     let _ = c.post_recv(1, 128);
                     let _ = c.post_send(10, 64);
+                    let _ = c.post_send_inline(12, &[0xa5; 40], true, None);
                     let rr = ReadRequest {
                         sink_stag: 0x300,
                         sink_to: 0x3000,
