@@ -317,6 +317,23 @@ enum SqKind {
     Read(ReadRequest),
 }
 
+impl SqKind {
+    /// A Send of RDMAP's four kinds: with Solicited Event if `solicited`,
+    /// with Invalidate of the STag if given.
+    fn send(solicited: bool, invalidate: Option<u32>) -> Self {
+        let op = match (invalidate.is_some(), solicited) {
+            (false, false) => Opcode::Send,
+            (false, true) => Opcode::SendSe,
+            (true, false) => Opcode::SendInvalidate,
+            (true, true) => Opcode::SendSeInvalidate,
+        };
+        SqKind::Send {
+            op,
+            inval: invalidate.unwrap_or(0),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct SqEntry {
     wr_id: u64,
@@ -587,26 +604,12 @@ impl Connection {
 
     /// Posts a Send of `len` bytes from the local buffer of `wr_id`.
     pub fn post_send(&mut self, wr_id: u64, len: u32) -> Result<(), PostError> {
-        self.push_sq(
-            wr_id,
-            SqKind::Send {
-                op: Opcode::Send,
-                inval: 0,
-            },
-            len,
-        )
+        self.push_sq(wr_id, SqKind::send(false, None), len)
     }
 
     /// Posts a Send with Solicited Event.
     pub fn post_send_se(&mut self, wr_id: u64, len: u32) -> Result<(), PostError> {
-        self.push_sq(
-            wr_id,
-            SqKind::Send {
-                op: Opcode::SendSe,
-                inval: 0,
-            },
-            len,
-        )
+        self.push_sq(wr_id, SqKind::send(true, None), len)
     }
 
     /// Posts a Send with Invalidate of `inval_stag` (with SE if `solicited`).
@@ -617,19 +620,7 @@ impl Connection {
         inval_stag: u32,
         solicited: bool,
     ) -> Result<(), PostError> {
-        let op = if solicited {
-            Opcode::SendSeInvalidate
-        } else {
-            Opcode::SendInvalidate
-        };
-        self.push_sq(
-            wr_id,
-            SqKind::Send {
-                op,
-                inval: inval_stag,
-            },
-            len,
-        )
+        self.push_sq(wr_id, SqKind::send(solicited, Some(inval_stag)), len)
     }
 
     /// Posts an RDMA Write of `len` bytes to `stag`/`to` at the peer.
@@ -657,17 +648,8 @@ impl Connection {
         solicited: bool,
         invalidate: Option<u32>,
     ) -> Result<(), PostError> {
-        let op = match (invalidate.is_some(), solicited) {
-            (false, false) => Opcode::Send,
-            (false, true) => Opcode::SendSe,
-            (true, false) => Opcode::SendInvalidate,
-            (true, true) => Opcode::SendSeInvalidate,
-        };
-        let kind = SqKind::Send {
-            op,
-            inval: invalidate.unwrap_or(0),
-        };
         let p = InlinePayload::new(data)?;
+        let kind = SqKind::send(solicited, invalidate);
         self.push_sq_entry(wr_id, kind, u32::from(p.len), Some(p))
     }
 
