@@ -151,6 +151,7 @@ impl Conn {
                         }
                         self.flushed += u64::from(st == DtoStatus::Flushed);
                         self.delivered += 1;
+                        self.peer_spoke = true;
                     }
                     if st != DtoStatus::Success {
                         self.break_local();
@@ -159,6 +160,7 @@ impl Conn {
             }
             Event::SendComplete { wr_id } => {
                 self.mem.unstage(wr_id);
+                self.peer_spoke = false;
                 // Its last byte is queued: the queue's position now.
                 let at = self.out.pushed();
                 if let Some(s) = self.slot_mut(wr_id) {

@@ -225,6 +225,9 @@ pub(crate) struct Conn {
     rx_last: u64,
     /// When the socket last took output bytes (ms).
     tx_last: u64,
+    /// A Send of the peer arrived since our last Send or Write was framed:
+    /// what we send next answers it ([`output`]'s early write).
+    peer_spoke: bool,
     /// Reads and fences among `slots` (outstanding, or answered and about
     /// to complete), and since when there have been some (ms).
     reads_queued: usize,
@@ -378,6 +381,7 @@ impl Conn {
             eof_fed: false,
             stall_since: None,
             rx_last: 0,
+            peer_spoke: false,
             tx_last: 0,
             reads_queued: 0,
             awaiting_since: 0,

@@ -3,7 +3,12 @@
 //!
 //! * Large payload goes by reference to registered memory, never copied.
 //! * A message is framed whole (up to `OUT_MESSAGE_MAX`) before a write,
-//!   so it leaves in one system call.
+//!   so it leaves in one system call, but for one case:
+//! * A large message that answers the peer goes out in two writes: its
+//!   first FPDU at once, the rest once framed. A peer that waits for it
+//!   (a request/response exchange) then takes the first FPDU in while
+//!   this side frames and writes the rest; a stream of messages, whose
+//!   peer is busy anyway, keeps one write a message.
 //! * On `complete=sent`, a Send or Write completes once its last byte
 //!   was written.
 
@@ -19,6 +24,10 @@ use super::{Conn, IO_HIGH, Phase, SlotKind};
 /// in: a stream of large messages leaves in writes of a message each, not
 /// of `IO_HIGH` (which streamed 1 MiB messages slower: see the commit).
 const OUT_MESSAGE_MAX: usize = 1 << 20;
+
+/// The smallest first FPDU payload written ahead of its message's rest
+/// (see the module doc): smaller ones are not worth a system call.
+const EARLY_MIN: usize = 16 << 10;
 
 impl Conn {
     pub(super) fn write_socket(&mut self) {
@@ -81,6 +90,7 @@ impl Conn {
         // then completed at once, not when a full socket (a peer gone
         // silent) takes bytes again.
         let mut high = IO_HIGH;
+        let mut early = self.answering();
         loop {
             let Some(e) = self.engine.as_mut() else {
                 return;
@@ -108,7 +118,33 @@ impl Conn {
                 self.mem.response_sent(stag, to, len);
             }
             self.events();
+            if early
+                && let Transmit::Fpdu {
+                    header,
+                    payload: Some(p),
+                    ..
+                } = &t
+                && !header.last()
+                && p.len() as usize >= EARLY_MIN
+            {
+                early = false;
+                self.write_socket();
+            }
         }
+    }
+
+    /// This side answers a peer that waits ([`EARLY_MIN`]'s write): a Send
+    /// of the peer arrived since our last message, little of ours is
+    /// queued unwritten (an answer held for the next write, not a backlog)
+    /// and nothing sent waits for the proof of its placement.
+    fn answering(&self) -> bool {
+        self.peer_spoke
+            && self.out.len() < EARLY_MIN
+            && !self.slots.iter().any(|s| {
+                matches!(s.kind, SlotKind::Send { .. } | SlotKind::Write { .. })
+                    && s.sent
+                    && s.status.is_none()
+            })
     }
 
     /// Queues what the engine transmits: a Send's or Write's payload by
