@@ -8,24 +8,11 @@ mod common;
 use common::*;
 use rdapl::*;
 use rdapl_tcp::Tcp;
-use std::sync::Arc;
 
 /// FPDUs of about 20,000 bytes: a message of `LARGE` bytes takes three.
 const PARAMS: &str = "mss=20000";
 const LARGE: usize = 48 << 10;
 const ROUNDS: usize = 8;
-
-/// A connected pair with a provider instance per side (each side's
-/// system calls counted alone): the client's and the server's instance.
-fn pair_apart(client: &str, server: &str) -> (Arc<Tcp>, Arc<Tcp>, Pair) {
-    let (tc, ts) = (Tcp::new(), Tcp::new());
-    let p = Pair::new(
-        Node::new(&tc, client, PARAMS),
-        Node::new(&ts, server, PARAMS),
-    );
-    p.connect();
-    (tc, ts, p)
-}
 
 /// The client asks with 64 bytes, the server answers with `LARGE`: the
 /// server's socket writes for each answer, from its post to its
@@ -61,7 +48,7 @@ fn answers(p: &Pair, ts: &Tcp) -> Vec<u64> {
 
 #[test]
 fn a_large_answer_leaves_its_first_fpdu_in_a_write_of_its_own() {
-    let (_tc, ts, p) = pair_apart("127.0.44.1", "127.0.44.2");
+    let (_tc, ts, p) = Pair::apart("127.0.44.1", "127.0.44.2", PARAMS);
     let writes = answers(&p, &ts);
     // A write that the socket's buffer takes in part adds one; every
     // answer has its early write.
@@ -73,7 +60,7 @@ fn a_large_answer_leaves_its_first_fpdu_in_a_write_of_its_own() {
 
 #[test]
 fn a_large_message_that_answers_nothing_keeps_one_write() {
-    let (tc, ts, p) = pair_apart("127.0.44.3", "127.0.44.4");
+    let (tc, ts, p) = Pair::apart("127.0.44.3", "127.0.44.4", PARAMS);
     // Warm the connection first (the socket's buffer grows).
     assert_eq!(answers(&p, &ts).len(), ROUNDS);
     let n = 16usize;

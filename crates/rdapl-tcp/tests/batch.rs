@@ -10,21 +10,6 @@ mod common;
 
 use common::*;
 use rdapl::*;
-use rdapl_tcp::Tcp;
-use std::sync::Arc;
-
-/// A connected pair with a provider instance per side (each side's
-/// system calls counted alone), both with `params`: the client's and the
-/// server's instance.
-fn pair_apart(client: &str, server: &str, params: &str) -> (Arc<Tcp>, Arc<Tcp>, Pair) {
-    let (tc, ts) = (Tcp::new(), Tcp::new());
-    let p = Pair::new(
-        Node::new(&tc, client, params),
-        Node::new(&ts, server, params),
-    );
-    p.connect();
-    (tc, ts, p)
-}
 
 /// The server posts `n` receives of `len` bytes, in one region.
 fn receives(p: &Pair, len: usize, n: usize) -> Lmr {
@@ -58,7 +43,7 @@ fn in_order(evd: &Evd, n: usize) {
 
 #[test]
 fn a_batch_of_small_sends_is_one_socket_write() {
-    let (tc, _ts, p) = pair_apart("127.0.14.1", "127.0.14.2", "");
+    let (tc, _ts, p) = Pair::apart("127.0.14.1", "127.0.14.2", "");
     // One message first: the server's answer to its fence is an FPDU of
     // the peer, after which the client sends no more MPA nudges (RTR
     // repeats) that would count as writes.
@@ -92,7 +77,7 @@ fn a_batch_of_small_sends_is_one_socket_write() {
 /// byte arrives.
 #[test]
 fn a_burst_of_small_messages_is_read_in_few_socket_reads() {
-    let (_tc, ts, p) = pair_apart("127.0.14.3", "127.0.14.4", "");
+    let (_tc, ts, p) = Pair::apart("127.0.14.3", "127.0.14.4", "");
     let (len, n) = (4096usize, 24usize);
     let rbuf = receives(&p, len, n);
     let data = pattern(n * len, 3);
@@ -114,7 +99,7 @@ fn a_burst_of_small_messages_is_read_in_few_socket_reads() {
 /// window) while the rest are on their way; every Send completes.
 #[test]
 fn a_burst_of_small_sends_is_fenced_as_it_goes() {
-    let (tc, _ts, p) = pair_apart("127.0.14.5", "127.0.14.6", "complete=placed");
+    let (tc, _ts, p) = Pair::apart("127.0.14.5", "127.0.14.6", "complete=placed");
     let (len, n) = (256usize, 16usize);
     let _rbuf = receives(&p, len, n);
     let src = p.c.lmr(pattern(n * len, 4));

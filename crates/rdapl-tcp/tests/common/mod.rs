@@ -239,6 +239,19 @@ impl Pair {
         p
     }
 
+    /// Like [`Pair::connected`], with a provider instance per side (each
+    /// side's system calls counted alone): the client's instance, the
+    /// server's and the pair.
+    pub fn apart(client: &str, server: &str, params: &str) -> (Arc<Tcp>, Arc<Tcp>, Pair) {
+        let (tc, ts) = (Tcp::new(), Tcp::new());
+        let p = Pair::new(
+            Node::new(&tc, client, params),
+            Node::new(&ts, server, params),
+        );
+        p.connect();
+        (tc, ts, p)
+    }
+
     pub fn connect(&self) {
         self.c
             .ep
