@@ -161,6 +161,16 @@ struct Slot {
     status: Option<DtoStatus>,
 }
 
+impl Slot {
+    /// A Send or Write handed to TCP in full whose outcome is not known
+    /// yet (on `placed`: the proof of its placement is awaited).
+    fn sent_unfinished(&self) -> bool {
+        matches!(self.kind, SlotKind::Send { .. } | SlotKind::Write { .. })
+            && self.sent
+            && self.status.is_none()
+    }
+}
+
 /// Where the connection is.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {

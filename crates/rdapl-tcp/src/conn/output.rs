@@ -90,7 +90,10 @@ impl Conn {
         // then completed at once, not when a full socket (a peer gone
         // silent) takes bytes again.
         let mut high = IO_HIGH;
-        let mut early = self.answering();
+        // What was queued unwritten before this call (a held answer, or a
+        // backlog), and whether the early write is still to be considered.
+        let backlog = self.out.len();
+        let mut early = true;
         loop {
             let Some(e) = self.engine.as_mut() else {
                 return;
@@ -128,23 +131,20 @@ impl Conn {
                 && p.len() as usize >= EARLY_MIN
             {
                 early = false;
-                self.write_socket();
+                if backlog < EARLY_MIN && self.answering() {
+                    self.write_socket();
+                }
             }
         }
     }
 
-    /// This side answers a peer that waits ([`EARLY_MIN`]'s write): a Send
-    /// of the peer arrived since our last message, little of ours is
-    /// queued unwritten (an answer held for the next write, not a backlog)
-    /// and nothing sent waits for the proof of its placement.
+    /// This side answers a peer that waits ([`EARLY_MIN`]'s write; the
+    /// caller also wants little of ours queued unwritten before, an answer
+    /// held for the next write rather than a backlog): a Send of the peer
+    /// arrived since our last message and nothing sent waits for the proof
+    /// of its placement.
     fn answering(&self) -> bool {
-        self.peer_spoke
-            && self.out.len() < EARLY_MIN
-            && !self.slots.iter().any(|s| {
-                matches!(s.kind, SlotKind::Send { .. } | SlotKind::Write { .. })
-                    && s.sent
-                    && s.status.is_none()
-            })
+        self.peer_spoke && !self.slots.iter().any(|s| s.sent_unfinished())
     }
 
     /// Queues what the engine transmits: a Send's or Write's payload by

@@ -547,10 +547,7 @@ impl Conn {
             DtoStatus::RemoteResponder
         };
         for s in self.slots.iter_mut().take(i) {
-            if matches!(s.kind, SlotKind::Send { .. } | SlotKind::Write { .. })
-                && s.status.is_none()
-                && s.sent
-            {
+            if s.sent_unfinished() {
                 s.status = Some(DtoStatus::Success);
             }
         }
