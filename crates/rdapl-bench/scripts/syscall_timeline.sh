@@ -2,13 +2,14 @@
 # Records a ping-pong's system calls with perf's syscall tracepoints and
 # prints where its one-way time goes (syscall_timeline.py): each write's
 # time in the kernel, the user-space work between a message's writes,
-# and the turnaround from the last read of the peer's message to the
-# reply's first write. Works where hardware counters do not (VMs): it
-# needs only tracepoints, root (or a permissive perf_event_paranoid) and
-# tracefs mounted at /sys/kernel/tracing.
+# the turnaround from the last read of the peer's message to the reply's
+# first write, and the delivery from a write's return to the peer's read.
+# Works where hardware counters do not (VMs): it needs only tracepoints,
+# root (or a permissive perf_event_paranoid) and tracefs mounted
+# (`mount -t tracefs nodev /sys/kernel/tracing` where it is not).
 #
 #   crates/rdapl-bench/scripts/syscall_timeline.sh rdapl 64k 3000 48800
-#   crates/rdapl-bench/scripts/syscall_timeline.sh fi 64k 3000 48801
+#   crates/rdapl-bench/scripts/syscall_timeline.sh fi 65536 3000 48801
 #   RDAPL_ARGS="--params crc=0" crates/rdapl-bench/scripts/syscall_timeline.sh rdapl 64k 3000 48802
 #
 # PROGRAM is rdapl (target/release/rdapl, or $RDAPL; server and client
@@ -34,6 +35,12 @@ events=(
   -e syscalls:sys_exit_recvfrom --filter 'ret != -11'
   -e syscalls:sys_exit_readv --filter 'ret != -11'
 )
+
+if ! perf list 'syscalls:sys_enter_sendmsg' 2>/dev/null | grep -q sys_enter_sendmsg; then
+  echo "perf sees no syscall tracepoints: run as root, with tracefs mounted" \
+    "(mount -t tracefs nodev /sys/kernel/tracing)" >&2
+  exit 1
+fi
 
 case "$prog" in
   rdapl)
