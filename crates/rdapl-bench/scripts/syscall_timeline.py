@@ -114,7 +114,7 @@ def main(path):
     for pid, events in per.items():
         firsts[pid] = []
         for turn, writes in answers(events):
-            firsts[pid].append(writes[0][1])
+            firsts[pid].append(writes[0])
             cols["turnaround"].append(turn)
             cols["first write"].append(writes[0][1] - writes[0][0])
             if len(writes) > 1:
@@ -124,16 +124,21 @@ def main(path):
         a, b = per
         for src, dst in ((a, b), (b, a)):
             reads = first_reads(per[dst])
-            i = 0
-            for w in firsts[src]:
+            replies = [enter for enter, _ in firsts[dst]]
+            i = j = 0
+            for _, w in firsts[src]:
                 while i < len(reads) and reads[i] <= w:
                     i += 1
+                while j < len(replies) and replies[j] <= w:
+                    j += 1
                 if i == len(reads):
                     break
-                # The peer's next first read, if it came before this
-                # process wrote again (else this answer's data was read
-                # while it was being written).
-                cols["delivery"].append(reads[i] - w)
+                # The peer's first read after this write returned counts
+                # only if it came before the peer's reply (else the peer
+                # had read this answer while it was being written, and the
+                # read found is of a later one).
+                if j == len(replies) or reads[i] < replies[j]:
+                    cols["delivery"].append(reads[i] - w)
     answered = len(cols["turnaround"])
     for name, values in cols.items():
         if name in ("between writes", "second write") and len(values) * 10 < answered:
