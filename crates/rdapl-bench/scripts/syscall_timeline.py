@@ -54,6 +54,11 @@ def parse(path):
     return {p: e for p, e in per.items() if any(x[2] in WRITES for x in e)}
 
 
+def data_read(edge, call, ret):
+    """The exit of a read that returned data."""
+    return call in READS and edge == "exit" and ret is not None and ret > 0
+
+
 def answers(events):
     """Each answer: (turnaround, [(enter, exit) of its writes]). Sorts
     `events`."""
@@ -63,7 +68,7 @@ def answers(events):
     current = None
     entered = None
     for t, edge, call, ret in events:
-        if call in READS and edge == "exit" and ret is not None and ret > 0:
+        if data_read(edge, call, ret):
             last_read = t
             current = None
         elif call in WRITES and edge == "enter":
@@ -95,7 +100,7 @@ def first_reads(events):
     for t, edge, call, ret in events:
         if call in WRITES and edge == "exit":
             wrote = True
-        elif wrote and call in READS and edge == "exit" and ret is not None and ret > 0:
+        elif wrote and data_read(edge, call, ret):
             out.append(t)
             wrote = False
     return out
