@@ -15,7 +15,9 @@
 //! the IA's `timeout_ms` where bytes stop coming, every request completes
 //! exactly once, and nothing corrupted completes in success. Each case
 //! prints its seed; `CHUNK_SEED=n` replays a seed's choices (the kernel's
-//! timing varies).
+//! timing varies). A failing case also prints the provider's log of its
+//! connections (info and above: which side ended, how and why), since a
+//! timing the seed does not replay may not come back.
 
 mod common;
 
@@ -422,6 +424,12 @@ fn pump(
 /// A connected pair whose client reaches the server through a proxy at
 /// `proxy_ip` (same port: the qualifier).
 fn through_proxy(tcp: &Arc<Tcp>, net: u8, params: &str, mode: Mode) -> (Pair, Proxy) {
+    // Into the test's captured output (the provider's threads spawned by
+    // a test inherit its capture): shown when the test fails.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_test_writer()
+        .try_init();
     let (c, s) = (
         Node::new(tcp, &format!("127.0.{net}.1"), params),
         Node::new(tcp, &format!("127.0.{net}.2"), params),
@@ -881,6 +889,53 @@ fn a_peer_that_stops_reading_both_ways_breaks_the_sender_by_tcps_timeout() {
     assert!(waited < Duration::from_secs(5), "broken after {waited:?}");
     collect(&p.s.rcv, SR_N as usize);
     assert_eq!(conn_kind(&p.s.conn), ConnectionEventKind::Broken, "server");
+}
+
+/// A heartbeat whose answer never comes (the peer's process stopped
+/// while its kernel acknowledges; here the proxy swallows the server's
+/// stream) holds back no completion: with `complete=sent` the Sends
+/// posted behind it complete once written, in success, the connection
+/// stays up (a heartbeat's answer is not owed) and ends gracefully.
+#[test]
+fn an_unanswered_heartbeat_holds_back_no_completion() {
+    let tcp = Tcp::new();
+    let mode = Mode {
+        seed: seed(),
+        fault: Fault::None,
+        small_windows: false,
+        back: Fault::DropFrom(0),
+    };
+    let (p, _proxy) = through_proxy(&tcp, 169, "timeout_ms=400 complete=sent", mode);
+    // Idle past half the timeout: both sides ask (one Tcp counts both).
+    let end = Instant::now() + T;
+    while tcp.heartbeats() < 2 {
+        assert!(Instant::now() < end, "no heartbeat");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let rbuf = p.s.buf(2000);
+    let src = p.c.lmr(pattern(2000, 7));
+    for i in 0..2u64 {
+        p.s.recv(&rbuf, i * 1000, 1000, 10 + i);
+        p.c.send(&src, i * 1000, 1000, i);
+        let r = next_dto(&p.s.rcv);
+        assert_eq!((r.cookie, r.status), (10 + i, DtoStatus::Success));
+        // Written at once: its completion is due then, not after the
+        // heartbeat's answer.
+        let d = match p.c.req.wait(Some(Duration::from_secs(3)), 1) {
+            Ok((Event::Dto(d), _)) => d,
+            other => panic!("send {i}: no completion behind the heartbeat: {other:?}"),
+        };
+        assert_eq!((d.cookie, d.status), (i, DtoStatus::Success));
+    }
+    assert!(rbuf.to_vec().unwrap() == pattern(2000, 7), "both sends");
+    // Two timeouts later: still connected, nothing else happened.
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(p.c.ep.state(), EpState::Connected);
+    empty(&p.c.conn);
+    empty(&p.c.req);
+    // The heartbeats still unanswered: a graceful end all the same.
+    p.c.ep.disconnect(true).unwrap();
+    p.expect_end(ConnectionEventKind::Disconnected);
 }
 
 /// Sends of [`sends_until_reading_stops`].

@@ -60,7 +60,8 @@
 //!   read, after half a timeout) breaks the connection then, with an MPA
 //!   Terminate (stream lost), not when the kernel's own timers come round
 //!   to it (`liveness`). A heartbeat's answer is not owed as a read's is:
-//!   a stopped peer process whose kernel acknowledges stays connected.
+//!   a stopped peer process whose kernel acknowledges stays connected,
+//!   and no request posted behind the heartbeat waits for its answer.
 //! * **An ending connection completes at once.** Its requests are
 //!   flushed as soon as it ends, also when its Terminate must wait behind
 //!   bytes a full socket does not take.

@@ -331,7 +331,8 @@ impl Conn {
     /// Asks an idle peer whether it is there (`conn/liveness.rs`): a
     /// zero-length read, answered by a live peer's provider and
     /// acknowledged by its kernel. Only on a connection with no request
-    /// outstanding, so that no completion waits for its answer.
+    /// outstanding, so it is the head of the queue; no completion waits
+    /// for its answer (see [`Conn::complete_ready`]).
     /// Returns the heartbeat's request id.
     pub(super) fn heartbeat(&mut self) -> Option<u64> {
         if !self.slots.is_empty() || !self.may_read() {
@@ -385,10 +386,34 @@ impl Conn {
     /// request every later one is flushed too, whatever it was to be (a
     /// Send handed to TCP behind a read the ended connection never
     /// answered): no success follows a flush in an endpoint's stream.
+    ///
+    /// A heartbeat is nobody's request: what was posted behind it
+    /// completes as if it were not there (a stopped peer process never
+    /// answers it, and with [`Completion::Sent`] a Send written behind it
+    /// is complete), and its flush flushes nothing else. It stays at the
+    /// head until its answer comes or the connection ends.
     pub(super) fn complete_ready(&mut self) {
         let Some(ep) = self.ep.clone() else {
             return;
         };
+        let mut aside = None;
+        if let Some(s) = self.slots.front()
+            && self.heartbeat_sent.is_some_and(|(id, _)| id == s.id)
+        {
+            if s.status.is_some() {
+                self.pop_slot();
+            } else {
+                aside = self.slots.pop_front();
+            }
+        }
+        self.complete_head(&ep);
+        if let Some(h) = aside {
+            self.slots.push_front(h);
+        }
+    }
+
+    /// [`Conn::complete_ready`] from the queue's head.
+    fn complete_head(&mut self, ep: &Arc<EpInner>) {
         while let Some(s) = self.slots.front() {
             if s.kind == SlotKind::Local && s.status.is_none() && !self.flushing {
                 let mut s = self.pop_slot().expect("front exists");
