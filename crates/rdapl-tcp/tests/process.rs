@@ -7,7 +7,8 @@
 //! to a read, its kernel still acknowledging, breaks the connection
 //! within the IA's `timeout_ms`; one stopped while its connection is
 //! idle does not (the provider's heartbeats ask the peer's kernel, which
-//! answers), and the connection serves on once it runs again.
+//! answers), nor one stopped under traffic for less than the timeout,
+//! and the connection serves on once it runs again.
 
 mod common;
 
@@ -301,6 +302,62 @@ fn a_stopped_peer_breaks_the_connection_within_the_timeout() {
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Broken);
     assert_eq!(c.ep.state(), EpState::Disconnected);
     let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
+}
+
+/// The peer process stopped for well under the timeout (a debugger's
+/// breakpoint, a host's hiccup), twice, under a stream of RDMA Writes
+/// and Reads of its region: its kernel's window closes and the answers
+/// wait, but the connection does not break, and once it runs again
+/// every request succeeds in order and every read returns the write
+/// before it.
+#[test]
+fn a_peer_stopped_briefly_is_not_silent() {
+    let (child, rx, port) = spawn("target", "127.0.234.6");
+    let tcp = Tcp::new();
+    let c = Node::new(&tcp, "127.0.234.5", "timeout_ms=1000");
+    let whole = connect_target(&c, "127.0.234.6", port, &rx);
+    let sink = c.buf(1 << 16);
+    let srcs: Vec<Lmr> = (0..4u8).map(|k| c.lmr(pattern(1 << 16, k))).collect();
+    let (mut cookie, mut round) = (0u64, 0usize);
+    let start = Instant::now();
+    let mut stops = 0;
+    // Rounds of eight 64 KiB writes (the last one's bytes are what a
+    // read then sees) and a read, until two stops are over.
+    while stops < 2 || start.elapsed() < Duration::from_millis(1_800) {
+        assert!(start.elapsed() < T, "rounds did not end");
+        let k = round % srcs.len();
+        for _ in 0..8 {
+            c.ep.post_rdma_write(&[srcs[k].triplet(0, 1 << 16).unwrap()], whole, cookie, D)
+                .unwrap();
+            cookie += 1;
+        }
+        c.ep.post_rdma_read(&[sink.triplet(0, 1 << 16).unwrap()], whole, cookie, D)
+            .unwrap();
+        // Stopped with the round's requests in flight, 400 ms each time.
+        if stops < 2 && start.elapsed() >= Duration::from_millis(200 + 700 * stops) {
+            let pid = stop(&child);
+            std::thread::sleep(Duration::from_millis(400));
+            rustix::process::kill_process(pid, rustix::process::Signal::CONT).expect("SIGCONT");
+            stops += 1;
+        }
+        for i in cookie - 8..=cookie {
+            let d = next_dto(&c.req);
+            assert_eq!(
+                (d.cookie, d.status),
+                (i, DtoStatus::Success),
+                "round {round}, stops {stops}"
+            );
+        }
+        assert!(
+            sink.to_vec().unwrap() == pattern(1 << 16, k as u8),
+            "round {round}: the read sees the writes before it"
+        );
+        cookie += 1;
+        round += 1;
+    }
+    assert_eq!(c.ep.state(), EpState::Connected);
+    empty(&c.conn);
+    empty(&c.req);
 }
 
 /// The peer process stopped under a stream of RDMA Writes: its kernel's
