@@ -403,3 +403,68 @@ fn descriptors_for(need: u64) {
         "this test needs {need} open files and the hard limit allows {now:?} (ulimit -Hn)"
     );
 }
+
+/// A connection whose consumer refills a stream of RDMA Writes as fast as
+/// they complete (`complete=sent`, no spin: the provider's thread does the
+/// pumping) while the socket takes every byte does not keep its
+/// provider's thread: connections set up meanwhile on the same provider
+/// (the thread's work) are established within half a second each, ten
+/// times in a row, and the stream goes on.
+#[test]
+fn a_stream_refilled_as_fast_as_it_completes_does_not_keep_the_thread() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let params = "complete=sent wait_spin_us=0";
+    let (tc, ts, p) = Pair::apart("127.0.45.1", "127.0.45.2", params);
+    let target = p.s.buf(1 << 20);
+    let whole = target.rmr_triplet(0, 1 << 20).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let streamer = {
+        let stop = stop.clone();
+        let c = p.c;
+        std::thread::spawn(move || {
+            let src = c.lmr(pattern(1 << 16, 1));
+            let (mut posted, mut done) = (0u64, 0u64);
+            let end = Instant::now() + T;
+            while !stop.load(Ordering::Relaxed) {
+                assert!(Instant::now() < end, "the stream never stopped");
+                while posted - done < 64 {
+                    let at = RmrTriplet {
+                        target_address: whole.target_address + (posted % 16) * (1 << 16),
+                        segment_length: 1 << 16,
+                        ..whole
+                    };
+                    c.ep.post_rdma_write(&[src.triplet(0, 1 << 16).unwrap()], at, posted, D)
+                        .unwrap();
+                    posted += 1;
+                }
+                if let Ok((Event::Dto(d), _)) = c.req.wait(Some(Duration::from_millis(20)), 1) {
+                    assert_eq!((d.cookie, d.status), (done, DtoStatus::Success));
+                    done += 1;
+                }
+            }
+            done
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let mut took = Vec::new();
+    for i in 0..10u8 {
+        let t0 = Instant::now();
+        let b = Pair::new(
+            Node::new(&tc, "127.0.45.3", params),
+            Node::new(&ts, "127.0.45.4", params),
+        );
+        b.connect();
+        took.push(t0.elapsed());
+        b.c.ep.disconnect(true).unwrap();
+        b.expect_end(ConnectionEventKind::Disconnected);
+        assert!(
+            took[i as usize] < Duration::from_millis(500),
+            "set-up {i} took {took:?} beside the stream"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let done = streamer.join().unwrap();
+    assert!(done > 0, "the stream moved");
+}

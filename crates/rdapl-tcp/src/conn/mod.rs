@@ -123,6 +123,16 @@ pub(crate) const IO_HIGH: usize = 256 << 10;
 /// (`Conn::follow_mss`).
 const MSS_LOOK_MS: u64 = 100;
 
+/// Most rounds (read, feed, pull, transmit, write) of one pump. A
+/// connection that keeps moving, its consumer refilling a stream as fast
+/// as it completes while the socket takes every byte, would otherwise
+/// keep the thread that pumps it for as long as the stream lasts: no
+/// timer, no other connection and no connection set-up of that thread
+/// would come round. Stopped here, it is due again at once
+/// ([`Conn::deadline`]): its thread pumps it on after the rest of its
+/// work.
+const PUMP_ROUNDS: u32 = 16;
+
 /// Most output bytes a polling consumer's pass holds back.
 const HOLD_MAX: usize = 4096;
 
@@ -275,8 +285,12 @@ pub(crate) struct Conn {
     send_msn: u32,
     read_msn: u32,
     /// Counts every step that moved something (bytes read, fed, queued or
-    /// written; events): `pump` goes on while it moves.
+    /// written; events): `pump` goes on while it moves, for at most
+    /// [`PUMP_ROUNDS`] rounds.
     work: u64,
+    /// When (ms) the last pump stopped after [`PUMP_ROUNDS`] while it
+    /// still moved: the connection is due again then.
+    more: Option<u64>,
     /// A Send of the peer waits for a receive: a posted receive must kick
     /// (read by posters without the lock; see `fpdu_start`).
     pub stalled: Arc<AtomicBool>,
@@ -430,6 +444,7 @@ impl Conn {
             srq_waiting: false,
             shared: None,
             mss_look_at: 0,
+            more: None,
         }
     }
 
@@ -508,6 +523,7 @@ impl Conn {
             self.frame_deadline(),
             self.answer_check,
             self.live_check.filter(|_| self.phase == Phase::Open),
+            self.more,
         ]
         .into_iter()
         .fold(engine, earliest)
@@ -597,7 +613,14 @@ impl Conn {
         self.pump_inner(now);
     }
 
+    /// Leaves the connection's work to its thread: due at once (a pump's
+    /// budget spent, see `progress::cell`).
+    pub fn defer(&mut self, now: u64) {
+        self.more = Some(now);
+    }
+
     fn pump_inner(&mut self, now: u64) {
+        self.more = None;
         if matches!(self.phase, Phase::Connecting | Phase::Dead) {
             return;
         }
@@ -606,7 +629,7 @@ impl Conn {
         }
         self.follow_mss(now);
         let (writes, reads) = (self.out.writes, self.answers_owed());
-        loop {
+        for round in 1.. {
             let before = self.work;
             self.read_socket(now);
             self.feed(now);
@@ -615,6 +638,10 @@ impl Conn {
             self.write_socket();
             self.check_end(now);
             if before == self.work || self.phase == Phase::Dead {
+                break;
+            }
+            if round == PUMP_ROUNDS {
+                self.more = Some(now);
                 break;
             }
         }

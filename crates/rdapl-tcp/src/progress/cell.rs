@@ -9,6 +9,10 @@
 use super::kick::{KickGuard, KickLock};
 use super::*;
 
+/// Most pumps one release runs for kicks raised meanwhile
+/// ([`ConnCell::repump`]).
+const REPUMPS: u32 = 4;
+
 /// One connection, shared by the thread, posters and polling consumers.
 pub(crate) struct ConnCell {
     pub conn: KickLock<Conn>,
@@ -71,7 +75,8 @@ impl Drop for ConnGuard<'_> {
     fn drop(&mut self) {
         let cell = self.cell;
         if let Some(g) = self.g.take() {
-            cell.conn.release(g, |c| cell.repump(c));
+            let mut n = 0;
+            cell.conn.release(g, |c| cell.repump(c, &mut n));
         }
     }
 }
@@ -108,13 +113,28 @@ impl ConnCell {
     /// from the caller's thread if the lock is free, else leaves it to the
     /// lock's holder, which pumps again when it lets go. Never waits.
     pub fn kick(&self) {
-        self.conn
-            .kick(|c| self.pump_with(c, Conn::pump_tx), |c| self.repump(c));
+        self.conn.kick(|c| self.pump_with(c, Conn::pump_tx), {
+            let mut n = 0;
+            move |c| self.repump(c, &mut n)
+        });
     }
 
-    /// A release's pump for a kick raised while the lock was held.
-    fn repump(&self, c: &mut Conn) {
+    /// A release's pump for a kick raised while the lock was held (the
+    /// `n`th of this release). Past [`REPUMPS`] the connection is left
+    /// due at once instead (`Conn::defer`: the thread pumps it after the
+    /// rest of its work) and the release looks no further: posters that
+    /// kick as fast as the releaser's pumps complete their requests do
+    /// not keep it, be it the thread or a consumer.
+    fn repump(&self, c: &mut Conn, n: &mut u32) -> bool {
+        *n += 1;
+        if *n > REPUMPS {
+            let before = (c.deadline(), c.phase);
+            c.defer(self.sh.now());
+            self.sh.settle(c, before);
+            return false;
+        }
         self.pump_with(c, Conn::pump);
+        true
     }
 
     /// Pumps `c` with `pump`, then settles its interest and timers.

@@ -4,7 +4,9 @@
 //! * [`KickLock::kick`] runs the kicker's work at once if the lock is
 //!   free, else leaves it to the holder and returns without waiting.
 //! * A holder lets go through [`KickLock::release`], which looks for a
-//!   kick after it unlocks and runs it under the lock again.
+//!   kick after it unlocks and runs it under the lock again, until its
+//!   kick handler says it left the rest to a later holder it made sure
+//!   will come (a releaser that posters keep kicking is not kept).
 //! * So every kick is run once the kick began, by its kicker or by a
 //!   holder that let go after it: none is lost, and no kicker waits.
 //!
@@ -78,7 +80,7 @@ impl<T> KickLock<T> {
     /// Runs `first` under the lock if it is free, then lets go with
     /// `then` as [`release`](Self::release) does; if it is taken, leaves
     /// the kick to the holder (whose release runs `then`). Never waits.
-    pub fn kick(&self, first: impl FnOnce(&mut T), then: impl FnMut(&mut T)) {
+    pub fn kick(&self, first: impl FnOnce(&mut T), then: impl FnMut(&mut T) -> bool) {
         self.raise();
         if let Some(mut g) = self.try_lock() {
             // Another holder may have run it meanwhile.
@@ -103,7 +105,10 @@ impl<T> KickLock<T> {
     /// Lets `g` go, then runs `on_kick` under the lock for each kick
     /// raised while it was held (or while `on_kick` ran). If the lock is
     /// taken again before this looks, its new holder's release runs it.
-    pub fn release(&self, g: KickGuard<'_, T>, mut on_kick: impl FnMut(&mut T)) {
+    /// An `on_kick` that returns false took its kick without running it:
+    /// it left it (and any kick raised after) to a later holder that it
+    /// made sure will come, and the release looks no further.
+    pub fn release(&self, g: KickGuard<'_, T>, mut on_kick: impl FnMut(&mut T) -> bool) {
         let mut g = Some(g);
         while let Some(guard) = g.take() {
             drop(guard);
@@ -114,8 +119,8 @@ impl<T> KickLock<T> {
             }
             // Taken by someone else: its release looks again.
             if let Some(mut again) = self.try_lock() {
-                if self.kicked.swap(false, Ordering::SeqCst) {
-                    on_kick(&mut again);
+                if self.kicked.swap(false, Ordering::SeqCst) && !on_kick(&mut again) {
+                    return;
                 }
                 g = Some(again);
             }
@@ -212,6 +217,12 @@ mod loom_models {
         c.taken = c.queued.load(Ordering::Acquire);
     }
 
+    /// A release's pump: it goes on looking.
+    fn repump(c: &mut Conn) -> bool {
+        pump(c);
+        true
+    }
+
     fn fresh() -> (Arc<KickLock<Conn>>, Arc<AtomicUsize>) {
         let queued = Arc::new(AtomicUsize::new(0));
         let lock = Arc::new(KickLock::new(Conn {
@@ -224,7 +235,7 @@ mod loom_models {
     /// A poster: queues a request, then kicks.
     fn post(lock: &KickLock<Conn>, queued: &AtomicUsize) {
         queued.fetch_add(1, Ordering::Release);
-        lock.kick(pump, pump);
+        lock.kick(pump, repump);
     }
 
     /// Two posters kick while the progress thread holds the lock: once all
@@ -240,7 +251,7 @@ mod loom_models {
                 })
                 .collect();
             let g = lock.lock();
-            lock.release(g, pump);
+            lock.release(g, repump);
             for p in posters {
                 p.join().unwrap();
             }
@@ -263,14 +274,47 @@ mod loom_models {
                 let lock = lock.clone();
                 thread::spawn(move || {
                     if let Some(g) = lock.try_lock() {
-                        lock.release(g, pump);
+                        lock.release(g, repump);
                     }
                 })
             };
             let g = lock.lock();
-            lock.release(g, pump);
+            lock.release(g, repump);
             poster.join().unwrap();
             pass.join().unwrap();
+            assert_eq!(lock.lock().taken, 1);
+        });
+    }
+
+    /// A releaser that stops at once (its kick handler leaves the work to
+    /// a later holder: here it marks the value due, as a connection's
+    /// timer is), and the progress thread that then holds the lock again
+    /// because it is due: once all are done, every request was taken.
+    #[test]
+    fn a_release_that_stops_leaves_no_kick_lost() {
+        loom::model(|| {
+            let (lock, queued) = fresh();
+            let due = Arc::new(AtomicBool::new(false));
+            let poster = {
+                let (lock, queued) = (lock.clone(), queued.clone());
+                thread::spawn(move || post(&lock, &queued))
+            };
+            let stopper = {
+                let due = due.clone();
+                move |_: &mut Conn| {
+                    due.store(true, Ordering::SeqCst);
+                    false
+                }
+            };
+            let g = lock.lock();
+            lock.release(g, stopper);
+            poster.join().unwrap();
+            // The thread: a due value is pumped (then released as usual).
+            if due.load(Ordering::SeqCst) {
+                let mut g = lock.lock();
+                pump(&mut g);
+                lock.release(g, repump);
+            }
             assert_eq!(lock.lock().taken, 1);
         });
     }
@@ -283,8 +327,9 @@ mod loom_models {
         polled: bool,
     }
 
-    fn flush(h: &mut Held) {
+    fn flush(h: &mut Held) -> bool {
         h.out_held = false;
+        true
     }
 
     /// A park racing the progress thread's hold of the lock: once both
@@ -303,7 +348,7 @@ mod loom_models {
                 thread::spawn(move || match lock.try_lock_or_kick() {
                     Some(mut g) => {
                         g.polled = false;
-                        flush(&mut g);
+                        let _ = flush(&mut g);
                         lock.release(g, flush);
                     }
                     None => recheck.store(true, Ordering::SeqCst),

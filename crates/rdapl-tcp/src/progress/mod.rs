@@ -53,6 +53,14 @@
 //! `ACCEPT_REST_MS` before it listens again, so even a process out of
 //! descriptors does not spin; the connections wait in the backlog.
 //!
+//! No connection keeps the thread that pumps it: a pump stops after
+//! `PUMP_ROUNDS` rounds (`conn/mod.rs`) while its connection still moves,
+//! and a release after `REPUMPS` pumps for kicks raised meanwhile
+//! (`cell.rs`); the connection is then due at once, and the thread pumps
+//! it on after its other connections, timers and set-ups. (A consumer
+//! refilling a stream as fast as it completed, the socket taking every
+//! byte, held the thread for as long as the stream lasted.)
+//!
 //! The thread's work per wake-up is in the connections it was woken for,
 //! not in how many there are: it keeps the timers in a heap and looks
 //! again (timers, interest, phase) only at the connections it pumped and
