@@ -316,14 +316,25 @@ pub fn spawn_lines(mut cmd: std::process::Command) -> (Reap, std::sync::mpsc::Re
 /// (libtest may print "test child ... " before it on the same line).
 pub fn expect_line(rx: &std::sync::mpsc::Receiver<String>, prefix: &str, t: Duration) -> String {
     let end = std::time::Instant::now() + t;
+    // The lines passed over, the last ones shown if the awaited one never
+    // comes (what the child said instead).
+    let mut other = std::collections::VecDeque::new();
     loop {
         let left = end.saturating_duration_since(std::time::Instant::now());
-        let line = rx
-            .recv_timeout(left)
-            .unwrap_or_else(|_| panic!("the child never said {prefix:?} within {t:?}"));
+        let Ok(line) = rx.recv_timeout(left) else {
+            let said: Vec<String> = other.into_iter().collect();
+            panic!(
+                "the child never said {prefix:?} within {t:?}; it said meanwhile:\n{}",
+                said.join("\n")
+            );
+        };
         if let Some(at) = line.find(prefix) {
             return line[at + prefix.len()..].trim().to_string();
         }
+        if other.len() == 40 {
+            other.pop_front();
+        }
+        other.push_back(line);
     }
 }
 
