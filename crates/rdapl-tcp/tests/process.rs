@@ -264,10 +264,9 @@ fn a_killed_peer_flushes_1000_requests_once_and_breaks_within_a_second() {
 /// complete, not in success.
 #[test]
 fn a_stopped_peer_breaks_the_connection_within_the_timeout() {
-    let (child, rx, port) = spawn("target", "127.0.22.2");
     let tcp = Tcp::new();
     let c = Node::new(&tcp, "127.0.22.1", "timeout_ms=500 complete=placed");
-    let whole = connect_target(&c, "127.0.22.2", port, &rx);
+    let (child, whole) = connect_target(&c, "127.0.22.2");
     let sink = c.buf(1 << 16);
     let read = |cookie| {
         c.ep.post_rdma_read(&[sink.triplet(0, 1 << 16).unwrap()], whole, cookie, D)
@@ -312,10 +311,9 @@ fn a_stopped_peer_breaks_the_connection_within_the_timeout() {
 /// before it.
 #[test]
 fn a_peer_stopped_briefly_is_not_silent() {
-    let (child, rx, port) = spawn("target", "127.0.234.6");
     let tcp = Tcp::new();
     let c = Node::new(&tcp, "127.0.234.5", "timeout_ms=1000");
-    let whole = connect_target(&c, "127.0.234.6", port, &rx);
+    let (child, whole) = connect_target(&c, "127.0.234.6");
     let sink = c.buf(1 << 16);
     let srcs: Vec<Lmr> = (0..4u8).map(|k| c.lmr(pattern(1 << 16, k))).collect();
     let (mut cookie, mut round) = (0u64, 0usize);
@@ -367,7 +365,6 @@ fn a_peer_stopped_briefly_is_not_silent() {
 /// request is flushed, exactly once, and the connection broken.
 #[test]
 fn a_stopped_peer_with_a_full_socket_is_broken_at_the_timeout() {
-    let (child, rx, port) = spawn("target", "127.0.234.4");
     let tcp = Tcp::new();
     let attr = EpAttr {
         max_request_dtos: 1024,
@@ -378,7 +375,7 @@ fn a_stopped_peer_with_a_full_socket_is_broken_at_the_timeout() {
         4096,
         Some(attr),
     );
-    let whole = connect_target(&c, "127.0.234.4", port, &rx);
+    let (child, whole) = connect_target(&c, "127.0.234.4");
     let pid = stop(&child);
     let stopped = Instant::now();
     // 32 MiB: far more than the two kernels and the provider's output
@@ -426,10 +423,9 @@ fn a_stopped_peer_with_a_full_socket_is_broken_at_the_timeout() {
 /// read moves the region again.
 #[test]
 fn a_stopped_peer_on_an_idle_connection_is_asked_and_not_broken() {
-    let (child, rx, port) = spawn("target", "127.0.234.2");
     let tcp = Tcp::new();
     let c = Node::new(&tcp, "127.0.234.1", "timeout_ms=300");
-    let whole = connect_target(&c, "127.0.234.2", port, &rx);
+    let (child, whole) = connect_target(&c, "127.0.234.2");
     let read = |cookie| {
         let sink = c.buf(1 << 16);
         c.ep.post_rdma_read(&[sink.triplet(0, 1 << 16).unwrap()], whole, cookie, D)
@@ -456,15 +452,19 @@ fn a_stopped_peer_on_an_idle_connection_is_asked_and_not_broken() {
     empty(&c.conn);
 }
 
-/// Connects `c` to a child in mode "target" (listening at `server` on
-/// `port`, its stdout `rx`): the region it offers.
-fn connect_target(c: &Node, server: &str, port: u64, rx: &mpsc::Receiver<String>) -> RmrTriplet {
+/// Starts a child in mode "target" listening at `server` and connects
+/// `c` to it: the child and the region it offers.
+fn connect_target(c: &Node, server: &str) -> (Reap, RmrTriplet) {
+    let (child, rx, port) = spawn("target", server);
     c.ep.connect(server.parse().unwrap(), port, Some(T), b"")
         .unwrap();
     let e = conn_ev(&c.conn);
     assert_eq!(e.kind, ConnectionEventKind::Established);
-    expect_line(rx, "READY", T);
-    offered(&e.private_data.expect("the accept's private data"))
+    expect_line(&rx, "READY", T);
+    (
+        child,
+        offered(&e.private_data.expect("the accept's private data")),
+    )
 }
 
 /// Stops the child (SIGSTOP) and waits until every thread of it is
