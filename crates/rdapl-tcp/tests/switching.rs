@@ -307,13 +307,19 @@ fn receives_posted_late_by_another_thread_let_every_send_in() {
             }
         })
     };
-    // The sender: four in flight, random lengths, for a second.
+    // The sender: four in flight, random lengths, for a second or
+    // `MOST` messages. (Completing once sent, it would send some 30,000
+    // in a second, into the socket buffers; the receiver, with a pause of
+    // up to 200 µs before each receive, would need longer than `T` to
+    // take them under load.)
+    const MOST: u64 = 6_000;
     let src = p.c.buf(SLOTS as usize * MSG);
     let mut rng = Rng(seed);
     let (mut sent, mut done) = (0u64, 0u64);
     let end = Instant::now() + Duration::from_secs(1);
-    while Instant::now() < end || done < sent {
-        if sent < done + 4 && Instant::now() < end {
+    let more = |sent: u64| Instant::now() < end && sent < MOST;
+    while more(sent) || done < sent {
+        if sent < done + 4 && more(sent) {
             let len = 1 + rng.below(MSG as u64) as usize;
             let mut m = pattern(len, sent as u8);
             m[..8.min(len)].copy_from_slice(&sent.to_le_bytes()[..8.min(len)]);
