@@ -55,6 +55,12 @@ fn child(mode: &str) -> (Reap, std::sync::mpsc::Receiver<String>) {
 /// The child's side. Without the variable set, it does nothing.
 #[test]
 fn child_server() {
+    // The provider's log among the lines the test reads (shown when the
+    // test fails).
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(std::io::stdout)
+        .try_init();
     match std::env::var(ENV).as_deref() {
         Ok("server") => {}
         Ok("client") => return child_client(),
@@ -111,6 +117,11 @@ fn a_connect_out_of_descriptors_fails_at_once_then_connects() {
 
 #[test]
 fn a_listener_out_of_descriptors_rests_then_serves() {
+    // This side's connection log, shown if the test fails.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_test_writer()
+        .try_init();
     let (_child, rx) = child("server");
     let port: u16 = expect_line(&rx, "PORT ", T).parse().expect("a port");
     let to: SocketAddr = format!("{SERVER}:{port}").parse().unwrap();
@@ -133,6 +144,12 @@ fn a_listener_out_of_descriptors_rests_then_serves() {
     assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
     let src = c.lmr(pattern(64, 3));
     c.send(&src, 0, 64, 2);
-    assert_eq!(next_dto(&c.req).status, DtoStatus::Success);
+    let d = next_dto(&c.req);
+    if d.status != DtoStatus::Success {
+        panic!(
+            "the send: {d:?}; the child said:\n{}",
+            lines_within(&rx, Duration::from_secs(1)).join("\n")
+        );
+    }
     expect_line(&rx, "DONE", T);
 }

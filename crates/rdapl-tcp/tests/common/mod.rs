@@ -338,6 +338,16 @@ pub fn expect_line(rx: &std::sync::mpsc::Receiver<String>, prefix: &str, t: Dura
     }
 }
 
+/// The lines a child says within `t`.
+pub fn lines_within(rx: &std::sync::mpsc::Receiver<String>, t: Duration) -> Vec<String> {
+    let end = std::time::Instant::now() + t;
+    let mut said = Vec::new();
+    while let Ok(line) = rx.recv_timeout(end.saturating_duration_since(std::time::Instant::now())) {
+        said.push(line);
+    }
+    said
+}
+
 /// A small generator (xorshift) for randomized tests, seeded per run.
 pub struct Rng(pub u64);
 
