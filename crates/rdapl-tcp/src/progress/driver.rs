@@ -400,43 +400,38 @@ impl Driver {
             let Some(l) = ls.get_mut(&token) else {
                 return;
             };
-            l.setups.extend(accepted.iter().map(|&t| (t, now)));
-            // In accept order: a front within the grace means none may
-            // go, so the list is not walked (a burst costs nothing here).
-            if l.setups.len() <= l.ia.setups
-                || l.setups
-                    .front()
-                    .is_some_and(|&(_, at)| at.saturating_add(SETUP_GRACE_MS) > now)
-            {
-                return;
+            let cap = l.ia.setups;
+            match l.setups.add(accepted, now, cap) {
+                Some(list) => (list, cap),
+                None => return,
             }
-            (std::mem::take(&mut l.setups), l.ia.setups)
         };
-        list.retain(|(t, _)| {
-            self.conns
-                .get(t)
-                .is_some_and(|c| look(&self.sh, c).in_setup())
-        });
-        while list.len() > cap
-            && let Some(&(t, at)) = list.front()
-            && at.saturating_add(SETUP_GRACE_MS) <= now
-        {
-            list.pop_front();
-            if let Some(c) = self.conns.get(&t)
-                && look(&self.sh, c).drop_setup()
-            {
-                tracing::info!(
-                    conn = t,
-                    setups = cap,
-                    "a connection that sent no MPA request is closed: its listener has \
-                     more than `setups` waiting"
-                );
-                self.touched.insert(t);
-                self.sh.stats.setups_dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        setups::walk(
+            &mut list,
+            cap,
+            now,
+            |t| {
+                self.conns
+                    .get(&t)
+                    .is_some_and(|c| look(&self.sh, c).in_setup())
+            },
+            |t| {
+                if let Some(c) = self.conns.get(&t)
+                    && look(&self.sh, c).drop_setup()
+                {
+                    tracing::info!(
+                        conn = t,
+                        setups = cap,
+                        "a connection that sent no MPA request is closed: its listener has \
+                         more than `setups` waiting"
+                    );
+                    self.touched.insert(t);
+                    self.sh.stats.setups_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+        );
         if let Some(l) = self.sh.listeners.lock().get_mut(&token) {
-            l.setups = list;
+            l.setups.put_back(list, cap);
         }
     }
 

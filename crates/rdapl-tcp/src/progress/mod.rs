@@ -103,6 +103,7 @@ use std::time::{Duration, Instant};
 mod cell;
 mod driver;
 mod kick;
+mod setups;
 mod srq_waits;
 
 pub(crate) use cell::{ConnCell, ConnGuard, link_of};
@@ -190,10 +191,8 @@ pub(crate) struct Listener {
     pub sock: TcpListener,
     pub sp: Weak<SpInner>,
     pub ia: Arc<IaParams>,
-    /// Accepted connections that may still wait for their MPA request,
-    /// oldest first: (token, accepted at, ms). Some may have moved on
-    /// (pruned when the list passes the IA's `setups`).
-    pub setups: std::collections::VecDeque<(u64, u64)>,
+    /// Accepted connections that may still wait for their MPA request.
+    pub setups: setups::Setups,
 }
 
 /// What the callers and the thread share.
