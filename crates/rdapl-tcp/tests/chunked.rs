@@ -424,12 +424,7 @@ fn pump(
 /// A connected pair whose client reaches the server through a proxy at
 /// `proxy_ip` (same port: the qualifier).
 fn through_proxy(tcp: &Arc<Tcp>, net: u8, params: &str, mode: Mode) -> (Pair, Proxy) {
-    // Into the test's captured output (the provider's threads spawned by
-    // a test inherit its capture): shown when the test fails.
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_test_writer()
-        .try_init();
+    log_to_test();
     let (c, s) = (
         Node::new(tcp, &format!("127.0.{net}.1"), params),
         Node::new(tcp, &format!("127.0.{net}.2"), params),

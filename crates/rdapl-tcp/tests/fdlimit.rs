@@ -58,12 +58,7 @@ fn child_server() {
     let Ok(mode) = std::env::var(ENV) else {
         return;
     };
-    // The provider's log among the lines the test reads (shown when the
-    // test fails).
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(std::io::stdout)
-        .try_init();
+    log_to_stdout();
     match mode.as_str() {
         "server" => {}
         "client" => return child_client(),
@@ -120,11 +115,7 @@ fn a_connect_out_of_descriptors_fails_at_once_then_connects() {
 
 #[test]
 fn a_listener_out_of_descriptors_rests_then_serves() {
-    // This side's connection log, shown if the test fails.
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_test_writer()
-        .try_init();
+    log_to_test();
     let (_child, rx) = child("server");
     let port: u16 = expect_line(&rx, "PORT ", T).parse().expect("a port");
     let to: SocketAddr = format!("{SERVER}:{port}").parse().unwrap();

@@ -114,12 +114,7 @@ fn child() {
     // The timeout comes last.
     let mut args: Vec<&str> = args.split(',').collect();
     let timeout_ms: u64 = args.pop().and_then(|t| t.parse().ok()).unwrap();
-    // The provider's log among the lines the test reads (`expect_line`
-    // shows them when the line it waits for never comes).
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(std::io::stdout)
-        .try_init();
+    log_to_stdout();
     let tcp = Tcp::new();
     // The MSS of the path, which the mtu-client's FPDUs follow.
     let params = format!("timeout_ms={timeout_ms} mss=auto");

@@ -338,6 +338,26 @@ pub fn expect_line(rx: &std::sync::mpsc::Receiver<String>, prefix: &str, t: Dura
     }
 }
 
+/// The provider's info log into the test's captured output (the
+/// provider's threads spawned by a test inherit its capture): shown when
+/// the test fails.
+pub fn log_to_test() {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_test_writer()
+        .try_init();
+}
+
+/// The provider's info log to stdout: in a child, among the lines its
+/// test reads ([`expect_line`] shows them when the awaited one never
+/// comes).
+pub fn log_to_stdout() {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(std::io::stdout)
+        .try_init();
+}
+
 /// The lines a child says within `t`.
 pub fn lines_within(rx: &std::sync::mpsc::Receiver<String>, t: Duration) -> Vec<String> {
     let end = std::time::Instant::now() + t;
