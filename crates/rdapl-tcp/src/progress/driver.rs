@@ -391,9 +391,10 @@ impl Driver {
     /// request to the IA's `setups`: past it, the oldest that waited
     /// [`SETUP_GRACE_MS`] or more are closed (the consumer never saw them).
     /// A flood of idle connections then holds at most that many sockets
-    /// (plus what arrives within the grace), and a real client, whose
-    /// request comes a round trip after its connect, still gets in: the
-    /// newest are kept.
+    /// (plus what arrives within the grace and
+    /// [`setups::GRACE_WALK_GAP_MS`]), and a real client, whose request
+    /// comes a round trip after its connect, still gets in: the newest are
+    /// kept.
     fn limit_setups(&mut self, token: u64, accepted: &[u64], now: u64) {
         let (mut list, cap) = {
             let mut ls = self.sh.listeners.lock();
@@ -431,7 +432,7 @@ impl Driver {
             },
         );
         if let Some(l) = self.sh.listeners.lock().get_mut(&token) {
-            l.setups.put_back(list, cap);
+            l.setups.put_back(list, cap, now);
         }
     }
 

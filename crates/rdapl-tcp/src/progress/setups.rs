@@ -9,13 +9,20 @@
 //!   accept rate: a walk drops the entries of those that moved on, grace
 //!   or not. A listener accepting many clients a second that all send
 //!   their request at once holds a few entries, not a second's worth.
-//! * Past `setups`, a walk comes once the oldest waited the grace, or
-//!   once the list holds twice what the last walk left: accepts within
-//!   the grace, however fast they come, walk it amortised O(1) times
-//!   each.
+//! * Past `setups`, a walk comes once the list holds twice what the last
+//!   walk left, or once the oldest waited the grace and the last walk is
+//!   [`GRACE_WALK_GAP_MS`] old: however fast accepts come, within the
+//!   grace or past it, each walks the list amortised O(1) times. An idle
+//!   connection past the cap is closed within the grace and that gap.
 
 use super::SETUP_GRACE_MS;
 use std::collections::VecDeque;
+
+/// The least time between two walks that the grace alone makes due: under
+/// a steady flood of idle connections past the cap the oldest has always
+/// just waited the grace, and a walk at every accept would cost the whole
+/// list each time.
+pub(crate) const GRACE_WALK_GAP_MS: u64 = SETUP_GRACE_MS / 8;
 
 /// The list of one listener (see the module docs).
 #[derive(Default)]
@@ -25,6 +32,8 @@ pub(crate) struct Setups {
     list: VecDeque<(u64, u64)>,
     /// The length past which the next accept walks the list.
     walk_at: usize,
+    /// When the last walk was (ms), if there was one.
+    walked_at: Option<u64>,
 }
 
 impl Setups {
@@ -32,21 +41,27 @@ impl Setups {
     /// is due ([`walk`] it, then [`Setups::put_back`]).
     pub fn add(&mut self, accepted: &[u64], now: u64, cap: usize) -> Option<VecDeque<(u64, u64)>> {
         self.list.extend(accepted.iter().map(|&t| (t, now)));
-        // Past the cap: walked once the oldest waited the grace (it may
-        // have to be closed), or the list doubled since the last walk
-        // (connections that moved on leave it).
-        let due = self.list.len() > cap
-            && (self.list.len() > self.walk_at
-                || self
+        // Past the cap: walked once the list doubled since the last walk
+        // (connections that moved on leave it), or once the oldest waited
+        // the grace (it may have to be closed) and the last walk is not
+        // recent.
+        let grace_due = || {
+            self.walked_at
+                .is_none_or(|w| w.saturating_add(GRACE_WALK_GAP_MS) <= now)
+                && self
                     .list
                     .front()
-                    .is_some_and(|&(_, at)| at.saturating_add(SETUP_GRACE_MS) <= now));
+                    .is_some_and(|&(_, at)| at.saturating_add(SETUP_GRACE_MS) <= now)
+        };
+        let due = self.list.len() > cap && (self.list.len() > self.walk_at || grace_due());
         due.then(|| std::mem::take(&mut self.list))
     }
 
-    /// Puts a walked list back; the next walk comes at twice its length.
-    /// Room a past burst needed is given back.
-    pub fn put_back(&mut self, mut list: VecDeque<(u64, u64)>, cap: usize) {
+    /// Puts back a list walked at `now`; the next walk comes at twice its
+    /// length, or once the grace and the gap allow. Room a past burst
+    /// needed is given back.
+    pub fn put_back(&mut self, mut list: VecDeque<(u64, u64)>, cap: usize, now: u64) {
+        self.walked_at = Some(now);
         let keep = list.len().max(cap).saturating_mul(2);
         if list.capacity() > keep.saturating_mul(2) {
             list.shrink_to(keep);
@@ -105,7 +120,7 @@ mod tests {
             if let Some(mut l) = s.add(b, now, CAP) {
                 walks += 1;
                 walk(&mut l, CAP, now, &in_setup, |c| closed.push(c));
-                s.put_back(l, CAP);
+                s.put_back(l, CAP, now);
             }
             most = most.max(s.len());
         }
@@ -126,6 +141,43 @@ mod tests {
             s.list.capacity() <= 8 * CAP,
             "room for {}",
             s.list.capacity()
+        );
+    }
+
+    /// A steady flood of idle connections past the cap, ten a
+    /// millisecond for three seconds: each accept walks the list amortised
+    /// O(1) times (before, once the first grace was over, every accept
+    /// walked all ten thousand entries), and an idle one past the cap is
+    /// still closed within the grace and the gap.
+    #[test]
+    fn a_steady_idle_flood_walks_the_list_amortised_o1_times_an_accept() {
+        let mut s = Setups::default();
+        let looks = std::cell::Cell::new(0u64);
+        let mut closed = 0u64;
+        for now in 0..3_000u64 {
+            let ts: Vec<u64> = (now * 10..now * 10 + 10).collect();
+            if let Some(mut l) = s.add(&ts, now, CAP) {
+                let in_setup = |_| {
+                    looks.set(looks.get() + 1);
+                    true
+                };
+                walk(&mut l, CAP, now, in_setup, |_| closed += 1);
+                s.put_back(l, CAP, now);
+            }
+            if s.len() > CAP {
+                let (_, oldest) = s.list.front().copied().unwrap();
+                assert!(
+                    now - oldest <= SETUP_GRACE_MS + GRACE_WALK_GAP_MS,
+                    "at {now} ms an entry of {oldest} ms is still held"
+                );
+            }
+        }
+        let accepts = 30_000;
+        assert!(closed >= 18_000, "{closed} closed");
+        assert!(
+            looks.get() <= 20 * accepts,
+            "{} looks for {accepts} accepts",
+            looks.get()
         );
     }
 
