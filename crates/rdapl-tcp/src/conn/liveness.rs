@@ -93,13 +93,31 @@ pub(crate) fn judge(
 }
 
 /// Whether bytes of ours are still leaving for the peer, by the kernel's
-/// state: some in flight and the peer acknowledging within the timeout.
-/// An answer (to a read or fence) is not overdue while they are: it
-/// comes behind them. A closed window shows nothing in flight (only
-/// probes, which carry no new data), so a stopped peer whose buffer
-/// filled does not pass for one still taking bytes.
-pub(crate) fn still_sending(s: &TcpSnapshot, timeout_ms: u64) -> bool {
-    s.unacked > 0 && u64::from(s.silent_ms) < timeout_ms
+/// state, and if so how long ago (ms) the last of them went out: an
+/// answer (to a read or fence) comes behind them, so it is overdue only
+/// a timeout after that.
+///
+/// * Some in flight and the peer acknowledging within the timeout: they
+///   are leaving now.
+/// * A closed window (nothing in flight, bytes waiting) with data of ours
+///   gone out within the timeout: a peer that takes bytes slowly opens
+///   its window now and then, and the kernel may learn of it only from a
+///   window probe's answer, a round of its probe timer later. Between two
+///   openings the window is closed with nothing in flight, which a look
+///   could take for a stopped peer.
+/// * A stopped peer whose buffer filled opens its window no more (probes
+///   carry no new data): its last byte went out a timeout ago and more,
+///   and it does not pass for one still taking bytes.
+pub(crate) fn still_sending(s: &TcpSnapshot, timeout_ms: u64) -> Option<u64> {
+    let flowing = s.unacked > 0 && u64::from(s.silent_ms) < timeout_ms;
+    let trickling = s.unacked == 0 && s.notsent > 0 && u64::from(s.sent_ms) < timeout_ms;
+    if flowing {
+        Some(0)
+    } else if trickling {
+        Some(u64::from(s.sent_ms))
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -224,13 +242,21 @@ mod tests {
     fn bytes_in_flight_and_acknowledged_are_still_leaving() {
         // A slow path draining a large message: in flight, acknowledged
         // 30 ms ago.
-        assert!(still_sending(&snap(40, 900_000, 0, 0, 30), T));
-        // A closed window: nothing in flight, the probes answered.
-        assert!(!still_sending(&snap(0, 900_000, 1, 0, 30), T));
+        assert_eq!(still_sending(&snap(40, 900_000, 0, 0, 30), T), Some(0));
+        // A closed window, the probes answered, the last data gone out
+        // 1,500 ms ago: a peer taking bytes slowly (its window opened
+        // then), the answer not due before 500 ms more.
+        let slow = sent(snap(0, 900_000, 1, 0, 30), 1_500);
+        assert_eq!(still_sending(&slow, T), Some(1_500));
+        // The same a timeout after the last data went out: a stopped
+        // peer whose buffer filled.
+        assert_eq!(still_sending(&sent(slow, 2_000), T), None);
         // All delivered: the answer is owed.
-        assert!(!still_sending(&snap(0, 0, 0, 0, 30), T));
-        // In flight, nothing acknowledged for the timeout: not leaving.
-        assert!(!still_sending(&snap(40, 0, 0, 2, 2_000), T));
+        assert_eq!(still_sending(&snap(0, 0, 0, 0, 30), T), None);
+        // In flight, nothing acknowledged for the timeout: not leaving,
+        // though retransmissions went out just now.
+        assert_eq!(still_sending(&snap(40, 0, 0, 2, 2_000), T), None);
+        assert_eq!(still_sending(&snap(40, 9_000, 0, 2, 2_000), T), None);
     }
 
     proptest::proptest! {

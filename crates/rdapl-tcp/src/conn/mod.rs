@@ -713,9 +713,10 @@ impl Conn {
 
     /// Whether the kernel still delivers bytes of ours to the peer
     /// ([`liveness::still_sending`]); false where it cannot say.
-    fn still_sending(&self) -> bool {
+    fn still_sending(&self) -> Option<u64> {
         crate::sockinfo::snapshot(&self.sock)
-            .is_ok_and(|s| liveness::still_sending(&s, self.ia.timeout_ms))
+            .ok()
+            .and_then(|s| liveness::still_sending(&s, self.ia.timeout_ms))
     }
 
     /// Breaks the connection of a peer that fell silent, with an MPA
@@ -832,10 +833,13 @@ impl Conn {
                 // read yet. (An error the socket held broke it just now.)
                 self.rx_last = now;
                 self.answer_check = self.answer_deadline();
-            } else if code == rdapl_iwarp::terminate::llp::TCP_STREAM_LOST && self.still_sending() {
+            } else if code == rdapl_iwarp::terminate::llp::TCP_STREAM_LOST
+                && let Some(ago) = self.still_sending()
+            {
                 // The kernel still delivers bytes of ours (a slow path
-                // drains a large message): the answer comes behind them.
-                self.tx_last = now;
+                // drains a large message, a slow peer takes it): the
+                // answer comes behind them, a timeout after the last went.
+                self.tx_last = self.tx_last.max(now.saturating_sub(ago));
                 self.answer_check = self.answer_deadline();
             } else {
                 // No byte for `timeout_ms`: none will come.
