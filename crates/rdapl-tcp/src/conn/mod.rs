@@ -842,11 +842,17 @@ impl Conn {
                 self.tx_last = self.tx_last.max(now.saturating_sub(ago));
                 self.answer_check = self.answer_deadline();
             } else {
-                // No byte for `timeout_ms`: none will come.
+                // No byte for `timeout_ms`: none will come. (What the
+                // kernel saw goes with it: a break to explain later.)
+                let s = crate::sockinfo::snapshot(&self.sock).unwrap_or_default();
                 conn_log!(
                     warn,
                     self,
                     timeout_ms = self.ia.timeout_ms,
+                    unacked = s.unacked,
+                    unsent = s.notsent,
+                    silent_ms = s.silent_ms,
+                    sent_ms = s.sent_ms,
                     "the peer fell silent {}: the connection breaks",
                     if code == rdapl_iwarp::terminate::llp::FPDU_START {
                         "inside an FPDU"
