@@ -99,18 +99,19 @@ pub(crate) fn judge(
 ///
 /// * Some in flight and the peer acknowledging within the timeout: they
 ///   are leaving now.
-/// * A closed window (nothing in flight, bytes waiting) with data of ours
-///   gone out within the timeout: a peer that takes bytes slowly opens
-///   its window now and then, and the kernel may learn of it only from a
-///   window probe's answer, a round of its probe timer later. Between two
-///   openings the window is closed with nothing in flight, which a look
-///   could take for a stopped peer.
+/// * Nothing in flight, and data of ours gone out within the timeout
+///   (with nothing in flight, no retransmission: new data): the answer
+///   is due a timeout after that. Behind a peer that takes bytes slowly,
+///   the window closes between two of its reads with everything sent
+///   acknowledged and the rest waiting, which a look could take for a
+///   stopped peer; and the last bytes may have left only just before
+///   the look.
 /// * A stopped peer whose buffer filled opens its window no more (probes
 ///   carry no new data): its last byte went out a timeout ago and more,
 ///   and it does not pass for one still taking bytes.
 pub(crate) fn still_sending(s: &TcpSnapshot, timeout_ms: u64) -> Option<u64> {
     let flowing = s.unacked > 0 && u64::from(s.silent_ms) < timeout_ms;
-    let trickling = s.unacked == 0 && s.notsent > 0 && u64::from(s.sent_ms) < timeout_ms;
+    let trickling = s.unacked == 0 && u64::from(s.sent_ms) < timeout_ms;
     if flowing {
         Some(0)
     } else if trickling {
@@ -251,8 +252,11 @@ mod tests {
         // The same a timeout after the last data went out: a stopped
         // peer whose buffer filled.
         assert_eq!(still_sending(&sent(slow, 2_000), T), None);
-        // All delivered: the answer is owed.
-        assert_eq!(still_sending(&snap(0, 0, 0, 0, 30), T), None);
+        // All delivered, the last byte 300 ms ago: the answer is due in
+        // 1,700 ms; a timeout after it, overdue.
+        let delivered = sent(snap(0, 0, 0, 0, 30), 300);
+        assert_eq!(still_sending(&delivered, T), Some(300));
+        assert_eq!(still_sending(&sent(delivered, 2_000), T), None);
         // In flight, nothing acknowledged for the timeout: not leaving,
         // though retransmissions went out just now.
         assert_eq!(still_sending(&snap(40, 0, 0, 2, 2_000), T), None);
