@@ -3,7 +3,9 @@
 //! frame, a huge length, a bad CRC, an unknown opcode and a forged STag:
 //! each time the server's endpoint breaks, a Terminate comes back where
 //! framing allows, nothing panics, and the server keeps serving a good
-//! connection made before.
+//! connection made before. The other way round, a client that meets a
+//! server which is no iWARP peer ends its connect at once, with the end
+//! that says so.
 
 mod common;
 
@@ -374,4 +376,112 @@ fn a_flood_of_idle_connections_is_held_to_the_listeners_setups() {
         "{closed} of {IDLE} idle connections closed"
     );
     assert_eq!(tcp.setups_dropped(), closed as u64);
+}
+
+/// A server that is no iWARP peer: what the client's connect ends with
+/// when the server answers its MPA Request with `answer` (then holds the
+/// connection open) or with nothing at all (`None`: it closes, or resets
+/// if `reset`). Returns the end and how long it took.
+fn against(
+    addr: &str,
+    answer: Option<Vec<u8>>,
+    reset: bool,
+) -> (ConnectionEventKind, std::time::Duration) {
+    let raw = std::net::TcpListener::bind(format!("{addr}:0")).unwrap();
+    let port = raw.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = raw.accept().unwrap();
+        match answer {
+            Some(a) => {
+                let mut b = [0u8; 512];
+                let _ = s.read(&mut b);
+                let _ = s.write_all(&a);
+                // Held open until the client lets go (at most 3 s).
+                s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+                while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+            }
+            None if reset => {
+                socket2::SockRef::from(&s)
+                    .set_linger(Some(Duration::ZERO))
+                    .unwrap();
+            }
+            None => {}
+        }
+    });
+    let tcp = Tcp::new();
+    let c = Node::new(&tcp, "127.0.240.1", "");
+    let t0 = std::time::Instant::now();
+    c.ep.connect(addr.parse().unwrap(), u64::from(port), Some(T), b"hello")
+        .unwrap();
+    let end = (conn_kind(&c.conn), t0.elapsed());
+    assert_eq!(c.ep.state(), EpState::Disconnected, "{addr}");
+    drop(c);
+    server.join().unwrap();
+    end
+}
+
+/// An MPA Reply frame's first 20 bytes: `key`, flags, revision 2 and
+/// a private data length.
+fn reply(key: &[u8; 16], flags: u8, pd_len: u16) -> Vec<u8> {
+    let mut r = key.to_vec();
+    r.extend_from_slice(&[flags, 2]);
+    r.extend_from_slice(&pd_len.to_be_bytes());
+    r
+}
+
+#[test]
+fn a_server_that_is_no_iwarp_peer_ends_the_connect_at_once() {
+    const KEY: &[u8; 16] = b"MPA ID Rep Frame";
+    let http = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n".to_vec();
+    let mut wrong_key = reply(KEY, 0x40, 0);
+    wrong_key[0] = b'X';
+    // A private data length past what MPA allows (512), its bytes
+    // never sent.
+    let mut huge = reply(KEY, 0x40, u16::MAX);
+    huge.extend_from_slice(&[0; 100]);
+    let cases: [(&str, Option<Vec<u8>>, bool, ConnectionEventKind); 6] = [
+        (
+            "127.0.240.2",
+            Some(http),
+            false,
+            ConnectionEventKind::NonPeerRejected,
+        ),
+        (
+            "127.0.240.3",
+            None,
+            false,
+            ConnectionEventKind::NonPeerRejected,
+        ),
+        (
+            "127.0.240.4",
+            None,
+            true,
+            ConnectionEventKind::NonPeerRejected,
+        ),
+        (
+            "127.0.240.5",
+            Some(wrong_key),
+            false,
+            ConnectionEventKind::NonPeerRejected,
+        ),
+        (
+            "127.0.240.6",
+            Some(huge),
+            false,
+            ConnectionEventKind::NonPeerRejected,
+        ),
+        // A well-formed reject (the R flag) with private data: the
+        // peer's consumer said no.
+        (
+            "127.0.240.7",
+            Some([reply(KEY, 0x60, 3), b"no!".to_vec()].concat()),
+            false,
+            ConnectionEventKind::PeerRejected,
+        ),
+    ];
+    for (addr, answer, reset, want) in cases {
+        let (end, took) = against(addr, answer, reset);
+        assert_eq!(end, want, "{addr}");
+        assert!(took < Duration::from_secs(2), "{addr}: {took:?}");
+    }
 }
