@@ -711,8 +711,9 @@ impl Conn {
         }
     }
 
-    /// Whether the kernel still delivers bytes of ours to the peer
-    /// ([`liveness::still_sending`]); false where it cannot say.
+    /// If the kernel still delivers bytes of ours to the peer, how long
+    /// ago (ms) the last went out ([`liveness::still_sending`]); `None`
+    /// where it cannot say.
     fn still_sending(&self) -> Option<u64> {
         crate::sockinfo::snapshot(&self.sock)
             .ok()
