@@ -711,15 +711,6 @@ impl Conn {
         }
     }
 
-    /// If the kernel still delivers bytes of ours to the peer, how long
-    /// ago (ms) the last went out ([`liveness::still_sending`]); `None`
-    /// where it cannot say.
-    fn still_sending(&self) -> Option<u64> {
-        crate::sockinfo::snapshot(&self.sock)
-            .ok()
-            .and_then(|s| liveness::still_sending(&s, self.ia.timeout_ms))
-    }
-
     /// Breaks the connection of a peer that fell silent, with an MPA
     /// Terminate of code `code`.
     fn break_silent(&mut self, code: u8) {
@@ -834,34 +825,40 @@ impl Conn {
                 // read yet. (An error the socket held broke it just now.)
                 self.rx_last = now;
                 self.answer_check = self.answer_deadline();
-            } else if code == rdapl_iwarp::terminate::llp::TCP_STREAM_LOST
-                && let Some(ago) = self.still_sending()
-            {
-                // The kernel still delivers bytes of ours (a slow path
-                // drains a large message, a slow peer takes it): the
-                // answer comes behind them, a timeout after the last went.
-                self.tx_last = self.tx_last.max(now.saturating_sub(ago));
-                self.answer_check = self.answer_deadline();
             } else {
-                // No byte for `timeout_ms`: none will come. (What the
-                // kernel saw goes with it: a break to explain later.)
-                let s = crate::sockinfo::snapshot(&self.sock).unwrap_or_default();
-                conn_log!(
-                    warn,
-                    self,
-                    timeout_ms = self.ia.timeout_ms,
-                    unacked = s.unacked,
-                    unsent = s.notsent,
-                    silent_ms = s.silent_ms,
-                    sent_ms = s.sent_ms,
-                    "the peer fell silent {}: the connection breaks",
-                    if code == rdapl_iwarp::terminate::llp::FPDU_START {
-                        "inside an FPDU"
-                    } else {
-                        "owing the answer to a read or fence"
-                    }
-                );
-                self.break_silent(code);
+                // What the kernel sees, read once: it decides an overdue
+                // answer, and goes with a break to explain it later.
+                let snap = crate::sockinfo::snapshot(&self.sock).ok();
+                let leaving = snap
+                    .filter(|_| code == rdapl_iwarp::terminate::llp::TCP_STREAM_LOST)
+                    .and_then(|s| liveness::still_sending(&s, self.ia.timeout_ms));
+                if let Some(ago) = leaving {
+                    // The kernel still delivers bytes of ours (a slow
+                    // path drains a large message, a slow peer takes it):
+                    // the answer comes behind them, a timeout after the
+                    // last went.
+                    self.tx_last = self.tx_last.max(now.saturating_sub(ago));
+                    self.answer_check = self.answer_deadline();
+                } else {
+                    // No byte for `timeout_ms`: none will come.
+                    let s = snap.unwrap_or_default();
+                    conn_log!(
+                        warn,
+                        self,
+                        timeout_ms = self.ia.timeout_ms,
+                        unacked = s.unacked,
+                        unsent = s.notsent,
+                        silent_ms = s.silent_ms,
+                        sent_ms = s.sent_ms,
+                        "the peer fell silent {}: the connection breaks",
+                        if code == rdapl_iwarp::terminate::llp::FPDU_START {
+                            "inside an FPDU"
+                        } else {
+                            "owing the answer to a read or fence"
+                        }
+                    );
+                    self.break_silent(code);
+                }
             }
         }
         if self.live_check.is_some_and(|d| now >= d) {
