@@ -80,7 +80,13 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
         let t0 = Instant::now();
         let acked = match (test, o.op, offer) {
             (Test::PingPong, Op::Write, Some(t)) => {
-                write_pingpong(c, &ctl, t, true)?;
+                if let Some((_, len)) = write_pingpong(c, &ctl, t, true)? {
+                    // The server sends nothing of its own before the
+                    // closing control message's echo.
+                    return Err(format!(
+                        "a {len}-byte message of the server during the pingpong of Writes"
+                    ));
+                }
                 c.exchange_control(ctl)?;
                 o.iters
             }

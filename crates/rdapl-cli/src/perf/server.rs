@@ -247,8 +247,8 @@ fn serve_write_pingpong(
     if gone(s.control(*ctl))? {
         return Ok(true);
     }
-    write_pingpong(s, ctl, peer, false)?;
-    let Some((i, len)) = s.next_recv()? else {
+    let early = write_pingpong(s, ctl, peer, false)?;
+    let Some((i, len)) = early.map_or_else(|| s.next_recv(), |m| Ok(Some(m)))? else {
         return Ok(true);
     };
     if s.read_control(i, len)? != *ctl {

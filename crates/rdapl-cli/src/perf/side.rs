@@ -453,13 +453,16 @@ pub(super) fn check_at(lmr: &Lmr, off: usize, len: usize, seq: u64) -> Result<()
 /// arrival is seen in piece 0 of this side's own region, by polling its
 /// last byte (the peer's stamp), then checking its first; the EVD is
 /// dequeued meanwhile, which drives the provider and takes the Writes'
-/// completions. `first`: this side writes first (the client).
+/// completions. `first`: this side writes first (the client). Returns the
+/// peer's next message (receive, length) if it arrived before this side's
+/// last Writes completed ([`WriteStep::Message`]): the caller takes it as
+/// the message it waits for next.
 pub(super) fn write_pingpong(
     s: &Side,
     ctl: &Control,
     t: RmrTriplet,
     first: bool,
-) -> Result<(), String> {
+) -> Result<Option<(usize, usize)>, String> {
     let size = ctl.size;
     let mine = s.target.as_ref().ok_or("no region of this side's own")?;
     let remote = RmrTriplet {
@@ -481,22 +484,18 @@ pub(super) fn write_pingpong(
             .map_err(|e| e.to_string())?;
     }
     let mut done = 0;
-    let took = |ev: Event, done: &mut usize| match ev {
-        Event::Dto(d) if d.operation == DtoOp::RdmaWrite && d.status == DtoStatus::Success => {
+    let mut early = None;
+    let mut took = |ev: Event, done: &mut usize| match write_step(&ev) {
+        WriteStep::Written => {
             *done += 1;
             Ok(())
         }
-        // The server's echo of the control message, sent just before.
-        Event::Dto(d)
-            if d.operation == DtoOp::Send
-                && d.status == DtoStatus::Success
-                && d.cookie == CONTROL_COOKIE =>
-        {
+        WriteStep::ControlSent => Ok(()),
+        WriteStep::Message(i, len) if early.is_none() => {
+            early = Some((i, len));
             Ok(())
         }
-        other => Err(format!(
-            "expected an RDMA Write's completion, got {other:?}"
-        )),
+        _ => Err(format!("expected an RDMA Write's completion, got {ev:?}")),
     };
     for seq in 0..ctl.count {
         let write = |seq: usize| {
@@ -541,5 +540,5 @@ pub(super) fn write_pingpong(
     while done < ctl.count {
         took(s.next()?, &mut done)?;
     }
-    Ok(())
+    Ok(early)
 }
