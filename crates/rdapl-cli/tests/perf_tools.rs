@@ -122,13 +122,19 @@ impl Drop for Server {
     }
 }
 
+/// A port of this process's own for a test's server (`salt` tells a
+/// test's from another's, so parallel runs do not collide), below Linux's
+/// ephemeral range (32768 and up): a connection's local port there, any
+/// test's client, would keep the server from binding it.
+fn test_port(salt: u32) -> String {
+    (20_000 + ((std::process::id() + salt) % 12_000) as u16).to_string()
+}
+
 /// Starts a TCP server `rdapl TEST -s` on 127.0.0.1 with `more`
-/// arguments, on a port of this process's own (`salt` tells a test's
-/// from another's, so parallel runs do not collide): the server and its
-/// port.
+/// arguments, on a port of this process's own ([`test_port`]): the server
+/// and its port.
 fn server(test: &str, more: &[&str], salt: u32) -> (Server, String) {
-    let port = 20_000 + ((std::process::id() + salt) % 20_000) as u16;
-    let port_s = port.to_string();
+    let port_s = test_port(salt);
     let child = rdapl()
         .args([test, "-s", "-p", "tcp", "-a", "127.0.0.1", "-q", &port_s])
         .args(more)
@@ -416,7 +422,7 @@ fn a_clients_own_address_follows_its_servers() {
         eprintln!("skipped: this host has no IPv6 loopback (::1)");
         return;
     }
-    let port = (20_000 + ((std::process::id() + 30_017) % 20_000) as u16).to_string();
+    let port = test_port(30_017);
     let server = Server(Some(
         rdapl()
             .args(["pingpong", "-s", "-p", "tcp", "-a", "::1", "-q", &port])
@@ -474,7 +480,7 @@ fn a_client_on_another_host_reaches_a_server_and_is_told_what_went_wrong() {
             return;
         }
     };
-    let port = (20_000 + ((std::process::id() + 30_023) % 20_000) as u16).to_string();
+    let port = test_port(30_023);
     let in_ns = |ns: &str| Hosts::command(ns, env!("CARGO_BIN_EXE_rdapl"));
     let (a, b) = (|| in_ns(&h.a), || in_ns(&h.b));
     let server = Server(Some(
