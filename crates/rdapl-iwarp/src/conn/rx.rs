@@ -437,16 +437,30 @@ impl Connection {
                     p.offset += u32::from(len);
                     if last {
                         let p = *p;
-                        self.rx_send = None;
-                        self.rx_msn[0] = self.rx_msn[0].wrapping_add(1);
+                        // Invalidated before the receive is let go: if that
+                        // fails, the receive is still held and is flushed.
                         let invalidated = if p.op.invalidates() {
                             mem.invalidate(p.inval).map_err(|err| {
                                 ProtocolError::CannotInvalidate { stag: p.inval, err }
                             })?;
+                            // A tagged message under way through that STag
+                            // does not go on with the region looked up
+                            // before: its next segment looks the STag up
+                            // again (and is refused).
+                            if self.rx_tagged.is_some_and(|t| t.stag == p.inval) {
+                                self.rx_tagged = None;
+                            }
+                            if let Some(h) = self.orq.front_mut()
+                                && h.rr.sink_stag == p.inval
+                            {
+                                h.region = None;
+                            }
                             Some(p.inval)
                         } else {
                             None
                         };
+                        self.rx_send = None;
+                        self.rx_msn[0] = self.rx_msn[0].wrapping_add(1);
                         self.events.push_back(Event::RecvComplete {
                             wr_id: p.wr_id,
                             len: p.offset,
