@@ -1,13 +1,14 @@
 //! What a hostile or careless peer must not make the engine do: lose a
-//! receive when its Send with Invalidate fails, or place bytes through an
-//! STag it invalidated in the middle of a message.
+//! receive when its Send with Invalidate fails, place bytes through an
+//! STag it invalidated in the middle of a message, or hold the send queue
+//! behind a read it will never take (its IRD 0).
 
 mod common;
 
 use common::Pair;
 use rdapl_iwarp::fpdu::{self, encode_fpdu};
 use rdapl_iwarp::rdmap::{self, Opcode};
-use rdapl_iwarp::{Config, ConnError, DdpHeader, Event, ProtocolError, StagError};
+use rdapl_iwarp::{Config, ConnError, DdpHeader, Event, ProtocolError, ReadRequest, StagError};
 
 fn cfg() -> Config {
     Config {
@@ -111,5 +112,46 @@ fn no_write_segment_lands_through_an_stag_the_peer_invalidated() {
             }
         ))),
         "{evs:?}"
+    );
+}
+
+/// The initiator advertises IRD 0, so the responder's ORD is 0. An RDMA
+/// Read posted there can never go out: it must be refused, not sit at the
+/// head of the send queue holding every later request for ever.
+#[test]
+fn a_read_toward_a_peer_with_ird_0_does_not_hold_the_send_queue() {
+    let ca = Config { ird: 0, ..cfg() };
+    let mut p = Pair::new(ca, cfg());
+    p.establish();
+    assert_eq!(p.b.conn.negotiated().unwrap().ord, 0);
+    // The initiator speaks first (RFC 5044 7.1.2): a zero-length Write.
+    p.a.conn.post_write(99, 0, 1, 0).unwrap();
+    p.pump();
+    p.b.take_events();
+    p.a.mem.recvs.insert(1, vec![0; 64]);
+    p.a.conn.post_recv(1, 64).unwrap();
+    p.b.mem.register(0x50, 0, vec![0; 64], false, false);
+    let rr = ReadRequest {
+        sink_stag: 0x50,
+        sink_to: 0,
+        size: 8,
+        src_stag: 0x77,
+        src_to: 0,
+    };
+    let read = p.b.conn.post_read(7, rr);
+    p.b.mem.sends.insert(8, b"hi".to_vec());
+    p.b.conn.post_send(8, 2).unwrap();
+    p.pump();
+    let evs = p.b.take_events();
+    assert!(
+        read.is_err()
+            || evs
+                .iter()
+                .any(|e| matches!(e, Event::ReadComplete { wr_id: 7, .. })),
+        "the read neither refused nor done: {read:?} {evs:?}"
+    );
+    assert!(
+        evs.contains(&Event::SendComplete { wr_id: 8 }),
+        "the Send behind the read never went out: {evs:?}"
     );
 }

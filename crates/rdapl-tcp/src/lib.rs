@@ -46,7 +46,9 @@
 //!   `complete=sent` ([`Completion::Sent`], siw's meaning) it completes
 //!   once TCP has its last byte: no fences, and a remote error breaks the
 //!   connection instead. A connection whose peer takes no reads (IRD 0)
-//!   can ask for no proof of placement: it completes as with `sent`.
+//!   can ask for no proof of placement: it completes as with `sent`; an
+//!   RDMA Read posted there fails at once (`LocalEp`) and breaks the
+//!   connection, rather than wait for ever at the head of the queue.
 //! * **Protection** ([`memory`]). An arriving RDMA Write or Read Request is
 //!   checked on the target: the STag must be of the endpoint's protection
 //!   zone, with the right and the bounds, or no byte moves, a Terminate

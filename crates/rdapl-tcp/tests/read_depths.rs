@@ -236,3 +236,48 @@ fn sends_to_a_peer_that_takes_no_reads_complete() {
     let d = next_dto(&s.req);
     assert_eq!((d.status, d.cookie), (DtoStatus::Success, 5));
 }
+
+/// An RDMA Read posted toward a peer whose IRD is 0 (our ORD 0) can never
+/// go out: it must complete (with an error) at once, not wait at the head
+/// of the queue, holding the Send posted behind it, until the watchdog's
+/// `timeout_ms` (or for ever, while the peer keeps talking).
+#[test]
+fn a_read_toward_a_peer_that_takes_no_reads_completes_at_once() {
+    let tcp = Tcp::new();
+    let s = Node::with_attr(ia(&tcp, "127.0.0.1", "timeout_ms=60000"), 64, None);
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    let mut sock = TcpStream::connect(("127.0.0.1", q as u16)).unwrap();
+    let cfg = Config {
+        peer_to_peer: true,
+        ird: 0,
+        ord: 1,
+        ..Config::default()
+    };
+    let mut conn = Connection::new(Role::Initiator, cfg, 0).unwrap();
+    conn.connect(0, b"raw").unwrap();
+    let mut mem = VecMemory::default();
+    flush(&mut sock, &mut conn);
+    next_cr(&s.ia, &s.cr).accept(&s.ep, b"").unwrap();
+    drive_with(&mut sock, &mut conn, &mut mem, |e| {
+        matches!(e, IwEvent::Established { .. })
+    });
+    flush(&mut sock, &mut conn); // the RTR
+    assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+    let dst = s.buf(64);
+    s.ep.post_rdma_read(
+        &[dst.triplet(0, 64).unwrap()],
+        RmrTriplet {
+            rmr_context: 0x77,
+            target_address: 0,
+            segment_length: 64,
+        },
+        5,
+        D,
+    )
+    .unwrap();
+    let got = s.req.wait(Some(Duration::from_secs(3)), 1);
+    assert!(
+        matches!(got, Ok((Event::Dto(ref d), _)) if d.cookie == 5 && d.status != DtoStatus::Success),
+        "the read did not complete: {got:?}"
+    );
+}

@@ -669,7 +669,13 @@ impl Connection {
 
     /// Posts an RDMA Read: `rr.size` bytes from the peer's `src_stag`/`src_to`
     /// into our `sink_stag`/`sink_to`. At most ORD are outstanding; more wait.
+    /// `InvalidState` once the negotiated ORD is 0 (the peer takes no reads).
     pub fn post_read(&mut self, wr_id: u64, rr: ReadRequest) -> Result<(), PostError> {
+        // A peer that takes no reads (its IRD 0 made our ORD 0): the read
+        // could never go out, and would hold every request behind it.
+        if self.neg.is_some_and(|n| n.ord == 0) {
+            return Err(PostError::InvalidState);
+        }
         rr.sink_to
             .checked_add(u64::from(rr.size))
             .ok_or(PostError::Wrap)?;
