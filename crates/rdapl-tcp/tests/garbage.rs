@@ -485,3 +485,32 @@ fn a_server_that_is_no_iwarp_peer_ends_the_connect_at_once() {
         assert!(took < Duration::from_secs(2), "{addr}: {took:?}");
     }
 }
+
+/// A Read Request whose FPDU is whole but shorter than the 28-byte body
+/// (here: no body at all) is refused at once with the engine's Terminate,
+/// as any other malformed FPDU is. The provider's look at the header must
+/// not wait for bytes past the FPDU's end (bytes the peer never owes it),
+/// nor read the next FPDU's bytes as this one's body.
+#[test]
+fn a_read_request_without_its_body_is_refused_at_once() {
+    let tcp = Tcp::new();
+    let s = Node::new(&tcp, "127.0.46.1", "timeout_ms=60000");
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    let rbuf = s.buf(16);
+    let mut raw = Raw::connect(&s, q, &s.ep, &rbuf);
+    let start = std::time::Instant::now();
+    raw.sock
+        .write_all(&fpdu(
+            untagged_header(Opcode::ReadRequest, true, 0, 1, 0),
+            b"",
+        ))
+        .unwrap();
+    assert!(raw.terminated(), "a Terminate within {T:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "refused after {:?}",
+        start.elapsed()
+    );
+    assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Broken);
+    assert_eq!(next_dto(&s.rcv).status, DtoStatus::Flushed);
+}

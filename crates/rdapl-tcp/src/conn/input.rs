@@ -10,6 +10,7 @@
 
 use crate::memory::{RecvState, RxOp, StagedRead};
 use rdapl::{ConnectionEventKind, DtoStatus, RmrTriplet};
+use rdapl_iwarp::rdmap::READ_REQUEST_LEN;
 use rdapl_iwarp::{Buffer, DdpHeader, Opcode, ReadRequest, State, fpdu};
 use std::io::{self, IoSliceMut, Read};
 use std::sync::Arc;
@@ -459,12 +460,17 @@ impl Conn {
                 }
                 self.end_stall();
             }
-            (Buffer::Untagged { qn: 1, .. }, Some(Opcode::ReadRequest)) => {
-                let body = 2 + rdapl_iwarp::ddp::UNTAGGED_HEADER_LEN;
-                if b.len() < body + 28 {
+            // Only an FPDU that holds exactly a Read Request's body has one
+            // to stage (the engine refuses any other): its look never
+            // waits for bytes past the FPDU's end.
+            (Buffer::Untagged { qn: 1, .. }, Some(Opcode::ReadRequest))
+                if ulpdu == hlen + READ_REQUEST_LEN =>
+            {
+                let body = 2 + hlen;
+                if b.len() < body + READ_REQUEST_LEN {
                     return eof.then_some(total);
                 }
-                if let Some(rr) = ReadRequest::decode(&b[body..body + 28])
+                if let Some(rr) = ReadRequest::decode(&b[body..body + READ_REQUEST_LEN])
                     && rr.size > 0
                 {
                     self.mem.pending_read = Some(self.stage_read(&rr));
