@@ -181,23 +181,44 @@ impl SpInner {
     /// Delivers a connection request: registers it and posts the
     /// `ConnectionRequest` event. Fails if the CR EVD overflowed (the
     /// transport then rejects the request as a non-peer reject).
+    ///
+    /// A request the active side withdrew before its delivery (its
+    /// connect's timer fired first) is delivered as one withdrawn right
+    /// after: its event is posted, the request is not registered (a
+    /// lookup finds it gone), and an RSP's endpoint is released at once
+    /// (`Disconnected`, `Broken`), never left waiting for it.
     pub fn deliver(self: &Arc<Self>, cr: &Arc<CrInner>) -> Result<()> {
         if self.is_freed() {
             return Err(Error::InvalidHandle(Subtype::InvalidHandlePsp));
         }
         // An RSP's endpoint waits for the request before anyone can see it
-        // (so a cancel, which may come at once, finds it waiting).
+        // (so a cancel, which may come at once, finds it waiting). Both
+        // steps run under the request's state, as `CrInner::settle` does
+        // its release: a withdrawal comes wholly before them or after.
         let reserved = self
             .rsp_ep
             .as_ref()
             .filter(|_| self.kind == SpKind::Reserved);
-        if let Some(ep) = reserved {
-            let mut c = ep.core.lock();
-            if c.state == EpState::Reserved {
-                c.state = EpState::TentativeConnectionPending;
+        let mut released = None;
+        let withdrawn = {
+            let st = cr.state.lock();
+            let pending = *st == CrState::Pending;
+            if let Some(ep) = reserved {
+                let mut c = ep.core.lock();
+                if c.state == EpState::Reserved {
+                    if pending {
+                        c.state = EpState::TentativeConnectionPending;
+                    } else {
+                        ep.set_state(&mut c, EpState::Disconnected);
+                        released = Some(ep);
+                    }
+                }
             }
-        }
-        self.crs.lock().insert(cr.id, cr.clone());
+            if pending {
+                self.crs.lock().insert(cr.id, cr.clone());
+            }
+            !pending
+        };
         let ev = Event::ConnectionRequest(CrArrival {
             sp: (self.kind == SpKind::Public).then_some(self.id),
             consumer_context: self.context.get(),
@@ -205,7 +226,12 @@ impl SpInner {
             cr: cr.id,
             truncated: false,
         });
-        if self.cr_evd.post_event(ev).is_err() {
+        let posted = self.cr_evd.post_event(ev).is_ok();
+        if let Some(ep) = released {
+            ep.connection_event(ConnectionEventKind::Broken, None);
+        }
+        // (A withdrawn request lost in a full CR EVD has nothing to answer.)
+        if !posted && !withdrawn {
             self.crs.lock().remove(&cr.id);
             if let Some(ep) = reserved {
                 let mut c = ep.core.lock();
