@@ -210,6 +210,9 @@ pub struct IaInner {
     pub(crate) provider_attr: ProviderAttr,
     pub(crate) attr: IaAttr,
     pub(crate) async_evd: Evd,
+    /// Keeps the async EVD from being freed while the IA is open (taken
+    /// by [`Ia::close`]).
+    async_feeder: parking_lot::Mutex<Option<crate::evd::Feeder>>,
     /// The IA's registration table: every LMR and RMR key of the IA.
     pub mem: MemTable,
     pub(crate) dispatch: crate::sync::Arc<dyn Dispatch>,
@@ -298,11 +301,15 @@ impl Ia {
                     .build()?
             }
         };
+        // The IA holds its async EVD until it closes (refused if it was
+        // freed meanwhile).
+        let async_feeder = async_evd.try_feeder_of(&async_evd, Subtype::InvalidHandleEvdAsync)?;
         // Open the transport last: it registers the IA's address, and nothing
         // may fail after that.
         let transport = provider.open(opts.address, &opts.params)?;
         let provider_attr = transport.provider_attr(provider.attr());
         let attr = provider.ia_attr(transport.address());
+        let async_feeder = parking_lot::Mutex::new(Some(async_feeder));
         Ok(Ia {
             inner: Arc::new(IaInner {
                 context: crate::context::ContextSlot::new(),
@@ -311,6 +318,7 @@ impl Ia {
                 provider_attr,
                 attr,
                 async_evd,
+                async_feeder,
                 mem: MemTable::default(),
                 dispatch,
                 eps: WeakList::default(),
@@ -477,6 +485,8 @@ impl Ia {
         }
         self.inner.closed.store(true, Ordering::SeqCst);
         self.inner.transport.close();
+        // The async EVD may be freed from now on.
+        self.inner.async_feeder.lock().take();
         Ok(())
     }
 }

@@ -272,6 +272,7 @@ fn create_sp(
     if cr_evd.is_freed() || !cr_evd.flags().accepts(EventStream::ConnectionRequest) {
         return Err(Error::InvalidHandle(Subtype::InvalidHandleEvdCr));
     }
+    let feeder = cr_evd.try_feeder_of(&ia.inner.async_evd, Subtype::InvalidHandleEvdCr)?;
     let sp = Arc::new(SpInner {
         context: crate::context::ContextSlot::new(),
         id: SpHandle(next_id()),
@@ -279,7 +280,7 @@ fn create_sp(
         ia: ia.inner.clone(),
         conn_qual,
         cr_evd: cr_evd.clone(),
-        feeder: Mutex::new(Some(cr_evd.feeder_of(&ia.inner.async_evd))),
+        feeder: Mutex::new(Some(feeder)),
         rsp_ep: rsp_ep.map(|e| e.inner.clone()),
         crs: Mutex::new(HashMap::new()),
         freed: AtomicBool::new(false),

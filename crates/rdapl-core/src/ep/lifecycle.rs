@@ -67,6 +67,16 @@ impl Ep {
                 "endpoint attributes exceed the IA's limits",
             ));
         }
+        // Feeding first, refused if an EVD was freed meanwhile (checked
+        // under the lock `Evd::free` takes: the two never both succeed).
+        let feeders = [
+            (recv_evd, Subtype::InvalidHandleEvdRecv),
+            (request_evd, Subtype::InvalidHandleEvdRequest),
+            (connect_evd, Subtype::InvalidHandleEvdConn),
+        ]
+        .into_iter()
+        .filter_map(|(e, sub)| e.map(|e| e.try_feeder_of(&ia.inner.async_evd, sub)))
+        .collect::<Result<Vec<_>>>()?;
         let id = EpHandle(next_id());
         // The provider's table, before anything of the endpoint exists.
         let ops = ia.inner.transport.ep_create(&crate::provider::EpInfo {
@@ -75,11 +85,6 @@ impl Ep {
             attr: &attr,
             srq: srq.map(|s| s.inner.id),
         })?;
-        let feeders = [recv_evd, request_evd, connect_evd]
-            .into_iter()
-            .flatten()
-            .map(|e| e.feeder_of(&ia.inner.async_evd))
-            .collect();
         let inner = Arc::new(EpInner {
             context: crate::context::ContextSlot::new(),
             id,

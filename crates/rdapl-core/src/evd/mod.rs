@@ -231,6 +231,11 @@ pub(crate) struct EvdInner {
     /// Reservations dropped unspent (`reservation.rs`).
     pub(crate) dropped_reservations: AtomicU64,
     feeders: AtomicUsize,
+    /// Serialises `free`'s look at `feeders` and its setting of `FREED`
+    /// with an object's registration as a feeder
+    /// ([`Evd::try_feeder_of`]): a free and an endpoint's creation on
+    /// another thread never both succeed.
+    feed_lock: Mutex<()>,
     /// Runs between their last look at the policy and the entry of the
     /// upcall they decided to make (see [`upcall::UpcallGate`]).
     /// `Disable` and `free` wait for this to reach zero, so that no upcall
@@ -387,6 +392,7 @@ impl EvdBuilder {
             upcall_panics: AtomicU64::new(0),
             dropped_reservations: AtomicU64::new(0),
             feeders: AtomicUsize::new(0),
+            feed_lock: Mutex::new(()),
             starting: CachePadded::new(AtomicUsize::new(0)),
             #[cfg(feature = "stream")]
             stream_wakers: Mutex::new(Default::default()),
@@ -693,12 +699,14 @@ impl Evd {
     }
 
     /// Frees the EVD (`dat_evd_free`). Refused with `InvalidState` while
-    /// endpoints or service points feed it. Queued events are discarded; a
+    /// endpoints or service points feed it, or an open IA reports its
+    /// asynchronous events to it (as uDAPL counts that use). Queued events are discarded; a
     /// blocked waiter returns `Abort`; later calls return `InvalidHandle`.
     /// No upcall begins once this returns; upcalls already running finish
     /// (use `Teardown` first to wait for them).
     pub fn free(&self) -> Result<()> {
         let inner = &self.inner;
+        let feed = inner.feed_lock.lock();
         if inner.feeders.load(Ordering::SeqCst) > 0 {
             return Err(Error::state(
                 Subtype::InvalidStateEvdInUse,
@@ -716,6 +724,7 @@ impl Evd {
                 s,
             ))
         })?;
+        drop(feed);
         // No more reservations or posts: queue length 0.
         inner.prod.reserved.fetch_and(TAKEN_MASK, Ordering::SeqCst);
         // No upcall begins once `free` returns.
@@ -818,17 +827,23 @@ impl Evd {
         self.inner.storage.prefetch_push();
     }
 
-    /// [`EvdProducer::feeder`] for an object of an IA whose async EVD is
-    /// `ia_async`: an EVD made without an async EVD (`Evd::create`) reports
-    /// its overflows there from now on.
-    pub(crate) fn feeder_of(&self, ia_async: &Evd) -> Feeder {
+    /// [`EvdProducer::feeder`] for an object being created by an IA whose
+    /// async EVD is `ia_async`: an EVD made without an async EVD
+    /// (`Evd::create`) reports its overflows there from now on. Refused
+    /// with `InvalidHandle(sub)` if the EVD is freed, checked under the
+    /// lock `free` takes, so that the two never both succeed.
+    pub(crate) fn try_feeder_of(&self, ia_async: &Evd, sub: Subtype) -> Result<Feeder> {
+        let _g = self.inner.feed_lock.lock();
+        if self.inner.load().has(FREED) {
+            return Err(Error::InvalidHandle(sub));
+        }
         {
             let mut a = self.inner.async_evd.lock();
             if a.is_none() && !Arc::ptr_eq(&ia_async.inner, &self.inner) {
                 *a = Some(ia_async.clone());
             }
         }
-        self.feeder()
+        Ok(self.feeder())
     }
 
     /// True if the EVD was freed.
