@@ -55,6 +55,11 @@ pub(crate) struct PzInner {
     /// LMRs, RMRs and endpoints using this PZ.
     pub(crate) users: AtomicUsize,
     freed: AtomicBool,
+    /// Serialises `free`'s look at `users` and its setting of `freed`
+    /// with a new user's check and count ([`Pz::acquire`]): a free and a
+    /// registration (or endpoint, or SRQ) on another thread never both
+    /// succeed.
+    life: Mutex<()>,
     /// The provider's table of the zone and its memory.
     ops: Box<dyn PzOps>,
 }
@@ -82,6 +87,7 @@ impl Pz {
                 ia: ia.inner.clone(),
                 users: AtomicUsize::new(0),
                 freed: AtomicBool::new(false),
+                life: Mutex::new(()),
                 ops,
             }),
         })
@@ -123,8 +129,20 @@ impl Pz {
         }
     }
 
+    /// Counts a new user of the zone (an LMR, RMR, endpoint or SRQ being
+    /// created): refused if the zone is freed, checked under the lock
+    /// [`Pz::free`] takes. The count goes again when the returned guard
+    /// drops, unless [`PzUse::keep`] kept it.
+    pub(crate) fn acquire(&self) -> Result<PzUse<'_>> {
+        let _g = self.inner.life.lock();
+        self.check_live()?;
+        self.inner.users.fetch_add(1, Ordering::SeqCst);
+        Ok(PzUse(Some(&self.inner)))
+    }
+
     /// Frees the PZ (`dat_pz_free`); refused while LMRs, RMRs or endpoints use it.
     pub fn free(&self) -> Result<()> {
+        let life = self.inner.life.lock();
         self.check_live()?;
         if self.inner.users.load(Ordering::SeqCst) > 0 {
             return Err(Error::state(
@@ -135,6 +153,7 @@ impl Pz {
         if self.inner.freed.swap(true, Ordering::SeqCst) {
             return Err(Error::InvalidHandle(Subtype::InvalidHandlePz));
         }
+        drop(life);
         self.inner.ia.live.pzs.fetch_sub(1, Ordering::Relaxed);
         self.inner.ops.free();
         Ok(())
@@ -170,7 +189,7 @@ impl Pz {
     /// Registers `region` with `privs` (`dat_lmr_create`). A retired region
     /// is refused.
     pub fn lmr_create(&self, region: Arc<Region>, privs: MemPriv) -> Result<Lmr> {
-        self.check_live()?;
+        let user = self.acquire()?;
         if region.is_retired() {
             return Err(Error::param(1, "the region is retired"));
         }
@@ -194,7 +213,9 @@ impl Pz {
         };
         let ctx = self.inner.ia.mem.insert(entry)?;
         let len = region.len() as u64;
-        Lmr::new(self, Some(region), ctx, EntryKind::Lmr, privs, len)
+        let lmr = Lmr::new(self, Some(region), ctx, EntryKind::Lmr, privs, len)?;
+        user.keep();
+        Ok(lmr)
     }
 
     /// Registers a copy of `data` in memory rdapl owns.
@@ -321,7 +342,7 @@ impl Pz {
     /// Allocates a fast-registration LMR of at most `max_len` bytes; it is
     /// unmapped (every key refused) until `Ep::post_lmr_fmr` maps it.
     pub fn lmr_create_fmr(&self, max_len: u64) -> Result<Lmr> {
-        self.check_live()?;
+        let user = self.acquire()?;
         let entry = Entry {
             kind: EntryKind::Fmr,
             key: 0,
@@ -334,12 +355,14 @@ impl Pz {
             bound_rmrs: 0,
         };
         let ctx = self.inner.ia.mem.insert(entry)?;
-        Lmr::new(self, None, ctx, EntryKind::Fmr, MemPriv::NONE, max_len)
+        let lmr = Lmr::new(self, None, ctx, EntryKind::Fmr, MemPriv::NONE, max_len)?;
+        user.keep();
+        Ok(lmr)
     }
 
     /// Creates an unbound RMR (memory window) (`dat_rmr_create`).
     pub fn rmr_create(&self) -> Result<Rmr> {
-        self.check_live()?;
+        let user = self.acquire()?;
         let entry = Entry {
             kind: EntryKind::Rmr,
             key: 0,
@@ -362,7 +385,7 @@ impl Pz {
             fast: false,
         };
         self.announce(ctx, &announced)?;
-        self.inner.users.fetch_add(1, Ordering::SeqCst);
+        user.keep();
         self.inner.ia.live.rmrs.fetch_add(1, Ordering::Relaxed);
         Ok(Rmr {
             inner: Arc::new(RmrInner {
@@ -373,6 +396,25 @@ impl Pz {
                 announced,
             }),
         })
+    }
+}
+
+/// A user of a zone counted by [`Pz::acquire`]: uncounted on drop unless
+/// kept.
+pub(crate) struct PzUse<'a>(Option<&'a PzInner>);
+
+impl PzUse<'_> {
+    /// The new user exists: the count stays.
+    pub(crate) fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for PzUse<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0 {
+            p.users.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -450,8 +492,8 @@ impl Lmr {
             privileges: privs,
             fast: kind == EntryKind::Fmr,
         };
+        // (The zone's count of users: the caller's `PzUse`.)
         let remote_key = pz.announce(ctx, &announced)?;
-        pz.inner.users.fetch_add(1, Ordering::SeqCst);
         pz.inner.ia.live.lmrs.fetch_add(1, Ordering::Relaxed);
         Ok(Lmr {
             inner: Arc::new(LmrInner {

@@ -102,7 +102,7 @@ impl Ia {
     /// Creates a shared receive queue (`dat_srq_create`).
     pub fn srq_create(&self, pz: &Pz, max_recv_dtos: usize, max_recv_iov: usize) -> Result<Srq> {
         self.check_open()?;
-        pz.check_live()?;
+        let user = pz.acquire()?;
         if max_recv_dtos == 0 || max_recv_dtos > self.inner.attr.max_dto_per_ep {
             return Err(Error::param(3, "max_recv_dtos out of range"));
         }
@@ -111,7 +111,7 @@ impl Ia {
         }
         let id = SrqHandle(next_id());
         let ops = self.inner.transport.srq_create(id, pz.inner.id)?;
-        pz.inner.users.fetch_add(1, Ordering::SeqCst);
+        user.keep();
         Ok(Srq {
             inner: Arc::new(SrqInner {
                 context: crate::context::ContextSlot::new(),

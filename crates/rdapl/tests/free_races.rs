@@ -39,6 +39,52 @@ fn race<S: Send + Sync + 'static>(
     both
 }
 
+/// Keeps the registration table of `ia` busy (an LMR registered and freed
+/// in a loop, in a zone of its own) until the returned guard drops: calls
+/// that change the table then wait for its lock, which widens the races
+/// below from nanoseconds to the lock's hand-over.
+fn hammer_table(ia: &Ia) -> impl Drop {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    struct Stop(Arc<AtomicBool>, Option<std::thread::JoinHandle<()>>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+            if let Some(h) = self.1.take() {
+                h.join().unwrap();
+            }
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let pz = ia.pz_create().unwrap();
+    let h = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let l = pz.lmr_create(Region::zeroed(8), MemPriv::ALL).unwrap();
+                l.free().unwrap();
+            }
+        })
+    };
+    Stop(stop, Some(h))
+}
+
+/// `Pz::free` racing `Pz::lmr_create` on another thread: either the free
+/// is refused (`PZ_IN_USE`) or the registration is (`InvalidHandle`);
+/// never both succeed, which would leave a live LMR in a freed zone.
+#[test]
+fn pz_free_racing_lmr_create_never_both_succeed() {
+    let ia = open("127.0.250.13");
+    let _busy = hammer_table(&ia);
+    let both = race(
+        10000,
+        || ia.pz_create().unwrap(),
+        |pz| pz.lmr_create(Region::zeroed(64), MemPriv::ALL).is_ok(),
+        |pz| pz.free().is_ok(),
+    );
+    assert_eq!(both, 0, "rounds with a live LMR in a freed PZ");
+}
+
 /// `Evd::free` racing `Ia::ep_create` that names the EVD: never both
 /// succeed (an endpoint feeding a freed EVD loses its events).
 #[test]

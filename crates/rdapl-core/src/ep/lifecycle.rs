@@ -30,7 +30,7 @@ impl Ep {
         attr: Option<EpAttr>,
         srq: Option<&crate::srq::Srq>,
     ) -> Result<Ep> {
-        pz.check_live()?;
+        let user = pz.acquire()?;
         if let Some(srq) = srq
             && (srq.inner.is_freed() || !Arc::ptr_eq(&srq.inner.ia, &ia.inner))
         {
@@ -124,7 +124,7 @@ impl Ep {
             requests: CachePadded::new(AtomicUsize::new(0)),
             ops,
         });
-        pz.inner.users.fetch_add(1, Ordering::SeqCst);
+        user.keep();
         ia.inner.live.eps.fetch_add(1, Ordering::Relaxed);
         ia.inner.eps.push(&inner);
         if let Some(srq) = srq {
