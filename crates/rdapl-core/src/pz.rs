@@ -756,13 +756,28 @@ impl Lmr {
             .fetch_sub(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn set_mapping(&self, ctx: u32, region: Option<Arc<Region>>, privs: MemPriv) {
-        {
-            let mut m = self.inner.map.lock();
-            m.ctx = Some(ctx);
-            m.region = region;
+    /// Changes the mapping to the key `table` (the registration table's
+    /// change) returns, `region` and `privs`, under the map's lock, so
+    /// that [`Lmr::free`] (which takes it too) sees the key from before
+    /// the change or the one after, never a key the change just replaced;
+    /// a freed LMR stays freed (`table` is not run). With `expect`, the
+    /// LMR's key must still be that one. The new key, or `None` if nothing
+    /// changed.
+    pub(crate) fn change_mapping(
+        &self,
+        expect: Option<u32>,
+        (region, privs): (Option<Arc<Region>>, MemPriv),
+        table: impl FnOnce() -> Option<u32>,
+    ) -> Option<u32> {
+        let mut m = self.inner.map.lock();
+        if m.ctx.is_none() || expect.is_some_and(|e| m.ctx != Some(e)) {
+            return None;
         }
+        let ctx = table()?;
+        m.ctx = Some(ctx);
+        m.region = region;
         *self.inner.privs.lock() = privs;
+        Some(ctx)
     }
 }
 

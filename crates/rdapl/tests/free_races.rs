@@ -112,3 +112,79 @@ fn evd_free_racing_ep_create_never_both_succeed() {
     );
     assert_eq!(both, 0, "rounds with an endpoint feeding a freed EVD");
 }
+/// `Rmr::free` racing `Ep::post_rmr_bind` of the same window on another
+/// thread: once `free` has returned `Ok`, the window is gone for good: its
+/// handle has no context, a second free is refused, and its zone's count
+/// of users is not taken twice (the zone can be freed once everything
+/// else is).
+#[test]
+fn rmr_free_racing_bind_leaves_it_freed() {
+    let p = std::sync::Arc::new(pair("127.0.250.16", "127.0.250.17", 9004));
+    let lmr = p.s.buf(64);
+    let t = lmr.triplet(0, 64).unwrap();
+    let _busy = hammer_table(&p.s.ia);
+    let mut resurrected = 0;
+    let rounds = 5000;
+    for _ in 0..rounds {
+        let rmr = p.s.pz.rmr_create().unwrap();
+        let go = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let th = {
+            let (rmr, go) = (rmr.clone(), go.clone());
+            std::thread::spawn(move || {
+                go.wait();
+                rmr.free().is_ok()
+            })
+        };
+        go.wait();
+        let bound =
+            p.s.ep
+                .post_rmr_bind(&rmr, &lmr, t, MemPriv::REMOTE_WRITE, 1, D);
+        let freed = th.join().unwrap();
+        if bound.is_ok() {
+            next_dto(&p.s.req);
+        }
+        assert!(freed || bound.is_ok());
+        if freed && rmr.context().is_ok() {
+            resurrected += 1;
+            // Free it again so the zone's count is right (if it can be).
+            let _ = rmr.free();
+        }
+    }
+    assert_eq!(resurrected, 0, "freed windows that came back with a key");
+}
+
+/// `Lmr::free` of a fast-registration LMR racing `Ep::post_lmr_fmr` of
+/// it on another thread: once `free` has returned `Ok`, the LMR has no
+/// context and a second free is refused.
+#[test]
+fn fmr_free_racing_map_leaves_it_freed() {
+    let p = pair("127.0.250.18", "127.0.250.19", 9005);
+    let _busy = hammer_table(&p.s.ia);
+    let rounds = 5000;
+    let mut resurrected = 0;
+    for _ in 0..rounds {
+        let fmr = p.s.pz.lmr_create_fmr(64).unwrap();
+        let go = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let th = {
+            let (fmr, go) = (fmr.clone(), go.clone());
+            std::thread::spawn(move || {
+                go.wait();
+                fmr.free().is_ok()
+            })
+        };
+        go.wait();
+        let mapped =
+            p.s.ep
+                .post_lmr_fmr(&fmr, Region::zeroed(64), MemPriv::ALL, 1, D);
+        let freed = th.join().unwrap();
+        if mapped.is_ok() {
+            next_dto(&p.s.req);
+        }
+        assert!(freed || mapped.is_ok());
+        if freed && fmr.context().is_ok() {
+            resurrected += 1;
+            let _ = fmr.free();
+        }
+    }
+    assert_eq!(resurrected, 0, "freed LMRs that came back with a key");
+}

@@ -172,20 +172,23 @@ impl EpInner {
                 privs,
                 new_ctx,
             } => {
-                if mem.map_fmr(*new_ctx, region, *privs) {
-                    lmr.set_mapping(*new_ctx, Some(region.clone()), *privs);
+                let mapping = (Some(region.clone()), *privs);
+                let map = || mem.map_fmr(*new_ctx, region, *privs).then_some(*new_ctx);
+                if lmr.change_mapping(None, mapping, map).is_some() {
                     DtoStatus::Success
                 } else {
                     DtoStatus::LocalMmError
                 }
             }
             LocalOp::Invalidate { lmr, new_ctx } => {
-                let done = mem.set_key(*new_ctx, |e| {
-                    e.region = None;
-                    e.privs = MemPriv::NONE;
+                let done = lmr.change_mapping(None, (None, MemPriv::NONE), || {
+                    mem.set_key(*new_ctx, |e| {
+                        e.region = None;
+                        e.privs = MemPriv::NONE;
+                    })
+                    .then_some(*new_ctx)
                 });
-                if done {
-                    lmr.set_mapping(*new_ctx, None, MemPriv::NONE);
+                if done.is_some() {
                     DtoStatus::Success
                 } else {
                     DtoStatus::LocalMmError

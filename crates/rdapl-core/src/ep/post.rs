@@ -192,10 +192,18 @@ impl Ep {
         inner.post_with::<MORE>(op, &[], (&mut None, 0), cookie, flags, |op| {
             // The new key is unbound; the old binding is released (the LMR
             // it was bound to no longer counts it) under the table's lock.
+            // Under the window's lock, as its free: a free on another
+            // thread sees the old key or the new one, never a key this
+            // rekey just replaced (it would leave the window alive).
+            let mut slot = rmr.inner.ctx.lock();
+            if *slot != Some(old) {
+                return Err(Error::InvalidHandle(Subtype::InvalidHandleRmr));
+            }
             let ctx = mem
                 .rekey(old, |_| {})
                 .ok_or(Error::InvalidHandle(Subtype::InvalidHandleRmr))?;
-            *rmr.inner.ctx.lock() = Some(ctx);
+            *slot = Some(ctx);
+            drop(slot);
             op.set_new_ctx(ctx);
             new_ctx = ctx;
             Ok(())
@@ -314,17 +322,16 @@ impl Ep {
     }
 
     fn fmr_rekey(&self, lmr: &Lmr, old: u32) -> Result<u32> {
-        let new_ctx = self
-            .inner
-            .ia
-            .mem
-            .rekey(old, |e| {
+        let mem = &self.inner.ia.mem;
+        // The LMR's key changes with the table's, under the LMR's lock: a
+        // free on another thread sees the old key or the new one.
+        lmr.change_mapping(Some(old), (None, MemPriv::NONE), || {
+            mem.rekey(old, |e| {
                 e.region = None;
                 e.privs = MemPriv::NONE;
             })
-            .ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))?;
-        lmr.set_mapping(new_ctx, None, MemPriv::NONE);
-        Ok(new_ctx)
+        })
+        .ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))
     }
 }
 
