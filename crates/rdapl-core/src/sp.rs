@@ -351,6 +351,10 @@ impl fmt::Debug for Rsp {
 
 impl Rsp {
     pub(crate) fn create(ia: &Ia, conn_qual: u64, ep: &Ep, cr_evd: &Evd) -> Result<Rsp> {
+        ep.inner.check_live()?;
+        if !Arc::ptr_eq(&ep.inner.ia, &ia.inner) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleEp));
+        }
         {
             let mut c = ep.inner.core.lock();
             if c.state != EpState::Unconnected {
@@ -452,6 +456,9 @@ impl Cr {
     pub fn accept(&self, ep: &Ep, private_data: &[u8]) -> Result<()> {
         let sp = &self.inner.sp;
         ep.inner.check_live()?;
+        if !Arc::ptr_eq(&ep.inner.ia, &sp.ia) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleEp));
+        }
         if private_data.len() > sp.ia.attr.max_private_data_size {
             return Err(Error::param(
                 3,
@@ -500,6 +507,12 @@ impl Cr {
     /// `PeerRejected` with `private_data`.
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
         let sp = &self.inner.sp;
+        if private_data.len() > sp.ia.attr.max_private_data_size {
+            return Err(Error::param(
+                2,
+                "private data larger than max_private_data_size",
+            ));
+        }
         if *self.inner.state.lock() != CrState::Pending {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }

@@ -103,6 +103,9 @@ impl Ia {
     pub fn srq_create(&self, pz: &Pz, max_recv_dtos: usize, max_recv_iov: usize) -> Result<Srq> {
         self.check_open()?;
         let user = pz.acquire()?;
+        if !Arc::ptr_eq(&pz.inner.ia, &self.inner) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandlePz));
+        }
         if max_recv_dtos == 0 || max_recv_dtos > self.inner.attr.max_dto_per_ep {
             return Err(Error::param(3, "max_recv_dtos out of range"));
         }

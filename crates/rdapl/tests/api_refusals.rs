@@ -38,3 +38,67 @@ fn open_refuses_a_freed_async_evd() {
         "{r:?}"
     );
 }
+
+/// `Cr::reject` checks its private data against `max_private_data_size`
+/// as `Ep::connect` and `Cr::accept` do: a reject carrying more is
+/// refused (`InvalidParameter`), the request stays pending, and the
+/// active side sees nothing larger than the limit.
+#[test]
+fn reject_refuses_private_data_above_the_limit() {
+    let (c, s, _psp) = listening("127.0.250.1", "127.0.250.2", 9001);
+    let max = s.ia.query().unwrap().0.max_private_data_size;
+    c.ep.connect(s.ia.address(), 9001, Some(T), b"").unwrap();
+    let cr = next_cr(&s.ia, &s.cr);
+    let big = vec![7u8; max + 1];
+    let r = cr.reject(&big);
+    assert!(
+        matches!(r, Err(Error::InvalidParameter { .. })),
+        "reject with {} bytes of private data (max {max}): {r:?}",
+        big.len()
+    );
+    assert_eq!(cr.state(), CrState::Pending);
+    // Still answerable, within the limit.
+    cr.reject(b"no").unwrap();
+    let ev = conn_ev(&c.conn);
+    assert_eq!(ev.kind, ConnectionEventKind::PeerRejected);
+    assert!(ev.private_data.as_deref().map_or(0, <[u8]>::len) <= max);
+}
+
+/// `Ia::srq_create` refuses a protection zone of another IA, as
+/// `ep_create` does (`InvalidHandle(Pz)`).
+#[test]
+fn srq_create_refuses_a_pz_of_another_ia() {
+    let a = open("127.0.250.3");
+    let b = open("127.0.250.4");
+    let pz_b = b.pz_create().unwrap();
+    handle_err(a.srq_create(&pz_b, 4, 1), Subtype::InvalidHandlePz);
+    // Nothing was left using the other IA's zone.
+    pz_b.free().unwrap();
+}
+
+/// `Ia::rsp_create` refuses an endpoint of another IA
+/// (`InvalidHandle(Ep)`) and leaves it `Unconnected`.
+#[test]
+fn rsp_create_refuses_an_endpoint_of_another_ia() {
+    let a = Node::new("127.0.250.8");
+    let b = Node::new("127.0.250.9");
+    handle_err(
+        a.ia.rsp_create(9002, &b.ep, &a.cr),
+        Subtype::InvalidHandleEp,
+    );
+    assert_eq!(b.ep.state(), EpState::Unconnected);
+}
+
+/// `Cr::accept` refuses an endpoint of another IA than the request's
+/// (`InvalidHandle(Ep)`); the request stays pending.
+#[test]
+fn accept_refuses_an_endpoint_of_another_ia() {
+    let (c, s, _psp) = listening("127.0.250.10", "127.0.250.11", 9003);
+    let other = Node::new("127.0.250.12");
+    c.ep.connect(s.ia.address(), 9003, Some(T), b"").unwrap();
+    let cr = next_cr(&s.ia, &s.cr);
+    handle_err(cr.accept(&other.ep, b""), Subtype::InvalidHandleEp);
+    assert_eq!(other.ep.state(), EpState::Unconnected);
+    assert_eq!(cr.state(), CrState::Pending);
+    cr.reject(b"").unwrap();
+}
