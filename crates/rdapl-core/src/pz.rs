@@ -162,17 +162,21 @@ impl Pz {
     /// An owned buffer of `len` zeroed bytes in this zone, for
     /// [`Ep::post_send_buf`](crate::Ep::post_send_buf) and
     /// [`Ep::post_recv_buf`](crate::Ep::post_recv_buf) (see [`crate::buf`]).
-    /// Refused like an LMR larger than `max_lmr_block_size`.
+    /// Refused like an LMR larger than `max_lmr_block_size`, and with
+    /// `InsufficientResources(ResourceMemory)` where the memory cannot be
+    /// had.
     pub fn buf_create(&self, len: usize) -> Result<Buf> {
         self.check_buf_len(len)?;
-        Ok(Buf::zeroed(self.inner.id, len))
+        Buf::try_zeroed(self.inner.id, len).ok_or(BUF_MEMORY)
     }
 
     /// An owned buffer of this zone holding a copy of `data` (see
     /// [`Pz::buf_create`]).
     pub fn buf_from(&self, data: &[u8]) -> Result<Buf> {
         self.check_buf_len(data.len())?;
-        Ok(Buf::new(self.inner.id, data))
+        let mut b = Buf::try_zeroed(self.inner.id, data.len()).ok_or(BUF_MEMORY)?;
+        b.copy_from_slice(data);
+        Ok(b)
     }
 
     fn check_buf_len(&self, len: usize) -> Result<()> {
@@ -780,6 +784,12 @@ impl Lmr {
         Some(ctx)
     }
 }
+
+/// A buffer whose memory could not be had.
+const BUF_MEMORY: Error = Error::InsufficientResources {
+    resource: Subtype::ResourceMemory,
+    what: "no memory for a buffer of that length",
+};
 
 const RETIRED: Error = Error::InvalidState {
     state: Subtype::InvalidStateLmrFree,

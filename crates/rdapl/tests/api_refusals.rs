@@ -1,6 +1,6 @@
 //! Calls the core refuses with a clear error where they once succeeded
-//! and left something wrong behind: objects of another IA, private data
-//! above the limit, an IA's async EVD freed under it.
+//! or ended the process: objects of another IA, private data above the
+//! limit, an IA's async EVD freed under it, a buffer larger than memory.
 
 mod common;
 use common::*;
@@ -101,4 +101,40 @@ fn accept_refuses_an_endpoint_of_another_ia() {
     assert_eq!(other.ep.state(), EpState::Unconnected);
     assert_eq!(cr.state(), CrState::Pending);
     cr.reject(b"").unwrap();
+}
+
+/// `Pz::buf_create` of a length the IA allows (`max_lmr_block_size`) but
+/// memory cannot hold is refused with `InsufficientResources`; it does
+/// not abort the process. (Run in a child process: an abort would end
+/// this test binary.)
+#[test]
+fn buf_create_of_more_than_memory_is_refused_not_aborted() {
+    const CHILD: &str = "RDAPL_BUF_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let ia = open("127.0.250.15");
+        let pz = ia.pz_create().unwrap();
+        let max = ia.query().unwrap().0.max_lmr_block_size;
+        // Far more than memory and swap (a kernel that overcommits
+        // without limit, `vm.overcommit_memory=1`, grants it untouched).
+        match pz.buf_create(max as usize) {
+            Ok(b) => eprintln!("granted {} bytes (overcommitted)", b.len()),
+            r => resource_err(r.map(|_| ()), Subtype::ResourceMemory),
+        }
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "buf_create_of_more_than_memory_is_refused_not_aborted",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the child ended with {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
