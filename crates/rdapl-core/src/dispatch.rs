@@ -123,8 +123,10 @@ mod pool {
             self.started.load(Ordering::Acquire)
         }
 
-        /// Starts the threads unless some run; the number running. A start
-        /// that could start none is tried again by the next call.
+        /// Starts the threads unless some run; the number running. The
+        /// first thread the system refuses ends the start (a count beyond
+        /// what it allows runs what it allows). A start that could start
+        /// none is tried again by the next call.
         fn start(&self) -> usize {
             let n = self.started.load(Ordering::Acquire);
             if n > 0 {
@@ -136,7 +138,7 @@ mod pool {
                 return n;
             }
             let n = (0..self.threads)
-                .filter(|i| {
+                .take_while(|i| {
                     let rx = self.rx.clone();
                     std::thread::Builder::new()
                         .name(format!("rdapl-dispatch-{i}"))
