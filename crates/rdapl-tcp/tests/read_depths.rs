@@ -193,14 +193,10 @@ fn a_burst_through_an_ord_of_one() {
     }
 }
 
-/// A peer whose IRD is 0 takes no fence: a placed Send to it used to wait
-/// for ever (the fence, a read beyond an ORD of 0, held the queue); it now
-/// completes once sent, and the peer gets it.
-#[test]
-fn sends_to_a_peer_that_takes_no_reads_complete() {
-    let tcp = Tcp::new();
-    let s = Node::with_attr(ia(&tcp, "127.0.0.1", ""), 64, None);
-    let (_psp, q) = listen(&s.ia, &s.cr);
+/// A raw iWARP initiator that takes no reads (its IRD 0), connected to
+/// `s`'s listener on `q` and established (its RTR sent), with a receive of
+/// 64 bytes (id 1) posted.
+fn peer_taking_no_reads(s: &Node, q: u64) -> (TcpStream, Connection, VecMemory) {
     let mut sock = TcpStream::connect(("127.0.0.1", q as u16)).unwrap();
     let cfg = Config {
         peer_to_peer: true,
@@ -220,6 +216,18 @@ fn sends_to_a_peer_that_takes_no_reads_complete() {
     conn.post_recv(1, 64).unwrap();
     flush(&mut sock, &mut conn); // the RTR
     assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+    (sock, conn, mem)
+}
+
+/// A peer whose IRD is 0 takes no fence: a placed Send to it used to wait
+/// for ever (the fence, a read beyond an ORD of 0, held the queue); it now
+/// completes once sent, and the peer gets it.
+#[test]
+fn sends_to_a_peer_that_takes_no_reads_complete() {
+    let tcp = Tcp::new();
+    let s = Node::with_attr(ia(&tcp, "127.0.0.1", ""), 64, None);
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    let (mut sock, mut conn, mut mem) = peer_taking_no_reads(&s, q);
     let data = pattern(64, 9);
     let src = s.lmr(data.clone());
     s.send(&src, 0, 64, 5);
@@ -246,23 +254,7 @@ fn a_read_toward_a_peer_that_takes_no_reads_completes_at_once() {
     let tcp = Tcp::new();
     let s = Node::with_attr(ia(&tcp, "127.0.0.1", "timeout_ms=60000"), 64, None);
     let (_psp, q) = listen(&s.ia, &s.cr);
-    let mut sock = TcpStream::connect(("127.0.0.1", q as u16)).unwrap();
-    let cfg = Config {
-        peer_to_peer: true,
-        ird: 0,
-        ord: 1,
-        ..Config::default()
-    };
-    let mut conn = Connection::new(Role::Initiator, cfg, 0).unwrap();
-    conn.connect(0, b"raw").unwrap();
-    let mut mem = VecMemory::default();
-    flush(&mut sock, &mut conn);
-    next_cr(&s.ia, &s.cr).accept(&s.ep, b"").unwrap();
-    drive_with(&mut sock, &mut conn, &mut mem, |e| {
-        matches!(e, IwEvent::Established { .. })
-    });
-    flush(&mut sock, &mut conn); // the RTR
-    assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+    let _peer = peer_taking_no_reads(&s, q);
     let dst = s.buf(64);
     s.ep.post_rdma_read(
         &[dst.triplet(0, 64).unwrap()],
