@@ -39,6 +39,41 @@ fn race<S: Send + Sync + 'static>(
     both
 }
 
+/// Frees an object made by `make` on another thread while this one gives
+/// it a new key (`rekey`), `rounds` times: the number of objects whose
+/// free returned `Ok` and that still had a key afterwards (`keyed`; each
+/// freed again).
+fn revivals<T: Clone + Send + 'static>(
+    rounds: usize,
+    make: impl Fn() -> T,
+    free: fn(&T) -> Result<()>,
+    rekey: impl Fn(&T) -> bool,
+    keyed: impl Fn(&T) -> bool,
+) -> usize {
+    use std::sync::{Arc, Barrier};
+    let mut back = 0;
+    for _ in 0..rounds {
+        let obj = make();
+        let go = Arc::new(Barrier::new(2));
+        let th = {
+            let (obj, go) = (obj.clone(), go.clone());
+            std::thread::spawn(move || {
+                go.wait();
+                free(&obj).is_ok()
+            })
+        };
+        go.wait();
+        let rekeyed = rekey(&obj);
+        let freed = th.join().unwrap();
+        assert!(freed || rekeyed, "neither the free nor the new key");
+        if freed && keyed(&obj) {
+            back += 1;
+            let _ = free(&obj);
+        }
+    }
+    back
+}
+
 /// Keeps the registration table of `ia` busy (an LMR registered and freed
 /// in a loop, in a zone of its own) until the returned guard drops: calls
 /// that change the table then wait for its lock, which widens the races
@@ -123,34 +158,23 @@ fn rmr_free_racing_bind_leaves_it_freed() {
     let lmr = p.s.buf(64);
     let t = lmr.triplet(0, 64).unwrap();
     let _busy = hammer_table(&p.s.ia);
-    let mut resurrected = 0;
-    let rounds = 5000;
-    for _ in 0..rounds {
-        let rmr = p.s.pz.rmr_create().unwrap();
-        let go = std::sync::Arc::new(std::sync::Barrier::new(2));
-        let th = {
-            let (rmr, go) = (rmr.clone(), go.clone());
-            std::thread::spawn(move || {
-                go.wait();
-                rmr.free().is_ok()
-            })
-        };
-        go.wait();
+    let bind = |rmr: &Rmr| {
         let bound =
             p.s.ep
-                .post_rmr_bind(&rmr, &lmr, t, MemPriv::REMOTE_WRITE, 1, D);
-        let freed = th.join().unwrap();
+                .post_rmr_bind(rmr, &lmr, t, MemPriv::REMOTE_WRITE, 1, D);
         if bound.is_ok() {
             next_dto(&p.s.req);
         }
-        assert!(freed || bound.is_ok());
-        if freed && rmr.context().is_ok() {
-            resurrected += 1;
-            // Free it again so the zone's count is right (if it can be).
-            let _ = rmr.free();
-        }
-    }
-    assert_eq!(resurrected, 0, "freed windows that came back with a key");
+        bound.is_ok()
+    };
+    let back = revivals(
+        5000,
+        || p.s.pz.rmr_create().unwrap(),
+        Rmr::free,
+        bind,
+        |r| r.context().is_ok(),
+    );
+    assert_eq!(back, 0, "freed windows that came back with a key");
 }
 
 /// `Lmr::free` of a fast-registration LMR racing `Ep::post_lmr_fmr` of
@@ -160,31 +184,21 @@ fn rmr_free_racing_bind_leaves_it_freed() {
 fn fmr_free_racing_map_leaves_it_freed() {
     let p = pair("127.0.250.18", "127.0.250.19", 9005);
     let _busy = hammer_table(&p.s.ia);
-    let rounds = 5000;
-    let mut resurrected = 0;
-    for _ in 0..rounds {
-        let fmr = p.s.pz.lmr_create_fmr(64).unwrap();
-        let go = std::sync::Arc::new(std::sync::Barrier::new(2));
-        let th = {
-            let (fmr, go) = (fmr.clone(), go.clone());
-            std::thread::spawn(move || {
-                go.wait();
-                fmr.free().is_ok()
-            })
-        };
-        go.wait();
+    let map = |fmr: &Lmr| {
         let mapped =
             p.s.ep
-                .post_lmr_fmr(&fmr, Region::zeroed(64), MemPriv::ALL, 1, D);
-        let freed = th.join().unwrap();
+                .post_lmr_fmr(fmr, Region::zeroed(64), MemPriv::ALL, 1, D);
         if mapped.is_ok() {
             next_dto(&p.s.req);
         }
-        assert!(freed || mapped.is_ok());
-        if freed && fmr.context().is_ok() {
-            resurrected += 1;
-            let _ = fmr.free();
-        }
-    }
-    assert_eq!(resurrected, 0, "freed LMRs that came back with a key");
+        mapped.is_ok()
+    };
+    let back = revivals(
+        5000,
+        || p.s.pz.lmr_create_fmr(64).unwrap(),
+        Lmr::free,
+        map,
+        |l| l.context().is_ok(),
+    );
+    assert_eq!(back, 0, "freed LMRs that came back with a key");
 }
