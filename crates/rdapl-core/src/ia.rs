@@ -220,6 +220,11 @@ pub struct IaInner {
     pub(crate) sps: WeakList<SpInner>,
     pub(crate) live: LiveCounts,
     pub(crate) closed: AtomicBool,
+    /// Creations of the IA's objects hold it shared from their check that
+    /// the IA is open until the object is counted and listed; `close`
+    /// holds it exclusively from its look at what lives to its setting of
+    /// `closed`: a close and a creation never both succeed.
+    life: parking_lot::RwLock<()>,
 }
 
 /// Live object counts (for `close` and the `max_*` limits).
@@ -325,6 +330,7 @@ impl Ia {
                 sps: WeakList::default(),
                 live: LiveCounts::default(),
                 closed: AtomicBool::new(false),
+                life: parking_lot::RwLock::new(()),
             }),
         })
     }
@@ -348,6 +354,14 @@ impl Ia {
     pub fn query(&self) -> Result<(IaAttr, ProviderAttr)> {
         self.check_open()?;
         Ok((self.inner.attr.clone(), self.inner.provider_attr.clone()))
+    }
+
+    /// [`Ia::check_open`] for a creation: the returned guard keeps a
+    /// `close` on another thread from running until it drops.
+    pub(crate) fn creating(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
+        let g = self.inner.life.read();
+        self.check_open()?;
+        Ok(g)
     }
 
     pub(crate) fn check_open(&self) -> Result<()> {
@@ -386,7 +400,7 @@ impl Ia {
 
     /// Creates a protection zone (`dat_pz_create`).
     pub fn pz_create(&self) -> Result<Pz> {
-        self.check_open()?;
+        let _open = self.creating()?;
         Pz::new(self)
     }
 
@@ -407,7 +421,7 @@ impl Ia {
         connect_evd: Option<&Evd>,
         attr: Option<EpAttr>,
     ) -> Result<Ep> {
-        self.check_open()?;
+        let _open = self.creating()?;
         Ep::create(self, pz, recv_evd, request_evd, connect_evd, attr, None)
     }
 
@@ -422,7 +436,7 @@ impl Ia {
         srq: &crate::srq::Srq,
         attr: Option<EpAttr>,
     ) -> Result<Ep> {
-        self.check_open()?;
+        let _open = self.creating()?;
         Ep::create(
             self,
             pz,
@@ -437,14 +451,14 @@ impl Ia {
     /// Creates a public service point listening on `conn_qual`
     /// (`dat_psp_create`); connection requests arrive on `cr_evd`.
     pub fn psp_create(&self, conn_qual: u64, cr_evd: &Evd) -> Result<Psp> {
-        self.check_open()?;
+        let _open = self.creating()?;
         Psp::create(self, conn_qual, cr_evd)
     }
 
     /// Creates a reserved service point for `ep` on `conn_qual`
     /// (`dat_rsp_create`).
     pub fn rsp_create(&self, conn_qual: u64, ep: &Ep, cr_evd: &Evd) -> Result<Rsp> {
-        self.check_open()?;
+        let _open = self.creating()?;
         Rsp::create(self, conn_qual, ep, cr_evd)
     }
 
@@ -456,6 +470,7 @@ impl Ia {
     /// connection requests still pending on its service points are
     /// rejected (their active sides get `PeerRejected`).
     pub fn close(&self, flags: CloseFlags) -> Result<()> {
+        let _life = self.inner.life.write();
         self.check_open()?;
         let eps = self.inner.eps.live();
         let sps = self.inner.sps.live();

@@ -101,7 +101,7 @@ fn next_id() -> u64 {
 impl Ia {
     /// Creates a shared receive queue (`dat_srq_create`).
     pub fn srq_create(&self, pz: &Pz, max_recv_dtos: usize, max_recv_iov: usize) -> Result<Srq> {
-        self.check_open()?;
+        let _open = self.creating()?;
         let user = pz.acquire()?;
         if !Arc::ptr_eq(&pz.inner.ia, &self.inner) {
             return Err(Error::InvalidHandle(Subtype::InvalidHandlePz));

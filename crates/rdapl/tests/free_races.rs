@@ -9,16 +9,19 @@ mod common;
 use common::*;
 use rdapl::*;
 
-/// Runs `a` and `b` at once, `rounds` times, on fresh objects from
-/// `setup`; returns how many rounds saw both succeed.
-fn race<S: Send + Sync + 'static>(
+/// Runs `a` (here) and `b` (on another thread) at once, `rounds` times,
+/// on fresh objects from `setup`; `check` sees each round's objects and
+/// both results and says whether the round went wrong. Returns how many
+/// rounds did.
+fn race<S: Send + Sync + 'static, A, B: Send + 'static>(
     rounds: usize,
     setup: impl Fn() -> S,
-    a: impl Fn(&S) -> bool,
-    b: impl Fn(&S) -> bool + Send + Sync + Clone + 'static,
+    a: impl Fn(&S) -> A,
+    b: impl Fn(&S) -> B + Send + Sync + Clone + 'static,
+    mut check: impl FnMut(&S, A, B) -> bool,
 ) -> usize {
     use std::sync::{Arc, Barrier};
-    let mut both = 0;
+    let mut bad = 0;
     for _ in 0..rounds {
         let s = Arc::new(setup());
         let go = Arc::new(Barrier::new(2));
@@ -32,11 +35,16 @@ fn race<S: Send + Sync + 'static>(
         go.wait();
         let ra = a(&s);
         let rb = t.join().unwrap();
-        if ra && rb {
-            both += 1;
+        if check(&s, ra, rb) {
+            bad += 1;
         }
     }
-    both
+    bad
+}
+
+/// Both succeeded (for [`race`]).
+fn both<S>(_: &S, a: bool, b: bool) -> bool {
+    a && b
 }
 
 /// Frees an object made by `make` on another thread while this one gives
@@ -111,13 +119,14 @@ fn hammer_table(ia: &Ia) -> impl Drop {
 fn pz_free_racing_lmr_create_never_both_succeed() {
     let ia = open("127.0.250.13");
     let _busy = hammer_table(&ia);
-    let both = race(
+    let bad = race(
         10000,
         || ia.pz_create().unwrap(),
         |pz| pz.lmr_create(Region::zeroed(64), MemPriv::ALL).is_ok(),
         |pz| pz.free().is_ok(),
+        both,
     );
-    assert_eq!(both, 0, "rounds with a live LMR in a freed PZ");
+    assert_eq!(bad, 0, "rounds with a live LMR in a freed PZ");
 }
 
 /// `Evd::free` racing `Ia::ep_create` that names the EVD: never both
@@ -126,7 +135,7 @@ fn pz_free_racing_lmr_create_never_both_succeed() {
 fn evd_free_racing_ep_create_never_both_succeed() {
     let ia = open("127.0.250.14");
     let pz = ia.pz_create().unwrap();
-    let both = race(
+    let bad = race(
         10000,
         || {
             ia.evd_create(8, EvdFlags::DTO | EvdFlags::CONNECTION)
@@ -144,9 +153,11 @@ fn evd_free_racing_ep_create_never_both_succeed() {
             }
         },
         |evd| evd.free().is_ok(),
+        both,
     );
-    assert_eq!(both, 0, "rounds with an endpoint feeding a freed EVD");
+    assert_eq!(bad, 0, "rounds with an endpoint feeding a freed EVD");
 }
+
 /// `Rmr::free` racing `Ep::post_rmr_bind` of the same window on another
 /// thread: once `free` has returned `Ok`, the window is gone for good: its
 /// handle has no context, a second free is refused, and its zone's count
@@ -201,4 +212,28 @@ fn fmr_free_racing_map_leaves_it_freed() {
         |l| l.context().is_ok(),
     );
     assert_eq!(back, 0, "freed LMRs that came back with a key");
+}
+
+/// `Ia::close(Graceful)` racing `Ia::pz_create`: never both succeed (a
+/// live zone in a closed IA, which a graceful close promises not to
+/// leave).
+#[test]
+fn ia_graceful_close_racing_pz_create_never_both_succeed() {
+    let rounds = 20000;
+    let bad = race(
+        rounds,
+        || open("127.0.251.6"),
+        |ia| ia.pz_create(),
+        |ia| ia.close(CloseFlags::Graceful).is_ok(),
+        |ia, pz, closed| {
+            let wrong = pz.is_ok() && closed;
+            // (A zone made as its IA closed cannot be freed any more.)
+            if let Ok(pz) = pz {
+                let _ = pz.free();
+            }
+            let _ = ia.close(CloseFlags::Abrupt);
+            wrong
+        },
+    );
+    assert_eq!(bad, 0, "rounds with a live PZ in a gracefully closed IA");
 }
