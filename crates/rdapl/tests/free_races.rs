@@ -7,7 +7,9 @@
 
 mod common;
 use common::*;
+use rdapl::evd::EvdProducer;
 use rdapl::*;
+use std::sync::Arc;
 
 /// Runs `a` (here) and `b` (on another thread) at once, `rounds` times,
 /// on fresh objects from `setup`; `check` sees each round's objects and
@@ -236,4 +238,55 @@ fn ia_graceful_close_racing_pz_create_never_both_succeed() {
         },
     );
     assert_eq!(bad, 0, "rounds with a live PZ in a gracefully closed IA");
+}
+
+/// `Evd::resize` racing `Evd::free`: once both returned, the EVD is
+/// freed for good: it takes no reservation (a freed EVD has queue
+/// length 0).
+#[test]
+fn evd_resize_racing_free_leaves_it_freed() {
+    let rounds = 10000;
+    let bad = race(
+        rounds,
+        || sw_evd(8),
+        |evd| evd.resize(4096).is_ok(),
+        |evd| evd.free().is_ok(),
+        |evd, _, freed| {
+            assert!(freed);
+            evd.reserve().map(|r| evd.release(r).unwrap()).is_ok()
+        },
+    );
+    assert_eq!(bad, 0, "freed EVDs that took a reservation after a resize");
+}
+
+/// `Evd::modify_upcall` installing an upcall object racing `Evd::free`:
+/// once both returned, the freed EVD holds no upcall object (free breaks
+/// that reference; an upcall that holds the EVD would leak both).
+#[test]
+fn evd_free_racing_modify_upcall_keeps_no_upcall_object() {
+    let marker = Arc::new(());
+    let rounds = 10000;
+    let bad = race(
+        rounds,
+        || sw_evd(8),
+        {
+            let marker = marker.clone();
+            move |evd: &Evd| {
+                let m = marker.clone();
+                let up: Arc<dyn Upcall> = Arc::new(move |_: &Evd, _: Option<Event>, _: bool| {
+                    let _ = &m;
+                });
+                evd.modify_upcall(UpcallPolicy::Many, Some(up), ReEnable::OnNew)
+                    .is_ok()
+            }
+        },
+        |evd| evd.free().is_ok(),
+        |_, _, freed| {
+            assert!(freed);
+            // Held here and by the closure above: a third is the upcall
+            // object the freed EVD kept.
+            Arc::strong_count(&marker) > 2
+        },
+    );
+    assert_eq!(bad, 0, "freed EVDs that kept an upcall object");
 }

@@ -658,6 +658,10 @@ impl Evd {
             // meanwhile only make the check conservative.
             let freed = self.inner.freed();
             let cur = reserved.load(Ordering::SeqCst);
+            // A free that zeroed the queue length before this read set
+            // `FREED` before it: refused, never a freed EVD given room
+            // again (its CAS below fails if the free comes after the read).
+            self.inner.check_live()?;
             let occupied = (cur & TAKEN_MASK).wrapping_sub(freed) & TAKEN_MASK;
             if occupied > qlen as u64 {
                 return Err(Error::state(

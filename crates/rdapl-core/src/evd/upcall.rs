@@ -224,7 +224,11 @@ impl Evd {
             UpcallPolicy::Disable => {
                 let _g = inner.modify.lock();
                 if let Some(u) = upcall {
-                    *inner.upcall.lock() = Some(u);
+                    // Under the slot's lock, which `free` clears it under
+                    // after it set `FREED`: a freed EVD keeps no upcall.
+                    let mut slot = inner.upcall.lock();
+                    inner.check_live()?;
+                    *slot = Some(u);
                 }
                 inner.update::<_, Error>(|s| {
                     Ok((
@@ -272,7 +276,9 @@ impl Evd {
                 }
                 let _ = inner.update::<_, ()>(|s| Ok((s.clear(TD_WAITING), ())));
                 if let Some(u) = upcall {
-                    *inner.upcall.lock() = Some(u);
+                    let mut slot = inner.upcall.lock();
+                    inner.check_live()?;
+                    *slot = Some(u);
                 }
                 Ok(pending)
             }
@@ -281,6 +287,8 @@ impl Evd {
                 inner.dispatch.prepare()?;
                 {
                     let mut slot = inner.upcall.lock();
+                    // (See `Disable` above.)
+                    inner.check_live()?;
                     if let Some(u) = upcall {
                         *slot = Some(u);
                     } else if slot.is_none() {
@@ -289,8 +297,13 @@ impl Evd {
                 }
                 let g = inner.modify.lock();
                 let strict = mode == ReEnable::Strict;
-                let prev = inner.update::<_, Infallible>(|s| Ok((state::enable(s, p, strict), s)));
-                let Ok(prev) = prev;
+                // Never a policy switched on for a freed EVD.
+                let prev = inner.update::<_, Error>(|s| {
+                    if s.has(FREED) {
+                        return Err(Error::InvalidHandle(Subtype::NoSubtype));
+                    }
+                    Ok((state::enable(s, p, strict), s))
+                })?;
                 // The enabler's half of the Dekker pattern: after the fence,
                 // storage shows every event whose producer read the state
                 // word before the switch.
