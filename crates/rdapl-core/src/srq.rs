@@ -64,6 +64,10 @@ pub struct SrqInner {
     watermark: Mutex<Option<usize>>,
     pub(crate) eps: crate::weak_list::WeakList<crate::ep::EpInner>,
     freed: AtomicBool,
+    /// Serialises `free`'s look at the endpoints and its setting of
+    /// `freed` with an endpoint's creation on the SRQ (its check of
+    /// `freed` and its entry in `eps`): the two never both succeed.
+    pub(crate) life: Mutex<()>,
     /// The provider's table of the SRQ.
     ops: Box<dyn crate::provider::SrqOps>,
 }
@@ -127,6 +131,7 @@ impl Ia {
                 watermark: Mutex::new(None),
                 eps: Default::default(),
                 freed: AtomicBool::new(false),
+                life: Mutex::new(()),
                 ops,
             }),
         })
@@ -166,6 +171,9 @@ impl Srq {
         }
         {
             let mut q = self.inner.recvs.lock();
+            // Under the lock `free` empties the queue under once it set
+            // `freed`: nothing is queued in a freed SRQ.
+            self.check_live()?;
             if q.len() >= self.inner.max_recv_dtos {
                 return Err(Error::InsufficientResources {
                     resource: Subtype::ResourceSrq,
@@ -207,6 +215,7 @@ impl Srq {
     /// Frees the SRQ (`dat_srq_free`); refused while endpoints use it.
     /// Receives still posted are discarded (they have no EVD yet).
     pub fn free(&self) -> Result<()> {
+        let life = self.inner.life.lock();
         self.check_live()?;
         if !self.inner.endpoints().is_empty() {
             return Err(Error::state(
@@ -217,6 +226,7 @@ impl Srq {
         if self.inner.freed.swap(true, Ordering::SeqCst) {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleSrq));
         }
+        drop(life);
         self.inner.recvs.lock().clear();
         self.inner.ops.free();
         self.inner.pz.inner.users.fetch_sub(1, Ordering::SeqCst);

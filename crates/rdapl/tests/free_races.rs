@@ -290,3 +290,47 @@ fn evd_free_racing_modify_upcall_keeps_no_upcall_object() {
     );
     assert_eq!(bad, 0, "freed EVDs that kept an upcall object");
 }
+
+/// `Srq::free` racing `Ia::ep_create_with_srq` naming it: never both
+/// succeed (a live endpoint taking its receives from a freed SRQ).
+#[test]
+fn srq_free_racing_ep_create_never_both_succeed() {
+    let n = Node::with("127.0.251.4", None, 64, 64);
+    let rounds = 5000;
+    let bad = race(
+        rounds,
+        || n.ia.srq_create(&n.pz, 8, 1).unwrap(),
+        |srq| {
+            n.ia.ep_create_with_srq(&n.pz, &n.rcv, Some(&n.req), Some(&n.conn), srq, None)
+        },
+        |srq| srq.free().is_ok(),
+        |srq, ep, freed| {
+            let wrong = ep.is_ok() && freed;
+            if let Ok(ep) = ep {
+                ep.free().unwrap();
+            }
+            let _ = srq.free();
+            wrong
+        },
+    );
+    assert_eq!(bad, 0, "rounds with an endpoint on a freed SRQ");
+}
+
+/// `Srq::free` racing `Srq::post_recv`: a receive is never accepted into
+/// an SRQ whose free returned `Ok` (it would stay there, never matched,
+/// never completed).
+#[test]
+fn srq_free_racing_post_recv_keeps_nothing_in_a_freed_srq() {
+    let n = Node::with("127.0.251.5", None, 64, 64);
+    let lmr = n.buf(64);
+    let t = lmr.triplet(0, 64).unwrap();
+    let rounds = 10000;
+    let bad = race(
+        rounds,
+        || n.ia.srq_create(&n.pz, 8, 1).unwrap(),
+        move |srq| srq.post_recv(&[t], 1, D).is_ok(),
+        |srq| srq.free().is_ok(),
+        |srq, posted, freed| posted && freed && !format!("{srq:?}").contains("available: 0"),
+    );
+    assert_eq!(bad, 0, "rounds that left a receive in a freed SRQ");
+}

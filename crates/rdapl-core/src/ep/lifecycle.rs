@@ -31,11 +31,19 @@ impl Ep {
         srq: Option<&crate::srq::Srq>,
     ) -> Result<Ep> {
         let user = pz.acquire()?;
-        if let Some(srq) = srq
-            && (srq.inner.is_freed() || !Arc::ptr_eq(&srq.inner.ia, &ia.inner))
-        {
-            return Err(Error::InvalidHandle(Subtype::InvalidHandleSrq));
-        }
+        // Held until the endpoint is entered among the SRQ's: a free of
+        // the SRQ on another thread comes wholly before (refused here) or
+        // after (and sees this endpoint).
+        let srq_life = match srq {
+            Some(srq) => {
+                let g = srq.inner.life.lock();
+                if srq.inner.is_freed() || !Arc::ptr_eq(&srq.inner.ia, &ia.inner) {
+                    return Err(Error::InvalidHandle(Subtype::InvalidHandleSrq));
+                }
+                Some(g)
+            }
+            None => None,
+        };
         if !Arc::ptr_eq(&pz.inner.ia, &ia.inner) {
             return Err(Error::InvalidHandle(Subtype::InvalidHandlePz));
         }
@@ -130,6 +138,7 @@ impl Ep {
         if let Some(srq) = srq {
             srq.inner.eps.push(&inner);
         }
+        drop(srq_life);
         Ok(Ep { inner })
     }
 
