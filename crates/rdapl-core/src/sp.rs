@@ -357,6 +357,8 @@ impl Rsp {
         }
         {
             let mut c = ep.inner.core.lock();
+            // Under the lock `Ep::free` marks it freed under.
+            ep.inner.check_live()?;
             if c.state != EpState::Unconnected {
                 return Err(Error::state(
                     c.state.subtype(),
@@ -476,6 +478,8 @@ impl Cr {
         }
         {
             let mut c = ep.inner.core.lock();
+            // Under the lock `Ep::free` marks it freed under.
+            ep.inner.check_live()?;
             let ok = c.state == EpState::Unconnected
                 || (c.state == EpState::TentativeConnectionPending
                     && sp

@@ -58,7 +58,18 @@ pub(crate) fn connect(
         timeout_job: timeout_job.clone(),
     });
     let cr = CrInner::new(&sp, private_data, ia.addr, ops);
-    ep.core.lock().pending_cr = Some(cr.clone());
+    {
+        // Withdrawn before its request was made (a free or a disconnect
+        // on another thread, after the core let go of the endpoint's lock
+        // and before this): nothing to deliver, its end was raised
+        // already. Otherwise the withdrawal that comes later finds the
+        // request here and cancels it.
+        let mut c = ep.core.lock();
+        if c.state != EpState::ActiveConnectionPending {
+            return Ok(());
+        }
+        c.pending_cr = Some(cr.clone());
+    }
     // Armed before the request is delivered, so that an accept, a reject
     // or a cancel always finds the job to cancel. (A timeout too long for
     // an instant is as good as none.)

@@ -10,6 +10,7 @@ use common::*;
 use rdapl::evd::EvdProducer;
 use rdapl::*;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Runs `a` (here) and `b` (on another thread) at once, `rounds` times,
 /// on fresh objects from `setup`; `check` sees each round's objects and
@@ -333,4 +334,118 @@ fn srq_free_racing_post_recv_keeps_nothing_in_a_freed_srq() {
         |srq, posted, freed| posted && freed && !format!("{srq:?}").contains("available: 0"),
     );
     assert_eq!(bad, 0, "rounds that left a receive in a freed SRQ");
+}
+
+/// Drains `evd` (events already queued).
+fn drain(evd: &Evd) {
+    while let Ok(Some(_)) = evd.dequeue() {}
+}
+
+/// `Ep::free` racing `Cr::accept` of a request on that endpoint: if both
+/// succeed, the endpoint is freed and its connection ended, never a freed
+/// endpoint left `Connected` (nor its peer `Connected` to it, not told).
+#[test]
+fn ep_free_racing_accept_never_leaves_a_freed_ep_connected() {
+    let c = Node::with("127.0.251.1", None, 64, 64);
+    let s = Node::with("127.0.251.2", None, 64, 64);
+    let _psp = s.ia.psp_create(9120, &s.cr).unwrap();
+    let rounds = 2000;
+    let both = AtomicUsize::new(0);
+    let bad = race(
+        rounds,
+        || {
+            drain(&c.conn);
+            drain(&s.conn);
+            let cep = c.ep2();
+            cep.connect(s.ia.address(), 9120, Some(T), b"").unwrap();
+            let cr = next_cr(&s.ia, &s.cr);
+            (cep, s.ep2(), cr)
+        },
+        |(_, sep, cr)| cr.accept(sep, b"").is_ok(),
+        |(_, sep, _)| sep.free().is_ok(),
+        |(cep, sep, _), accepted, freed| {
+            let wrong = if accepted && freed {
+                both.fetch_add(1, Ordering::Relaxed);
+                // Either end still in a connection with a freed endpoint.
+                !eventually(QUIET, || {
+                    sep.state() != EpState::Connected && cep.state() != EpState::Connected
+                })
+            } else {
+                false
+            };
+            let _ = cep.disconnect(false);
+            let _ = cep.free();
+            let _ = sep.free();
+            wrong
+        },
+    );
+    eprintln!(
+        "accept and free both succeeded in {} of {rounds} rounds",
+        both.load(Ordering::Relaxed)
+    );
+    assert_eq!(bad, 0, "rounds that left a freed endpoint connected");
+}
+
+/// `Ep::free` racing `Ia::rsp_create` for that endpoint: never both
+/// succeed (an RSP reserved for a freed endpoint takes requests nobody
+/// can accept, and keeps its qualifier and IA busy).
+#[test]
+fn ep_free_racing_rsp_create_never_both_succeed() {
+    let s = Node::with("127.0.251.3", None, 64, 64);
+    let rounds = 5000;
+    let bad = race(
+        rounds,
+        || s.ep2(),
+        |ep| s.ia.rsp_create(9121, ep, &s.cr),
+        |ep| ep.free().is_ok(),
+        |ep, rsp, freed| {
+            let wrong = rsp.is_ok() && freed;
+            if let Ok(r) = rsp {
+                r.free().unwrap();
+            }
+            let _ = ep.free();
+            wrong
+        },
+    );
+    assert_eq!(bad, 0, "rounds with an RSP reserved for a freed endpoint");
+}
+
+/// `Ep::free` racing `Ep::connect`: if both succeed, the attempt is
+/// withdrawn: the passive side sees no request from the freed endpoint
+/// that stays pending (it could never be accepted).
+#[test]
+fn ep_free_racing_connect_leaves_no_pending_request() {
+    let c = Node::with("127.0.251.8", None, 64, 64);
+    let s = Node::with("127.0.251.9", None, 256, 256);
+    let _psp = s.ia.psp_create(9123, &s.cr).unwrap();
+    let rounds = 3000;
+    let bad = race(
+        rounds,
+        || {
+            drain(&c.conn);
+            c.ep2()
+        },
+        |ep| ep.connect(s.ia.address(), 9123, None, b"").is_ok(),
+        |ep| ep.free().is_ok(),
+        |_, connected, freed| {
+            let mut wrong = false;
+            // Every request that arrived is settled: pending ones are
+            // withdrawn by now (their active endpoint is freed).
+            while let Ok(Some(ev)) = s.cr.dequeue() {
+                if let Event::ConnectionRequest(a) = ev
+                    && let Ok(cr) = s.ia.cr(a.cr)
+                {
+                    if connected && freed && cr.state() == CrState::Pending {
+                        wrong = true;
+                    }
+                    let _ = cr.reject(b"");
+                }
+            }
+            wrong
+        },
+    );
+    assert_eq!(
+        bad, 0,
+        "rounds with a request from a freed endpoint left pending"
+    );
 }

@@ -41,6 +41,8 @@ impl Ep {
         }
         {
             let mut c = inner.core.lock();
+            // Under the lock `Ep::free` marks it freed under.
+            inner.check_live()?;
             if c.state != EpState::Unconnected {
                 return Err(Error::state(
                     c.state.subtype(),

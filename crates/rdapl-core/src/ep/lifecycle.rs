@@ -221,22 +221,32 @@ impl Ep {
     /// everything outstanding flushed, its EVDs released.
     pub fn free(&self) -> Result<()> {
         self.inner.check_live()?;
-        // As `dapl_ep_free`: an endpoint an RSP owns, or one a connection
-        // request is being accepted on, is freed after that is settled.
-        let state = self.inner.core.lock().state;
-        if matches!(
-            state,
-            EpState::Reserved
-                | EpState::TentativeConnectionPending
-                | EpState::PassiveConnectionPending
-        ) {
-            return Err(Error::state(
-                state.subtype(),
-                "free the RSP or settle the connection request first",
-            ));
+        {
+            // As `dapl_ep_free`: an endpoint an RSP owns, or one a
+            // connection request is being accepted on, is freed after that
+            // is settled. The state is looked at and the endpoint marked
+            // freed under one hold of its lock, under which an RSP's
+            // creation, an accept and a connect look at `freed` before they
+            // change the state: the two never both succeed.
+            let c = self.inner.core.lock();
+            let state = c.state;
+            if matches!(
+                state,
+                EpState::Reserved
+                    | EpState::TentativeConnectionPending
+                    | EpState::PassiveConnectionPending
+            ) {
+                return Err(Error::state(
+                    state.subtype(),
+                    "free the RSP or settle the connection request first",
+                ));
+            }
+            if self.inner.freed.swap(true, Ordering::SeqCst) {
+                return Err(Error::InvalidHandle(Subtype::InvalidHandleEp));
+            }
         }
         let ia = self.inner.ia.clone();
-        self.inner.abort(&ia);
+        self.inner.teardown(&ia);
         Ok(())
     }
 }
@@ -259,6 +269,11 @@ impl EpInner {
         if self.freed.swap(true, Ordering::SeqCst) {
             return;
         }
+        self.teardown(ia);
+    }
+
+    /// [`EpInner::abort`] once `freed` is set (by this caller).
+    fn teardown(self: &Arc<Self>, ia: &Arc<IaInner>) {
         let (cr, connecting) = {
             let mut c = self.core.lock();
             let connecting = c.state == EpState::ActiveConnectionPending;
