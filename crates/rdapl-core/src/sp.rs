@@ -249,9 +249,10 @@ impl SpInner {
     }
 
     /// Stops listening and releases the CR EVD.
-    pub(crate) fn shutdown(&self) {
+    /// False if it was stopped already (by another caller: one wins).
+    pub(crate) fn shutdown(&self) -> bool {
         if self.freed.swap(true, Ordering::SeqCst) {
-            return;
+            return false;
         }
         let listener = self.listener.lock().take();
         if let Some(l) = listener {
@@ -259,6 +260,7 @@ impl SpInner {
         }
         self.feeder.lock().take();
         self.ia.sps.freed();
+        true
     }
 }
 
@@ -326,10 +328,10 @@ impl Psp {
 
     /// Stops listening (`dat_psp_free`). Pending requests stay valid.
     pub fn free(&self) -> Result<()> {
-        if self.inner.is_freed() {
+        // (One of two frees at once wins: the other is refused.)
+        if !self.inner.shutdown() {
             return Err(Error::InvalidHandle(Subtype::InvalidHandlePsp));
         }
-        self.inner.shutdown();
         Ok(())
     }
 }
@@ -383,10 +385,9 @@ impl Rsp {
 
     /// Frees the RSP (`dat_rsp_free`); its endpoint returns to `Unconnected`.
     pub fn free(&self) -> Result<()> {
-        if self.inner.is_freed() {
+        if !self.inner.shutdown() {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleRsp));
         }
-        self.inner.shutdown();
         if let Some(ep) = &self.inner.rsp_ep {
             let mut c = ep.core.lock();
             if c.state == EpState::Reserved {

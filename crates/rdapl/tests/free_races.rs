@@ -449,3 +449,19 @@ fn ep_free_racing_connect_leaves_no_pending_request() {
         "rounds with a request from a freed endpoint left pending"
     );
 }
+
+/// Two `Psp::free` calls at once: one succeeds, the other is refused
+/// (`InvalidHandle`), as a second free after the first is.
+#[test]
+fn psp_free_twice_at_once_one_is_refused() {
+    let n = Node::with("127.0.251.7", None, 64, 64);
+    let rounds = 10000;
+    let bad = race(
+        rounds,
+        || n.ia.psp_create(9122, &n.cr).unwrap(),
+        |psp| psp.free().is_ok(),
+        |psp| psp.free().is_ok(),
+        |_, a, b| a && b,
+    );
+    assert_eq!(bad, 0, "rounds where both frees succeeded");
+}
