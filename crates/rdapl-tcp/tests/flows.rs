@@ -222,6 +222,27 @@ fn a_connect_nobody_answers_times_out() {
     drop(raw);
 }
 
+/// A connect timeout too long to count in milliseconds (here 2^64 ms
+/// and 384 more) is as good as none: the provider once cut its
+/// milliseconds to 64 bits, and the connect timed out after 384 ms.
+#[test]
+fn a_connect_timeout_past_u64_milliseconds_waits_for_a_slow_accept() {
+    let tcp = Tcp::new();
+    let (c, s) = (
+        Node::new(&tcp, "127.0.252.20", ""),
+        Node::new(&tcp, "127.0.252.21", ""),
+    );
+    let _psp = s.ia.psp_create(19030, &s.cr).unwrap();
+    let huge = std::time::Duration::from_secs(18_446_744_073_709_552);
+    c.ep.connect(s.ia.address(), 19030, Some(huge), b"patient")
+        .unwrap();
+    let cr = next_cr(&s.ia, &s.cr);
+    std::thread::sleep(std::time::Duration::from_millis(1_000));
+    cr.accept(&s.ep, b"").unwrap();
+    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
+    assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+}
+
 #[test]
 fn a_slow_accept_connects_within_the_consumers_timeout() {
     // MPA's timers are 200 ms on both sides; the server decides after a

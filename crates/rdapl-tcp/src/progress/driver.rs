@@ -584,7 +584,10 @@ impl Driver {
                 c.phase = Phase::Connecting;
                 c.bind_ep(&ep);
                 c.connect_pd = pd;
-                c.connect_deadline = timeout.map(|d| now.saturating_add(d.as_millis() as u64));
+                // (A timeout past u64 milliseconds is none: cut to 64
+                // bits, it could come out a few milliseconds.)
+                c.connect_deadline = timeout
+                    .map(|d| now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
                 self.insert(c);
             }
             Cmd::Accept { token, cr, ep, pd } => {
