@@ -634,3 +634,123 @@ fn rdapl_log_sets_the_level_of_the_providers_logs() {
     assert!(err.contains("RDAPL_LOG=\"loud\" is not a level"), "{err}");
     assert!(!err.contains("connect failed"), "{err}");
 }
+
+/// A client that sends a message longer than the server's buffers breaks
+/// its connection (the receive fails `LocalLength`); the server, which
+/// serves on, must not hand what that connection left on its EVD (the
+/// flushed receives, its `Broken`) to the next client, which must be
+/// served as if nothing had happened.
+#[test]
+fn a_client_that_overruns_the_servers_buffers_leaves_nothing_for_the_next() {
+    use rdapl::{CompletionFlags, EvdFlags, Ia, IaOptions, MemPriv, Region};
+    let port_s = "19010";
+    let child = rdapl()
+        .args(["bw", "-s", "-p", "tcp", "-a", "127.0.252.6", "-q", port_s])
+        .args(["--max-size", "64", "--timeout", "10"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the server");
+    let mut server = Server(Some(child));
+    let out = until_listening(
+        &[
+            "bw",
+            "-p",
+            "tcp",
+            "-a",
+            "127.0.252.7",
+            "-q",
+            port_s,
+            "-S",
+            "64",
+            "-I",
+            "10",
+        ],
+        "127.0.252.6",
+    );
+    assert_eq!(first_row(&out), ("64".to_string(), 10));
+    // The bad client: a control message, its echo, then 200 bytes.
+    let ia = Ia::open_provider(
+        rdapl_tcp::Tcp::new(),
+        IaOptions {
+            params: "addr=127.0.252.8".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let pz = ia.pz_create().unwrap();
+    let evd = ia
+        .evd_create(64, EvdFlags::DTO | EvdFlags::CONNECTION)
+        .unwrap();
+    let ep = ia
+        .ep_create(&pz, Some(&evd), Some(&evd), Some(&evd), None)
+        .unwrap();
+    let buf = pz.lmr_create(Region::zeroed(256), MemPriv::ALL).unwrap();
+    ep.post_recv(&[buf.triplet(0, 16).unwrap()], 1, CompletionFlags::DEFAULT)
+        .unwrap();
+    ep.connect(
+        "127.0.252.6".parse().unwrap(),
+        port_s.parse().unwrap(),
+        Some(Duration::from_secs(10)),
+        b"",
+    )
+    .unwrap();
+    let next = || match evd.wait(Some(Duration::from_secs(10)), 1) {
+        Ok((ev, _)) => ev,
+        Err(e) => panic!("the bad client: {e}"),
+    };
+    match next() {
+        rdapl::Event::Connection(c) => {
+            assert_eq!(c.kind, rdapl::ConnectionEventKind::Established)
+        }
+        other => panic!("the bad client: {other:?}"),
+    }
+    // bw (1), stamped, Sends, 64 bytes, 1 message.
+    let mut ctl = Vec::new();
+    for w in [0x7061_6472u32, 1, 64, 1] {
+        ctl.extend_from_slice(&w.to_le_bytes());
+    }
+    buf.write_at(16, &ctl).unwrap();
+    ep.post_send(&[buf.triplet(16, 16).unwrap()], 2, CompletionFlags::DEFAULT)
+        .unwrap();
+    let mut echoed = false;
+    while !echoed {
+        if let rdapl::Event::Dto(d) = next() {
+            assert_eq!(d.status, rdapl::DtoStatus::Success, "{d:?}");
+            echoed = d.operation == rdapl::DtoOp::Receive;
+        }
+    }
+    ep.post_send(&[buf.triplet(0, 200).unwrap()], 3, CompletionFlags::DEFAULT)
+        .unwrap();
+    // The server breaks the connection.
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(
+            Instant::now() < end,
+            "the server did not break the connection"
+        );
+        if let rdapl::Event::Connection(_) = next() {
+            break;
+        }
+    }
+    drop(ep);
+    // The next client is served.
+    let out = tcp_client_at("127.0.252.9", "127.0.252.6", port_s);
+    server.assert_running();
+    let err = server.stop();
+    assert!(
+        out.status.success(),
+        "the next client: {}\nthe server: {err}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(err.contains("LocalLength"), "{err}");
+}
+
+/// A TCP client `rdapl bw` from `local` of the server at `server`.
+fn tcp_client_at(local: &str, server: &str, port: &str) -> std::process::Output {
+    rdapl()
+        .args(["bw", "-p", "tcp", "-a", local, "-q", port])
+        .args(["-S", "64", "-I", "10", "--timeout", "10", server])
+        .output()
+        .expect("running the client")
+}

@@ -39,7 +39,11 @@ pub(super) fn serve_then(o: &PerfOptions, listening: impl FnOnce()) -> Result<()
         }
         if let Err(e) = r {
             eprintln!("rdapl: serving a client: {e}");
-            if !side.ended() {
+            // What the connection left on the EVD (its flushed requests,
+            // its end) goes before the next client's turn, whether it
+            // ended already (a client's bad message broke it) or not: the
+            // next client's accept would take it for its own.
+            if !side.end_seen.get() {
                 let _ = side.ep.disconnect(false);
                 let _ = side.drain_to_end();
             }
@@ -54,6 +58,8 @@ pub(super) fn serve_then(o: &PerfOptions, listening: impl FnOnce()) -> Result<()
 }
 
 fn serve_one(s: &Side, crs: &Evd) -> Result<(), String> {
+    // No connection yet: nothing of one to drain.
+    s.end_seen.set(true);
     // A request, accepted.
     let cr = match next_forever(crs)? {
         Event::ConnectionRequest(a) => a.cr,
@@ -78,6 +84,7 @@ fn serve_one(s: &Side, crs: &Evd) -> Result<(), String> {
                 format!("accepting: {e}")
             }
         })?;
+    s.end_seen.set(false);
     loop {
         match s.next()? {
             Event::Connection(c) if c.kind == ConnectionEventKind::Established => break,
@@ -90,6 +97,7 @@ fn serve_one(s: &Side, crs: &Evd) -> Result<(), String> {
     }
     // A post refused because the client went away ends the connection.
     let gone = |r: Result<(), String>| match r {
+        Err(_) if s.ended() && s.end_seen.get() => Ok(true),
         Err(_) if s.ended() => s.drain_to_end().map(|()| true),
         Err(e) => Err(e),
         Ok(()) => Ok(false),

@@ -26,6 +26,10 @@ pub(super) struct Side {
     /// Empty polls between two yields of the CPU (0: never; see
     /// `PerfOptions::poll_yield`).
     pub(super) poll_yield: u32,
+    /// The end (a connection event other than `Established`) of the
+    /// endpoint's last connection was taken from the EVD, or there is no
+    /// connection: nothing of it is left to drain.
+    pub(super) end_seen: std::cell::Cell<bool>,
 }
 
 impl Side {
@@ -81,6 +85,7 @@ impl Side {
             timeout: o.timeout,
             wait: o.wait,
             poll_yield: o.poll_yield,
+            end_seen: std::cell::Cell::new(true),
         })
     }
 
@@ -109,6 +114,11 @@ impl Side {
                 self.evd.dequeue().map_err(|e| e.to_string())?
             };
             if let Some(ev) = got {
+                if let Event::Connection(c) = &ev
+                    && c.kind != ConnectionEventKind::Established
+                {
+                    self.end_seen.set(true);
+                }
                 return Ok(ev);
             }
             empty = empty.wrapping_add(1);
@@ -260,10 +270,7 @@ impl Side {
     pub(super) fn drain_to_end(&self) -> Result<(), String> {
         loop {
             if let Event::Connection(c) = self.next()?
-                && matches!(
-                    c.kind,
-                    ConnectionEventKind::Disconnected | ConnectionEventKind::Broken
-                )
+                && c.kind != ConnectionEventKind::Established
             {
                 return Ok(());
             }
