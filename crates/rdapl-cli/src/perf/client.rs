@@ -58,6 +58,16 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
             (_, None) => {
                 return Err("the server offers no region for RDMA (an older rdapl?)".into());
             }
+            // Every piece's address is the region's plus less than its
+            // length: a region that wraps past the end of the address
+            // space would overflow it.
+            (_, Some(t)) if t.target_address.checked_add(t.segment_length).is_none() => {
+                return Err(format!(
+                    "the server's RDMA region ({} bytes at {:#x}) wraps past the end of the \
+                     address space",
+                    t.segment_length, t.target_address
+                ));
+            }
             (_, Some(t)) => match window.min((t.segment_length / size as u64) as usize) {
                 0 => {
                     return Err(format!(

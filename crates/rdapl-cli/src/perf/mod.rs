@@ -833,6 +833,106 @@ mod tests {
         assert_eq!(read_offer(Some(&pd)), None);
     }
 
+    /// A hostile server: offers a region whose address range wraps past
+    /// the end of the address space, then echoes the control messages.
+    fn wrapping_server(
+        so: PerfOptions,
+        ready: std::sync::Arc<std::sync::Barrier>,
+    ) -> Result<(), String> {
+        let s = Side::open(&so, 64, so.window)?;
+        let crs =
+            s.ia.evd_create(8, EvdFlags::CR)
+                .map_err(|e| e.to_string())?;
+        let psp = s.ia.psp_create(so.qual, &crs).map_err(|e| e.to_string())?;
+        ready.wait();
+        let cr = match crs.wait(Some(so.timeout), 1).map_err(|e| e.to_string())?.0 {
+            Event::ConnectionRequest(a) => a.cr,
+            other => return Err(format!("{other:?}")),
+        };
+        for i in 0..=s.window {
+            s.post_recv(i)?;
+        }
+        let mut pd = s.offer()?;
+        pd[8..16].copy_from_slice(&(u64::MAX - 10).to_le_bytes());
+        s.ia.cr(cr)
+            .and_then(|c| c.accept(&s.ep, &pd))
+            .map_err(|e| e.to_string())?;
+        match s.next()? {
+            Event::Connection(c) if c.kind == ConnectionEventKind::Established => {}
+            other => return Err(format!("expected Established, got {other:?}")),
+        }
+        // Echo control messages until the client goes.
+        while let Ok(Some((i, len))) = s.next_recv() {
+            let Ok(ctl) = s.read_control(i, len) else {
+                break;
+            };
+            if s.post_recv(i).is_err() || s.control(ctl).is_err() {
+                break;
+            }
+        }
+        let _ = psp.free();
+        let _ = s.ep.free();
+        let _ = s.ia.close(CloseFlags::Abrupt);
+        Ok(())
+    }
+
+    /// A server whose offered region wraps past the end of the address
+    /// space (an address near `u64::MAX`) is refused with an error: the
+    /// client once computed the address of piece 1 with an overflowing
+    /// add and panicked (a debug build), or posted RDMA to a wrapped
+    /// address (a release build).
+    #[test]
+    fn an_offer_that_wraps_the_address_space_is_refused() {
+        for (op, qual, addr) in [
+            (Op::Write, 19001, "127.0.252.1"),
+            (Op::Read, 19002, "127.0.252.3"),
+        ] {
+            let o = PerfOptions {
+                op,
+                sizes: vec![64],
+                iters: 8,
+                window: 4,
+                timeout: Duration::from_secs(5),
+                ..opts(qual, addr)
+            };
+            let so = PerfOptions {
+                server: true,
+                once: true,
+                ..o.clone()
+            };
+            let ready = std::sync::Arc::new(std::sync::Barrier::new(2));
+            let r2 = ready.clone();
+            let h = std::thread::spawn(move || wrapping_server(so, r2));
+            ready.wait();
+            let client = PerfOptions {
+                addr: next_addr(o.addr),
+                remote: Some(o.addr),
+                ..o.clone()
+            };
+            let r = client_run(Test::Bw, &client);
+            h.join().unwrap().unwrap();
+            let e = r.unwrap_err();
+            assert!(e.contains("wraps"), "{op:?}: {e}");
+        }
+    }
+
+    /// Buffers larger than this machine's memory (1 GiB messages, a
+    /// window of 1024: a TiB a region) are refused with an error: the
+    /// process once aborted, its allocation failed.
+    #[test]
+    fn buffers_larger_than_memory_are_refused() {
+        let o = PerfOptions {
+            server: true,
+            once: true,
+            sizes: vec![1 << 30],
+            max_size: 1 << 30,
+            window: 1024,
+            ..opts(19003, "127.0.252.5")
+        };
+        let e = run(Test::Bw, &o).unwrap_err();
+        assert!(e.contains("memory"), "{e}");
+    }
+
     #[test]
     fn a_pingpong_of_writes_cannot_wait() {
         let o = PerfOptions {

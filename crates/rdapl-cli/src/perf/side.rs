@@ -64,12 +64,24 @@ impl Side {
             .map_err(|e| format!("creating the endpoint: {e}"))?;
         let send_slots = o.buffers.unwrap_or(o.window).min(o.window);
         let recv_slots = o.buffers.unwrap_or(o.window + 1).min(o.window + 1);
-        let region = |n: usize| pz.lmr_create(Region::zeroed(n), MemPriv::ALL);
-        let send = region(slot * send_slots).map_err(|e| e.to_string())?;
-        let recv = region(slot * recv_slots).map_err(|e| e.to_string())?;
+        // Sizes the user chose: memory that cannot be had is an error,
+        // not an abort of the process. (Asked for and given back first,
+        // then taken zeroed: the allocator's fresh pages stay untouched.)
+        let region = |slots: usize| {
+            let n = slot
+                .checked_mul(slots)
+                .filter(|&n| Vec::<u8>::new().try_reserve_exact(n).is_ok())
+                .ok_or_else(|| {
+                    format!("no memory for {slots} buffers of {slot} bytes (message size, window, buffers)")
+                })?;
+            pz.lmr_create(Region::zeroed(n), MemPriv::ALL)
+                .map_err(|e| e.to_string())
+        };
+        let send = region(send_slots)?;
+        let recv = region(recv_slots)?;
         let target = match target_slots {
             0 => None,
-            n => Some(region(slot * n).map_err(|e| e.to_string())?),
+            n => Some(region(n)?),
         };
         Ok(Side {
             ia,
