@@ -280,6 +280,20 @@ impl Side {
         }
     }
 
+    /// Waits for the connection to be established. A failed attempt
+    /// flushes the receive first, then says why: `what` and the
+    /// connection event's kind, not the flush.
+    fn established(&self, deadline: Instant, what: &str) -> Result<(), String> {
+        loop {
+            match self.next(deadline, "the connection")? {
+                Event::Connection(e) if e.kind == ConnectionEventKind::Established => return Ok(()),
+                Event::Connection(e) => return Err(format!("{what}: {:?}", e.kind)),
+                Event::Dto(d) if d.status == DtoStatus::Flushed => {}
+                other => return Err(format!("{what}: expected Established, got {other:?}")),
+            }
+        }
+    }
+
     /// Files one event.
     fn take(&mut self, ev: Event) -> Result<(), String> {
         match ev {
@@ -386,16 +400,7 @@ fn client_pings(o: &RpingOptions, s: &mut Side) -> Result<u32, String> {
     s.ep.connect(o.addr, u64::from(o.port), Some(o.timeout), b"")
         .map_err(|e| format!("connecting: {e}"))?;
     let deadline = Instant::now() + o.timeout;
-    loop {
-        match s.next(deadline, "the connection")? {
-            Event::Connection(e) if e.kind == ConnectionEventKind::Established => break,
-            Event::Connection(e) => {
-                return Err(format!("connecting to {}:{}: {:?}", o.addr, o.port, e.kind));
-            }
-            Event::Dto(d) if d.status == DtoStatus::Flushed => {}
-            other => return Err(format!("expected Established, got {other:?}")),
-        }
-    }
+    s.established(deadline, &format!("connecting to {}:{}", o.addr, o.port))?;
     let start = s.start.clone().expect("a client has a start buffer");
     let (start_addr, start_key) = (
         start.address().map_err(|e| e.to_string())?,
@@ -483,11 +488,7 @@ fn accept_one(o: &RpingOptions, s: &mut Side) -> Result<(), String> {
     s.ia.cr(cr)
         .and_then(|c| c.accept(&s.ep, b""))
         .map_err(|e| format!("accepting: {e}"))?;
-    match s.next(deadline, "the connection")? {
-        Event::Connection(c) if c.kind == ConnectionEventKind::Established => {}
-        other => return Err(format!("expected Established, got {other:?}")),
-    }
-    Ok(())
+    s.established(deadline, "accepting")
 }
 
 fn serve_pings(o: &RpingOptions, s: &mut Side) -> Result<u32, String> {
@@ -533,8 +534,13 @@ fn serve_pings(o: &RpingOptions, s: &mut Side) -> Result<u32, String> {
             .recv_info("the client's sink (RDMA_WRITE_ADV)")?
             .ok_or_else(|| format!("ping {ping}: the client went away before its sink"))?;
         s.wait_done(C_SEND, "the go ahead's send completed")?;
-        let (buf, rkey, _len) = decode_info(&info);
+        let (buf, rkey, sink_len) = decode_info(&info);
         let n = data.iter().position(|&b| b == 0).unwrap_or(data.len() - 1) + 1;
+        if (sink_len as usize) < n {
+            return Err(format!(
+                "ping {ping}: the client's sink holds {sink_len} bytes, the ping {n}"
+            ));
+        }
         let local = s.rdma.triplet(0, n as u64).map_err(|e| e.to_string())?;
         let remote = RmrTriplet {
             rmr_context: rkey,
@@ -569,10 +575,7 @@ fn cm_client_run(o: &RpingOptions, s: &mut Side) -> Result<(), String> {
     s.ep.connect(o.addr, u64::from(o.port), Some(o.timeout), b"")
         .map_err(|e| format!("connecting: {e}"))?;
     let deadline = Instant::now() + o.timeout;
-    match s.next(deadline, "the connection")? {
-        Event::Connection(e) if e.kind == ConnectionEventKind::Established => {}
-        other => return Err(format!("connecting to {}:{}: {other:?}", o.addr, o.port)),
-    }
+    s.established(deadline, &format!("connecting to {}:{}", o.addr, o.port))?;
     s.send_info([0x5a; CM_MSG])?;
     s.wait_done(C_SEND, "the send completed")?;
     // No receive after it: rdma_server disconnects once its send completed.
@@ -769,6 +772,100 @@ mod tests {
         rx.recv().unwrap();
         cm_client(&base).unwrap();
         h.join().unwrap().unwrap();
+    }
+
+    /// A client that breaks rping's protocol: its first message offers
+    /// `start` (address, key, length: `None` for its start buffer's own),
+    /// and if the server reads and says go ahead, a sink of `sink_len`
+    /// bytes (its sink buffer, 64 bytes). The server's verdict, and the
+    /// sink's bytes.
+    fn against_bad_client(
+        port: u16,
+        start: (Option<u64>, Option<u32>),
+        sink_len: u32,
+    ) -> (Result<RpingReport, String>, Vec<u8>) {
+        crate::register_providers();
+        let base = RpingOptions {
+            port,
+            addr: "127.0.252.40".parse().unwrap(),
+            local: "127.0.252.41".parse().unwrap(),
+            timeout: Duration::from_secs(5),
+            ..Default::default()
+        };
+        let h = start_server(RpingOptions {
+            server: true,
+            ..base.clone()
+        });
+        let mut s = Side::open(&base, base.local, 64, true).unwrap();
+        s.post_recv().unwrap();
+        s.ep.connect(base.addr, u64::from(port), Some(base.timeout), b"")
+            .unwrap();
+        let deadline = Instant::now() + base.timeout;
+        match s.next(deadline, "the connection").unwrap() {
+            Event::Connection(e) => assert_eq!(e.kind, ConnectionEventKind::Established),
+            other => panic!("{other:?}"),
+        }
+        let src = s.start.clone().unwrap();
+        src.write_at(0, &pattern(0, 64)).unwrap();
+        let buf = start.0.unwrap_or_else(|| src.address().unwrap());
+        let len = start.1.unwrap_or(64);
+        s.send_info(encode_info(buf, src.rmr_context().unwrap(), len))
+            .unwrap();
+        if let Ok(Some(_)) = s.recv_info("the go ahead") {
+            let (addr, key) = (s.rdma.address().unwrap(), s.rdma.rmr_context().unwrap());
+            let _ = s.wait_done(C_SEND, "the send");
+            let _ = s.send_info(encode_info(addr, key, sink_len));
+            let _ = s.recv_info("the second go ahead");
+        }
+        let r = h.join().unwrap();
+        let sink = s.rdma.to_vec().unwrap();
+        s.close();
+        (r, sink)
+    }
+
+    /// The lengths and addresses of a client's messages are checked: a
+    /// source of 0 bytes or more than the server's buffer is refused, one
+    /// that wraps past the end of the address space fails the read, and a
+    /// sink smaller than the ping is refused rather than written past
+    /// what the client offered. Each is an error, never a panic.
+    #[test]
+    fn a_clients_bad_buffers_are_refused() {
+        let e = against_bad_client(19050, (None, Some(0)), 64)
+            .0
+            .unwrap_err();
+        assert!(e.contains("offers 0 bytes"), "{e}");
+        let e = against_bad_client(19051, (None, Some(70_000)), 64)
+            .0
+            .unwrap_err();
+        assert!(e.contains("offers 70000 bytes"), "{e}");
+        let e = against_bad_client(19052, (Some(u64::MAX - 10), None), 64)
+            .0
+            .unwrap_err();
+        assert!(e.contains("RdmaRead"), "{e}");
+        let (r, sink) = against_bad_client(19053, (None, None), 1);
+        assert!(
+            sink[1..].iter().all(|&b| b == 0),
+            "the server wrote past the 1 byte of the client's sink: {:?}",
+            c_str(&sink)
+        );
+        let e = r.unwrap_err();
+        assert!(e.contains("sink"), "{e}");
+    }
+
+    /// A connect of the rdma-cm client that fails says how (here: nobody
+    /// listens), not the receive its end flushed first.
+    #[test]
+    fn a_failed_rdma_cm_connect_says_why() {
+        crate::register_providers();
+        let o = RpingOptions {
+            port: 19054,
+            addr: "127.0.252.42".parse().unwrap(),
+            local: "127.0.252.43".parse().unwrap(),
+            timeout: Duration::from_secs(5),
+            ..Default::default()
+        };
+        let e = cm_client(&o).unwrap_err();
+        assert!(e.contains("NonPeerRejected"), "{e}");
     }
 
     #[test]
