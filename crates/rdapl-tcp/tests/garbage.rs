@@ -514,3 +514,176 @@ fn a_read_request_without_its_body_is_refused_at_once() {
     assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Broken);
     assert_eq!(next_dto(&s.rcv).status, DtoStatus::Flushed);
 }
+
+/// The bytes of an MPA Request with `pd` (what an rdapl initiator sends),
+/// and the engine that sent it.
+fn mpa_request(pd: &[u8]) -> (Vec<u8>, Connection) {
+    let cfg = Config {
+        peer_to_peer: true,
+        ..Config::default()
+    };
+    let mut conn = Connection::new(Role::Initiator, cfg, 0).unwrap();
+    conn.connect(0, pd).unwrap();
+    let mem = VecMemory::default();
+    let mut out = Vec::new();
+    while let Some(t) = conn.poll_transmit(&mem) {
+        assert!(t.write_to(&mem, &mut out));
+    }
+    (out, conn)
+}
+
+/// Resets `sock` (linger 0, then closed).
+fn reset(sock: TcpStream) {
+    socket2::SockRef::from(&sock)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(sock);
+}
+
+/// True if the server closes `sock` within `within` (EOF or a reset).
+fn closed_within(sock: &mut TcpStream, within: Duration) -> bool {
+    let end = std::time::Instant::now() + within;
+    let mut b = [0u8; 4096];
+    while std::time::Instant::now() < end {
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        match sock.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// A client that resets at each step of the set-up (before its Request,
+/// within it, after it while the consumer decides, after the Reply before
+/// its RTR), one that trickles its Request a byte at a time, one that
+/// sends a Reply to the server, one that sends a Send before its RTR, and
+/// one that never sends its RTR: each ends as it should (nothing for the
+/// consumer before a whole Request; the request cancelled; the accepting
+/// endpoint's `AcceptCompletionError`; a trickled Request held to
+/// `mpa_timeout_ms` from its first byte), and a good client is served
+/// after them all.
+#[test]
+fn a_client_failing_at_each_step_of_the_setup_leaves_the_server_serving() {
+    let tcp = Tcp::new();
+    let s = Node::new(&tcp, "127.0.252.10", "mpa_timeout_ms=400");
+    let psp = s.ia.psp_create(19020, &s.cr).unwrap();
+    let at = ("127.0.252.10", 19020u16);
+    let (req, _) = mpa_request(b"edge");
+
+    // Reset before any byte, and within the Request: nothing reaches the
+    // consumer.
+    reset(TcpStream::connect(at).unwrap());
+    let mut half = TcpStream::connect(at).unwrap();
+    half.write_all(&req[..req.len() / 2]).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    reset(half);
+
+    // A Request a byte at a time, every 50 ms: closed by mpa_timeout_ms
+    // counted from the connection's start, not from the last byte.
+    let mut slow = TcpStream::connect(at).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut closed = false;
+    for &b in &req {
+        if slow.write_all(&[b]).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if t0.elapsed() > Duration::from_secs(3) {
+            break;
+        }
+    }
+    assert!(
+        closed || closed_within(&mut slow, Duration::from_secs(2)),
+        "a trickled Request still open after {:?}",
+        t0.elapsed()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    empty(&s.cr);
+
+    // A Reply sent to the server: closed, nothing for the consumer.
+    let mut rep = TcpStream::connect(at).unwrap();
+    let mut frame = b"MPA ID Rep Frame".to_vec();
+    frame.extend_from_slice(&[0x40, 1, 0, 0]);
+    rep.write_all(&frame).unwrap();
+    assert!(closed_within(&mut rep, Duration::from_secs(2)), "a Reply");
+    empty(&s.cr);
+
+    // A whole Request, then a reset while the consumer decides: its
+    // accept fails (the request was cancelled), with an error or the
+    // endpoint's AcceptCompletionError.
+    let mut gone = TcpStream::connect(at).unwrap();
+    gone.write_all(&req).unwrap();
+    let cr = next_cr(&s.ia, &s.cr);
+    reset(gone);
+    std::thread::sleep(Duration::from_millis(200));
+    let ep = s.ep2();
+    if cr.accept(&ep, b"").is_ok() {
+        assert_eq!(
+            conn_kind(&s.conn),
+            ConnectionEventKind::AcceptCompletionError
+        );
+    }
+    ep.free().unwrap();
+
+    // After the Reply: a reset, a Send instead of the RTR, no RTR at all.
+    let mut held = Vec::new();
+    for what in ["reset", "send", "silent"] {
+        let mut sock = TcpStream::connect(at).unwrap();
+        let (req, mut conn) = mpa_request(b"edge");
+        sock.write_all(&req).unwrap();
+        let ep = s.ep2();
+        let t0 = std::time::Instant::now();
+        next_cr(&s.ia, &s.cr).accept(&ep, b"").unwrap();
+        // The Reply.
+        let mut mem = VecMemory::default();
+        sock.set_read_timeout(Some(T)).unwrap();
+        let mut b = [0u8; 512];
+        let n = sock.read(&mut b).unwrap();
+        conn.handle_input(0, &b[..n], &mut mem);
+        match what {
+            "reset" => reset(sock),
+            "send" => {
+                sock.write_all(&fpdu(
+                    untagged_header(Opcode::Send, true, 0, 1, 0),
+                    b"early",
+                ))
+                .unwrap();
+                held.push(sock);
+            }
+            _ => held.push(sock),
+        }
+        assert_eq!(
+            conn_kind(&s.conn),
+            ConnectionEventKind::AcceptCompletionError,
+            "{what}"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "{what}: {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(ep.state(), EpState::Disconnected, "{what}");
+        ep.free().unwrap();
+    }
+    empty(&s.cr);
+
+    // A good client still gets in.
+    let c = Node::new(&tcp, "127.0.252.11", "");
+    c.ep.connect(s.ia.address(), 19020, Some(T), b"real")
+        .unwrap();
+    let cr = next_cr(&s.ia, &s.cr);
+    assert_eq!(cr.private_data(), b"real");
+    cr.accept(&s.ep, b"").unwrap();
+    assert_eq!(conn_kind(&c.conn), ConnectionEventKind::Established);
+    assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+    drop(psp);
+}
