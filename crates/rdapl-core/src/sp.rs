@@ -79,7 +79,10 @@ pub struct CrInner {
     pub(crate) id: CrHandle,
     pub(crate) sp: Arc<SpInner>,
     pub(crate) conn_qual: u64,
+    /// At most the IA's `max_private_data_size` bytes of the peer's.
     pub(crate) private_data: Box<[u8]>,
+    /// The peer sent more private data than that: the rest was cut.
+    truncated: bool,
     pub(crate) remote_address: IpAddr,
     pub(crate) state: Mutex<CrState>,
     /// The provider's table of the request (its own state of it inside).
@@ -99,19 +102,25 @@ impl CrInner {
 
     /// A new pending request (made by a provider on arrival, then
     /// [`SpInner::deliver`]ed; [`SpInner::request`] does both), answered
-    /// through `ops`.
+    /// through `ops`. Private data past the IA's `max_private_data_size`
+    /// (a peer of another implementation may send more) is cut, and the
+    /// arrival says so (`CrArrival::truncated`).
     pub fn new(
         sp: &Arc<SpInner>,
-        private_data: Vec<u8>,
+        mut private_data: Vec<u8>,
         remote_address: IpAddr,
         ops: Box<dyn CrOps>,
     ) -> Arc<CrInner> {
+        let max = sp.ia.attr.max_private_data_size;
+        let truncated = private_data.len() > max;
+        private_data.truncate(max);
         Arc::new(CrInner {
             context: crate::context::ContextSlot::new(),
             id: CrHandle(next_id()),
             sp: sp.clone(),
             conn_qual: sp.conn_qual,
             private_data: private_data.into_boxed_slice(),
+            truncated,
             remote_address,
             state: Mutex::new(CrState::Pending),
             ops,
@@ -224,7 +233,7 @@ impl SpInner {
             consumer_context: self.context.get(),
             conn_qual: self.conn_qual,
             cr: cr.id,
-            truncated: false,
+            truncated: cr.truncated,
         });
         let posted = self.cr_evd.post_event(ev).is_ok();
         if let Some(ep) = released {

@@ -19,7 +19,8 @@
 //! * **Connections** ([`cm`]). A service point is a listening socket; a
 //!   connect is a non-blocking TCP connect, then the MPA Request with the
 //!   DAT private data (at most [`MAX_PRIVATE_DATA`] bytes, reported in the
-//!   IA attributes). Accept and reject answer with the MPA Reply or reject,
+//!   IA attributes; a peer's longer private data reaches the consumer cut
+//!   to that, its arrival marked `truncated`). Accept and reject answer with the MPA Reply or reject,
 //!   with private data. Nobody listening: `NonPeerRejected`; no route:
 //!   `Unreachable`; the consumer's connect timeout: `TimedOut`. That
 //!   timeout alone bounds the wait (none: DAT's indefinite wait), and the

@@ -687,3 +687,39 @@ fn a_client_failing_at_each_step_of_the_setup_leaves_the_server_serving() {
     assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
     drop(psp);
 }
+
+/// A peer of another implementation may send more private data in its
+/// MPA Request than this IA takes (`max_private_data_size`; MPA allows
+/// 512 bytes): the consumer gets the first `max_private_data_size` bytes
+/// and an arrival that says the rest was cut (`truncated`), never more
+/// than the IA said it takes. The request can be answered as any other.
+#[test]
+fn a_request_with_more_private_data_than_the_ia_takes_is_cut() {
+    let tcp = Tcp::new();
+    let s = Node::new(&tcp, "127.0.46.2", "");
+    let (_psp, q) = listen(&s.ia, &s.cr);
+    let max = s.ia.query().unwrap().0.max_private_data_size;
+    let pd: Vec<u8> = (0..252u8).collect();
+    assert!(pd.len() > max);
+    let (req, _) = mpa_request(&pd);
+    let mut sock = TcpStream::connect(("127.0.46.2", q as u16)).unwrap();
+    sock.write_all(&req).unwrap();
+    let a = match next(&s.cr) {
+        Event::ConnectionRequest(a) => a,
+        e => panic!("expected a connection request, got {e:?}"),
+    };
+    assert!(a.truncated, "{a:?}");
+    let cr = s.ia.cr(a.cr).unwrap();
+    assert_eq!(cr.private_data(), &pd[..max]);
+    cr.reject(b"").unwrap();
+    // A request within the limit says nothing was cut.
+    let (req, _) = mpa_request(&pd[..max]);
+    let mut sock = TcpStream::connect(("127.0.46.2", q as u16)).unwrap();
+    sock.write_all(&req).unwrap();
+    let a = match next(&s.cr) {
+        Event::ConnectionRequest(a) => a,
+        e => panic!("expected a connection request, got {e:?}"),
+    };
+    assert!(!a.truncated, "{a:?}");
+    assert_eq!(s.ia.cr(a.cr).unwrap().private_data(), &pd[..max]);
+}
