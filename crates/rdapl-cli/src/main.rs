@@ -186,7 +186,7 @@ struct PerfArgs {
     /// Connection qualifier (with tcp: the TCP port).
     #[arg(short = 'q', long, default_value_t = 47_593)]
     qual: u64,
-    /// Message size in bytes (k/m suffixes), or `all` (1 B to 1 MiB).
+    /// Message size in bytes (k/m/g suffixes), or `all` (1 B to 1 MiB).
     #[arg(short = 'S', long, default_value = "64")]
     size: String,
     /// Messages per size.
@@ -226,6 +226,7 @@ fn parse_size(s: &str) -> Result<usize, String> {
     let (num, mul) = match s.as_bytes().last() {
         Some(b'k' | b'K') => (&s[..s.len() - 1], 1 << 10),
         Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
+        Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
         _ => (s, 1),
     };
     num.parse::<usize>()
@@ -484,5 +485,23 @@ fn main() -> ExitCode {
         Command::Bw(a) => perf_cmd(Test::Bw, &a),
         Command::Rping(a) => rping_cmd(&a),
         Command::RdmaCm(a) => rdma_cm_cmd(&a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    /// Sizes with and without suffixes, up to the 1 GiB the error names.
+    #[test]
+    fn sizes_parse_up_to_a_gib() {
+        assert_eq!(parse_size("64"), Ok(64));
+        assert_eq!(parse_size("4k"), Ok(4 << 10));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_size("1024m"), Ok(1 << 30));
+        for bad in ["0", "2g", "1025m", "g", "-1", "1t"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
     }
 }
