@@ -53,47 +53,70 @@ fn next_region_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Read access to a region's bytes.
-pub enum RegionRead<'a> {
+/// Read access to a region's bytes: derefs to them while it holds the
+/// region's read lock. Opaque, so that the bytes cannot be had without the
+/// lock: a slice taken out of a guard (and the guard dropped) would outlive
+/// [`Region::retire`], and with it the caller's borrow of the memory.
+///
+/// ```compile_fail,E0599
+/// use rdapl_core::mem::{Region, RegionRead};
+/// let r = Region::zeroed(8);
+/// let RegionRead::Raw(g, s) = r.read() else { return };
+/// ```
+pub struct RegionRead<'a>(ReadGuard<'a>);
+
+enum ReadGuard<'a> {
     /// Owned memory.
     Owned(RwLockReadGuard<'a, Box<[u8]>>),
-    /// Raw memory.
-    Raw(RwLockReadGuard<'a, ()>, &'a [u8]),
+    /// Raw memory: the bytes, valid while the guard (held, never read)
+    /// keeps `retire` out.
+    Raw(#[allow(dead_code)] RwLockReadGuard<'a, ()>, &'a [u8]),
 }
 
 impl std::ops::Deref for RegionRead<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        match self {
-            RegionRead::Owned(g) => g,
-            RegionRead::Raw(_, s) => s,
+        match &self.0 {
+            ReadGuard::Owned(g) => g,
+            ReadGuard::Raw(_, s) => s,
         }
     }
 }
 
-/// Write access to a region's bytes.
-pub enum RegionWrite<'a> {
+/// Write access to a region's bytes: derefs to them while it holds the
+/// region's write lock. Opaque, as [`RegionRead`] (and so that an owned
+/// region's memory cannot be replaced by another of a different length).
+///
+/// ```compile_fail,E0599
+/// use rdapl_core::mem::{Region, RegionWrite};
+/// let r = Region::zeroed(8);
+/// let RegionWrite::Raw(g, s) = r.write() else { return };
+/// ```
+pub struct RegionWrite<'a>(WriteGuard<'a>);
+
+enum WriteGuard<'a> {
     /// Owned memory.
     Owned(RwLockWriteGuard<'a, Box<[u8]>>),
-    /// Raw memory.
-    Raw(RwLockWriteGuard<'a, ()>, &'a mut [u8]),
+    /// Raw memory: the bytes, valid while the guard (held, never read)
+    /// keeps `retire` out.
+    Raw(#[allow(dead_code)] RwLockWriteGuard<'a, ()>, &'a mut [u8]),
 }
 
 impl std::ops::Deref for RegionWrite<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        match self {
-            RegionWrite::Owned(g) => g,
-            RegionWrite::Raw(_, s) => s,
+        match &self.0 {
+            WriteGuard::Owned(g) => g,
+            WriteGuard::Raw(_, s) => s,
         }
     }
 }
 
 impl std::ops::DerefMut for RegionWrite<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        match self {
-            RegionWrite::Owned(g) => g,
-            RegionWrite::Raw(_, s) => s,
+        match &mut self.0 {
+            WriteGuard::Owned(g) => g,
+            WriteGuard::Raw(_, s) => s,
         }
     }
 }
@@ -239,7 +262,7 @@ impl Region {
             Backing::Owned(l) => {
                 let g = if wait { l.read() } else { l.try_read()? };
                 // Checked under the lock: `retire` sets it under the write lock.
-                (!self.is_retired()).then_some(RegionRead::Owned(g))
+                (!self.is_retired()).then_some(RegionRead(ReadGuard::Owned(g)))
             }
             Backing::Raw { ptr, len, lock } => {
                 let g = if wait { lock.read() } else { lock.try_read()? };
@@ -253,7 +276,7 @@ impl Region {
                 // lock keeps rdapl's own writers out.
                 #[allow(unsafe_code)]
                 let s = unsafe { std::slice::from_raw_parts(*ptr as *const u8, *len) };
-                Some(RegionRead::Raw(g, s))
+                Some(RegionRead(ReadGuard::Raw(g, s)))
             }
         }
     }
@@ -265,7 +288,7 @@ impl Region {
         match &self.backing {
             Backing::Owned(l) => {
                 let g = if wait { l.write() } else { l.try_write()? };
-                (!self.is_retired()).then_some(RegionWrite::Owned(g))
+                (!self.is_retired()).then_some(RegionWrite(WriteGuard::Owned(g)))
             }
             Backing::Raw { ptr, len, lock } => {
                 let g = if wait {
@@ -282,7 +305,7 @@ impl Region {
                 // makes this the only rdapl access to the memory.
                 #[allow(unsafe_code)]
                 let s = unsafe { std::slice::from_raw_parts_mut(*ptr, *len) };
-                Some(RegionWrite::Raw(g, s))
+                Some(RegionWrite(WriteGuard::Raw(g, s)))
             }
         }
     }
