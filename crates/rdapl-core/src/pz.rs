@@ -799,8 +799,11 @@ const RETIRED: Error = Error::InvalidState {
 /// Frees (or invalidates) `lmr` and retires `region`: afterwards rdapl never
 /// touches the region's memory again.
 fn unregister(lmr: &Lmr, region: &Region) {
-    lmr.free_forced();
+    // Retired first: freeing calls the provider (`PzOps::mem_free`), which
+    // may panic, and a panic here ends the borrow (the scope or the
+    // `BorrowedLmr` unwinds) with the memory still reachable.
     region.retire();
+    lmr.free_forced();
 }
 
 /// A scope for [`BorrowedLmr`]s: see [`lmr_scope`].
@@ -845,10 +848,14 @@ impl LmrScope<'_, '_> {
     /// Unregisters everything still registered.
     fn end(&self) {
         let regs = std::mem::take(&mut *self.regs.lock());
+        // Every region retired before any LMR is freed: a provider's
+        // `mem_free` that panics cannot leave a later one live.
+        for (region, _) in &regs {
+            region.retire();
+        }
         for (region, lmr) in regs {
-            match lmr {
-                Some(l) => unregister(&l, &region),
-                None => region.retire(),
+            if let Some(l) = lmr {
+                unregister(&l, &region);
             }
         }
     }
