@@ -15,7 +15,12 @@ impl Conn {
     pub fn close_local(&mut self, now: u64) {
         self.given_up = self.dat_conn == 0 && self.role == Role::Initiator;
         if self.phase == Phase::Connecting {
+            // Nothing was sent: nothing to drain. Dead at once, the
+            // socket closes with the connection (in Draining it waited
+            // for input, with no timer, and a TCP connect that completed
+            // later left it open for as long as the peer said nothing).
             self.finalize(now);
+            self.phase = Phase::Dead;
             return;
         }
         if let Some(e) = self.engine.as_mut() {

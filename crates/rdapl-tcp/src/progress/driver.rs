@@ -562,6 +562,17 @@ impl Driver {
                 pd,
                 timeout,
             } => {
+                // Withdrawn before the thread got here (a free, a
+                // disconnect or an abrupt close on another thread, once the
+                // core let go of the endpoint): its end was raised already,
+                // and its withdrawal, queued ahead of this command (or
+                // behind it, in this batch), finds no connection by the
+                // endpoint. Nothing is started (the socket closes unused).
+                // A withdrawal after this look is queued after it, and
+                // finds the connection by its endpoint.
+                if ep.lock().state() != rdapl::EpState::ActiveConnectionPending {
+                    return;
+                }
                 let t = self.sh.token();
                 let s = match cm::start_connect(sock, ia.addr, remote, ia.timeout_ms) {
                     Ok(s) => s,
@@ -598,7 +609,19 @@ impl Driver {
                     let c = look(&self.sh, cell);
                     c.phase == Phase::Open && c.cr.as_ref().is_some_and(|x| Arc::ptr_eq(x, &cr))
                 });
+                // The endpoint left `PassiveConnectionPending` before the
+                // thread got here (an abrupt close of its IA on another
+                // thread: the endpoint is aborted, and its withdrawal,
+                // queued ahead of this command or behind it in this batch,
+                // finds no connection by the endpoint): the request is
+                // answered as a closing IA answers those still pending,
+                // with a reject. A withdrawal after this look is queued
+                // after it, and finds the connection by its endpoint.
+                let withdrawn = ep.lock().state() != rdapl::EpState::PassiveConnectionPending;
                 match cell {
+                    Some(cell) if withdrawn => {
+                        look(&self.sh, &cell).reject(&[], now);
+                    }
                     Some(cell) => {
                         look(&self.sh, &cell).accept(&ep, &pd, now);
                         self.after(token);
