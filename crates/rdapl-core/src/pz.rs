@@ -716,7 +716,13 @@ impl Lmr {
     }
 
     /// Frees the LMR (`dat_lmr_free`); refused with `InvalidState(LMR_IN_USE)`
-    /// while an RMR is bound to it. Its keys are dead from then on.
+    /// while an RMR is bound to it. Its keys are dead from then on: a
+    /// request posted later that names them is refused. Requests already
+    /// posted from it may still read its memory, as DMA from registered
+    /// memory would (rdapl-owned memory lives as long as they need it;
+    /// DAT leaves freeing an LMR in use undefined): free it once they
+    /// completed. (Writing it meanwhile can make a peer's CRC check fail
+    /// and end the connection.)
     pub fn free(&self) -> Result<()> {
         let mut m = self.inner.map.lock();
         let ctx = &mut m.ctx;
