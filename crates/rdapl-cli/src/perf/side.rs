@@ -106,6 +106,25 @@ impl Side {
         self.next_within(self.timeout)
     }
 
+    /// The next event if there is one, without waiting. Every event the
+    /// side takes passes here or [`Side::note`].
+    pub(super) fn try_next(&self) -> Result<Option<Event>, String> {
+        let ev = self.evd.dequeue().map_err(|e| e.to_string())?;
+        if let Some(ev) = &ev {
+            self.note(ev);
+        }
+        Ok(ev)
+    }
+
+    /// Records the end of the connection when `ev` is it (`end_seen`).
+    fn note(&self, ev: &Event) {
+        if let Event::Connection(c) = ev
+            && c.kind != ConnectionEventKind::Established
+        {
+            self.end_seen.set(true);
+        }
+    }
+
     /// The next event, waiting at most `bound`.
     pub(super) fn next_within(&self, bound: Duration) -> Result<Event, String> {
         // A polling side reads the clock once every `CLOCK_EVERY` empty
@@ -118,19 +137,17 @@ impl Side {
         loop {
             let got = if self.wait {
                 match self.evd.wait(Some(Duration::from_millis(100)), 1) {
-                    Ok((ev, _)) => Some(ev),
+                    Ok((ev, _)) => {
+                        self.note(&ev);
+                        Some(ev)
+                    }
                     Err(rdapl::Error::TimeoutExpired { .. }) => None,
                     Err(e) => return Err(e.to_string()),
                 }
             } else {
-                self.evd.dequeue().map_err(|e| e.to_string())?
+                self.try_next()?
             };
             if let Some(ev) = got {
-                if let Event::Connection(c) = &ev
-                    && c.kind != ConnectionEventKind::Established
-                {
-                    self.end_seen.set(true);
-                }
                 return Ok(ev);
             }
             empty = empty.wrapping_add(1);
@@ -373,7 +390,7 @@ impl Side {
         mut f: impl FnMut(Event) -> Result<(), String>,
     ) -> Result<usize, String> {
         let mut n = 0;
-        while let Some(ev) = self.evd.dequeue().map_err(|e| e.to_string())? {
+        while let Some(ev) = self.try_next()? {
             f(ev)?;
             n += 1;
         }
@@ -542,7 +559,7 @@ pub(super) fn write_pingpong(
             if last[0] == want {
                 break;
             }
-            if let Some(ev) = s.evd.dequeue().map_err(|e| e.to_string())? {
+            if let Some(ev) = s.try_next()? {
                 took(ev, &mut done)?;
             }
             spins = spins.wrapping_add(1);
