@@ -67,13 +67,10 @@ impl Buf {
     }
 
     /// [`Buf::zeroed`] for a length the caller chose: `None` where the
-    /// memory cannot be had, not an abort of the process. (The memory is
-    /// asked for and given back first, then taken zeroed: the allocator's
-    /// fresh pages stay untouched until used.)
+    /// memory cannot be had, not an abort of the process.
     pub(crate) fn try_zeroed(pz: PzHandle, len: usize) -> Option<Buf> {
         let size = len.div_ceil(LINE).checked_mul(LINE)?.checked_add(LINE)?;
-        Vec::<u8>::new().try_reserve_exact(size).ok()?;
-        Some(Buf::zeroed(pz, len))
+        crate::mem::can_allocate(size).then(|| Buf::zeroed(pz, len))
     }
 
     /// The protection zone the buffer belongs to.

@@ -65,17 +65,15 @@ impl Side {
         let send_slots = o.buffers.unwrap_or(o.window).min(o.window);
         let recv_slots = o.buffers.unwrap_or(o.window + 1).min(o.window + 1);
         // Sizes the user chose: memory that cannot be had is an error,
-        // not an abort of the process. (Asked for and given back first,
-        // then taken zeroed: the allocator's fresh pages stay untouched.)
+        // not an abort of the process.
         let region = |slots: usize| {
-            let n = slot
+            let r = slot
                 .checked_mul(slots)
-                .filter(|&n| Vec::<u8>::new().try_reserve_exact(n).is_ok())
+                .and_then(Region::try_zeroed)
                 .ok_or_else(|| {
                     format!("no memory for {slots} buffers of {slot} bytes (message size, window, buffers)")
                 })?;
-            pz.lmr_create(Region::zeroed(n), MemPriv::ALL)
-                .map_err(|e| e.to_string())
+            pz.lmr_create(r, MemPriv::ALL).map_err(|e| e.to_string())
         };
         let send = region(send_slots)?;
         let recv = region(recv_slots)?;

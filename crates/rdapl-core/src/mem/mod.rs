@@ -67,6 +67,7 @@ pub use copy::{
     Iov, Retired, Span, SpanRef, SpanRefs, Spans, copy_from_buf, copy_into_buf, copy_one,
     copy_refs, total,
 };
+pub(crate) use region::can_allocate;
 pub use region::{Region, RegionRead, RegionWrite};
 pub use resolve::AccessError;
 pub use table::{MemTable, RemoteInvalidate};

@@ -121,6 +121,14 @@ impl std::ops::DerefMut for RegionWrite<'_> {
     }
 }
 
+/// Whether `len` bytes can be had now: asked for and given back at once,
+/// so that the caller then takes them zeroed from the allocator (whose
+/// fresh pages stay untouched until used), where asking for zeroed memory
+/// directly would abort the process on failure.
+pub(crate) fn can_allocate(len: usize) -> bool {
+    Vec::<u8>::new().try_reserve_exact(len).is_ok()
+}
+
 impl Region {
     /// The region's number (the order regions are locked in).
     #[inline]
@@ -131,6 +139,12 @@ impl Region {
     /// A zero-filled region of `len` bytes owned by rdapl.
     pub fn zeroed(len: usize) -> Arc<Region> {
         Region::from_vec(vec![0; len])
+    }
+
+    /// [`Region::zeroed`] for a length a user chose: `None` where the
+    /// memory cannot be had, not an abort of the process.
+    pub fn try_zeroed(len: usize) -> Option<Arc<Region>> {
+        can_allocate(len).then(|| Region::zeroed(len))
     }
 
     /// A region owning `data`.
