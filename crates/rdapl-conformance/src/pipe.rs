@@ -11,8 +11,8 @@ use rdapl::event::CrHandle;
 use rdapl::event::{PzHandle, SrqHandle};
 use rdapl::provider::soft::{Timer, TimerKey};
 use rdapl::provider::{
-    CrInner, CrOps, CrState, EpInfo, EpInner, EpOps, ListenerOps, NewWr, Provider, SpInner, SrqOps,
-    Transport, WrKind,
+    Attempt, CrInner, CrOps, CrState, EpInfo, EpInner, EpOps, ListenerOps, NewWr, Provider,
+    SpInner, SrqOps, Transport, WrKind,
 };
 use rdapl::*;
 use std::collections::HashMap;
@@ -30,7 +30,7 @@ pub struct Pipe {
 
 /// A request in flight: the request, its active endpoint and the job
 /// that times it out.
-type Pending = (Arc<CrInner>, Weak<EpInner>, Option<TimerKey>);
+type Pending = (Arc<CrInner>, Weak<EpInner>, Attempt, Option<TimerKey>);
 
 /// A connected endpoint's peer, the peer's connection number and its own:
 /// the pipe's state of a connection, kept in the endpoint's link slot
@@ -132,10 +132,10 @@ impl Drop for Fabric {
 impl Fabric {
     /// Takes request `h` out of the requests in flight (its timeout job
     /// cancelled); its active endpoint, if it was there.
-    fn take_pending(&self, h: CrHandle) -> Option<Weak<EpInner>> {
-        let (_, active, job) = self.pending.lock().unwrap().remove(&h)?;
+    fn take_pending(&self, h: CrHandle) -> Option<(Weak<EpInner>, Attempt)> {
+        let (_, active, attempt, job) = self.pending.lock().unwrap().remove(&h)?;
         self.cancel(job);
-        Some(active)
+        Some((active, attempt))
     }
 
     /// Cancels a request's timeout job, if it has one.
@@ -391,6 +391,7 @@ impl EpOps for PipeEp {
     fn connect(
         &self,
         ep: &Arc<EpInner>,
+        attempt: Attempt,
         remote: IpAddr,
         conn_qual: u64,
         private_data: Vec<u8>,
@@ -410,7 +411,7 @@ impl EpOps for PipeEp {
             } else {
                 ConnectionEventKind::Unreachable
             };
-            ep.connect_failed(kind, None);
+            ep.connect_failed(attempt, kind, None);
             return Ok(());
         };
         // Recorded before the request is visible: an accept may come at once.
@@ -434,17 +435,17 @@ impl EpOps for PipeEp {
                                 f.pending.lock().unwrap().remove(&cr.handle());
                             }
                             if let Some(ep) = ep.upgrade() {
-                                ep.connect_failed(ConnectionEventKind::TimedOut, None);
+                                ep.connect_failed(attempt, ConnectionEventKind::TimedOut, None);
                             }
                         }
                     };
                     self.f.timer.at(at, Box::new(job)).ok()
                 });
-                pending.insert(cr.handle(), (cr.clone(), Arc::downgrade(ep), job));
+                pending.insert(cr.handle(), (cr.clone(), Arc::downgrade(ep), attempt, job));
             }
             Err(_) => {
                 drop(pending);
-                ep.connect_failed(ConnectionEventKind::NonPeerRejected, None);
+                ep.connect_failed(attempt, ConnectionEventKind::NonPeerRejected, None);
             }
         }
         Ok(())
@@ -463,11 +464,11 @@ impl EpOps for PipeEp {
         let mut pending = self.f.pending.lock().unwrap();
         let mine: Vec<CrHandle> = pending
             .iter()
-            .filter(|(_, (_, a, _))| std::ptr::eq(a.as_ptr(), Arc::as_ptr(ep)))
+            .filter(|(_, (_, a, _, _))| std::ptr::eq(a.as_ptr(), Arc::as_ptr(ep)))
             .map(|(h, _)| *h)
             .collect();
         for h in mine {
-            if let Some((cr, _, job)) = pending.remove(&h) {
+            if let Some((cr, _, _, job)) = pending.remove(&h) {
                 self.f.cancel(job);
                 cr.settle_as(CrState::Cancelled);
             }
@@ -497,15 +498,17 @@ impl CrOps for PipeCr {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }
         let active = self.f.take_pending(cr.handle());
-        let Some(active) = active.and_then(|a| a.upgrade()) else {
+        let Some((active, attempt)) = active.and_then(|(a, n)| Some((a.upgrade()?, n))) else {
             return Err(Error::Abort("the connecting endpoint went away"));
         };
         let passive_conn = ep
-            .established((cr.remote(), cr.qualifier()), None)
+            .established(None, (cr.remote(), cr.qualifier()), None)
             .ok_or(Error::Abort("the accepting endpoint went away"))?;
-        let Some(active_conn) =
-            active.established((self.addr, cr.qualifier()), Some(&private_data))
-        else {
+        let Some(active_conn) = active.established(
+            Some(attempt),
+            (self.addr, cr.qualifier()),
+            Some(&private_data),
+        ) else {
             ep.ended(ConnectionEventKind::Broken);
             return Ok(());
         };
@@ -528,8 +531,12 @@ impl CrOps for PipeCr {
             return Err(Error::InvalidHandle(Subtype::InvalidHandleCr));
         }
         let active = self.f.take_pending(cr.handle());
-        if let Some(a) = active.and_then(|a| a.upgrade()) {
-            a.connect_failed(ConnectionEventKind::PeerRejected, Some(&private_data));
+        if let Some((a, attempt)) = active.and_then(|(a, n)| Some((a.upgrade()?, n))) {
+            a.connect_failed(
+                attempt,
+                ConnectionEventKind::PeerRejected,
+                Some(&private_data),
+            );
         }
         Ok(())
     }

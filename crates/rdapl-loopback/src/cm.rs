@@ -11,7 +11,7 @@ use rdapl_core::ep::EpState;
 use rdapl_core::error::{Error, Result, Subtype};
 use rdapl_core::event::ConnectionEventKind;
 use rdapl_core::provider::soft::{self, TimerKey};
-use rdapl_core::provider::{CrInner, CrOps, CrState, EpInner};
+use rdapl_core::provider::{Attempt, CrInner, CrOps, CrState, EpInner};
 use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -19,6 +19,7 @@ use std::time::Duration;
 pub(crate) fn connect(
     ia: &Port,
     ep: &Arc<EpInner>,
+    attempt: Attempt,
     remote: IpAddr,
     conn_qual: u64,
     private_data: Vec<u8>,
@@ -42,6 +43,7 @@ pub(crate) fn connect(
         // uDAPL's NON_PEER_REJECTED for a request no listener took).
         fail_active(
             ep,
+            attempt,
             if reachable {
                 ConnectionEventKind::NonPeerRejected
             } else {
@@ -55,17 +57,18 @@ pub(crate) fn connect(
     let ops = Box::new(LoopCr {
         lb: ia.lb.clone(),
         active: Arc::downgrade(ep),
+        attempt,
         timeout_job: timeout_job.clone(),
     });
     let cr = CrInner::new(&sp, private_data, ia.addr, ops);
     {
         // Withdrawn before its request was made (a free or a disconnect
         // on another thread, after the core let go of the endpoint's lock
-        // and before this): nothing to deliver, its end was raised
-        // already. Otherwise the withdrawal that comes later finds the
-        // request here and cancels it.
+        // and before this; perhaps another attempt begun since): nothing
+        // to deliver, its end was raised already. Otherwise the withdrawal
+        // that comes later finds the request here and cancels it.
         let mut c = ep.core.lock();
-        if c.state != EpState::ActiveConnectionPending {
+        if !c.is_attempt(attempt) {
             return Ok(());
         }
         c.pending_cr = Some(cr.clone());
@@ -82,7 +85,7 @@ pub(crate) fn connect(
                 if cr.settle_as(CrState::Cancelled)
                     && let Some(ep) = ep.upgrade()
                 {
-                    fail_active(&ep, ConnectionEventKind::TimedOut, None);
+                    fail_active(&ep, attempt, ConnectionEventKind::TimedOut, None);
                 }
             }),
         ) {
@@ -92,7 +95,7 @@ pub(crate) fn connect(
     if sp.deliver(&cr).is_err() {
         cr.settle_as(CrState::Cancelled);
         cancel_timeout(&ia.lb, &timeout_job);
-        fail_active(ep, ConnectionEventKind::NonPeerRejected, None);
+        fail_active(ep, attempt, ConnectionEventKind::NonPeerRejected, None);
     }
     Ok(())
 }
@@ -101,6 +104,9 @@ pub(crate) fn connect(
 struct LoopCr {
     lb: Arc<Fabric>,
     active: Weak<EpInner>,
+    /// Its attempt, which an answer settles only if the endpoint is
+    /// still making it.
+    attempt: Attempt,
     /// The job that times the connect out, cancelled once the request is
     /// answered or given up: it holds the request and the endpoint's
     /// allocation.
@@ -139,7 +145,7 @@ fn accept(req: &LoopCr, cr: &Arc<CrInner>, ep: &Arc<EpInner>, private_data: Vec<
     };
     {
         let (mut cp, mut ca) = link::lock_pair(ep, &active);
-        if ca.state != EpState::ActiveConnectionPending {
+        if !ca.is_attempt(req.attempt) {
             return Err(Error::Abort("the connecting endpoint gave up"));
         }
         // One number for the connection, on both sides and both
@@ -174,8 +180,9 @@ fn reject(req: &LoopCr, cr: &Arc<CrInner>, private_data: Vec<u8>) -> Result<()> 
     if let Some(active) = req.active.upgrade() {
         fail_active(
             &active,
+            req.attempt,
             ConnectionEventKind::PeerRejected,
-            Some(private_data.into_boxed_slice()),
+            Some(&private_data),
         );
     }
     Ok(())
@@ -191,19 +198,11 @@ pub(crate) fn disconnect(ep: &Arc<EpInner>, _graceful: bool) {
 /// The active side's connection attempt failed with `kind`.
 pub(crate) fn fail_active(
     ep: &Arc<EpInner>,
+    attempt: Attempt,
     kind: ConnectionEventKind,
-    private: Option<Box<[u8]>>,
+    private: Option<&[u8]>,
 ) {
-    {
-        let mut c = ep.core.lock();
-        if c.state != EpState::ActiveConnectionPending {
-            return;
-        }
-        ep.set_state(&mut c, EpState::Disconnected);
-        c.pending_cr = None;
-    }
-    ep.flush_all();
-    ep.connection_event(kind, private);
+    ep.connect_failed(attempt, kind, private);
 }
 
 /// Progresses `ep`'s requests, then its peer's (which may wait for a

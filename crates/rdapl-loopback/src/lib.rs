@@ -86,7 +86,8 @@ use rdapl_core::event::{PzHandle, SrqHandle};
 use rdapl_core::ia::{IaAttr, ProviderAttr};
 use rdapl_core::provider::soft::Timer;
 use rdapl_core::provider::{
-    EpInfo, EpInner, EpLock, EpOps, ListenerOps, NewWr, Provider, SpInner, SrqOps, Transport,
+    Attempt, EpInfo, EpInner, EpLock, EpOps, ListenerOps, NewWr, Provider, SpInner, SrqOps,
+    Transport,
 };
 use rdapl_core::srq::SrqInner;
 use std::collections::HashMap;
@@ -230,12 +231,21 @@ impl EpOps for LoopEp {
     fn connect(
         &self,
         ep: &Arc<EpInner>,
+        attempt: Attempt,
         remote: IpAddr,
         conn_qual: u64,
         private_data: Vec<u8>,
         timeout: Option<Duration>,
     ) -> Result<()> {
-        cm::connect(&self.0, ep, remote, conn_qual, private_data, timeout)
+        cm::connect(
+            &self.0,
+            ep,
+            attempt,
+            remote,
+            conn_qual,
+            private_data,
+            timeout,
+        )
     }
 
     fn disconnect(&self, ep: &Arc<EpInner>, graceful: bool) {

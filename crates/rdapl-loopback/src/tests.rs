@@ -2,7 +2,7 @@
 //! steps (feature `test-hooks` of rdapl-core) against its connection rules.
 
 use crate::link::test_hooks::BREAK_GAP;
-use rdapl_core::ep::test_hooks::{ABORT_GAP, POST_RECV_GAP};
+use rdapl_core::ep::test_hooks::{ABORT_GAP, CONNECT_GAP, POST_RECV_GAP};
 use rdapl_core::evd::EvdProducer;
 use rdapl_core::provider::{FaultInjector, Faults};
 use rdapl_core::*;
@@ -290,6 +290,47 @@ fn post_recv_racing_free_is_refused_not_lost() {
     for r in all {
         s.evd.release(r).unwrap();
     }
+}
+
+/// A connect withdrawn before the provider heard of it (a disconnect, a
+/// reset and a connect to another listener, in the window after the core
+/// let go of the endpoint) starts nothing: only the attempt that
+/// replaced it reaches a listener, and it is the one established.
+#[test]
+fn a_withdrawn_connect_is_not_started_after_the_next_one() {
+    let (a, b, c) = (
+        side("127.0.77.50"),
+        side("127.0.77.51"),
+        side("127.0.77.52"),
+    );
+    let _pa = a.ia.psp_create(4200, &a.evd).unwrap();
+    let _pb = b.ia.psp_create(4200, &b.evd).unwrap();
+    let (ep, b_addr) = (c.ep.clone(), b.ia.address());
+    CONNECT_GAP.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move || {
+            ep.disconnect(false).unwrap();
+            ep.reset().unwrap();
+            ep.connect(b_addr, 4200, Some(T), b"second").unwrap();
+        }))
+    });
+    c.ep.connect(a.ia.address(), 4200, Some(T), b"first")
+        .unwrap();
+    assert!(CONNECT_GAP.with(|h| h.borrow().is_none()), "the hook ran");
+    assert_eq!(conn_kind(&c.evd), ConnectionEventKind::Disconnected);
+    let cr = match next(&b.evd) {
+        Event::ConnectionRequest(r) => b.ia.cr(r.cr).unwrap(),
+        e => panic!("expected the second attempt's request, got {e:?}"),
+    };
+    assert_eq!(cr.private_data(), b"second");
+    assert!(
+        a.evd.dequeue().unwrap().is_none(),
+        "the withdrawn attempt reached its listener"
+    );
+    cr.accept(&b.ep, b"").unwrap();
+    assert_eq!(conn_kind(&c.evd), ConnectionEventKind::Established);
+    assert_eq!(conn_kind(&b.evd), ConnectionEventKind::Established);
+    assert_eq!(c.ep.state(), EpState::Connected);
+    assert!(c.evd.dequeue().unwrap().is_none());
 }
 
 #[test]

@@ -211,8 +211,8 @@ use progress::{Cmd, Listener, Shared};
 use rdapl::error::Subtype;
 use rdapl::event::{PzHandle, SrqHandle};
 use rdapl::provider::{
-    CrInner, CrOps, CrState, EpInfo, EpInner, EpLock, EpOps, ListenerOps, NewWr, Provider, SpInner,
-    SrqOps, Transport,
+    Attempt, CrInner, CrOps, CrState, EpInfo, EpInner, EpLock, EpOps, ListenerOps, NewWr, Provider,
+    SpInner, SrqOps, Transport,
 };
 use rdapl::{Error, IaAttr, ProviderAttr, Result};
 use std::net::{IpAddr, SocketAddr};
@@ -570,6 +570,7 @@ impl EpOps for TcpEp {
     fn connect(
         &self,
         ep: &Arc<EpInner>,
+        attempt: Attempt,
         remote: IpAddr,
         conn_qual: u64,
         private_data: Vec<u8>,
@@ -581,6 +582,7 @@ impl EpOps for TcpEp {
         let sock = cm::connect_socket(remote)?;
         self.sh().send(Cmd::Connect {
             ep: ep.clone(),
+            attempt,
             ia: self.p.clone(),
             sock,
             remote,

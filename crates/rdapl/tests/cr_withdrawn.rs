@@ -11,8 +11,8 @@
 
 use rdapl::event::{CrHandle, PzHandle, SrqHandle};
 use rdapl::provider::{
-    CrInner, CrOps, CrState, EpInfo, EpInner, EpOps, ListenerOps, Provider, SpInner, SrqOps,
-    Transport,
+    Attempt, CrInner, CrOps, CrState, EpInfo, EpInner, EpOps, ListenerOps, Provider, SpInner,
+    SrqOps, Transport,
 };
 use rdapl::*;
 use std::net::IpAddr;
@@ -77,6 +77,7 @@ impl EpOps for LateEp {
     fn connect(
         &self,
         _ep: &Arc<EpInner>,
+        _attempt: Attempt,
         _remote: IpAddr,
         _conn_qual: u64,
         _private_data: Vec<u8>,

@@ -4,10 +4,13 @@
 //! free, a reset), refuses it for an endpoint that is not connecting or
 //! connected, and never looks inside. "Solo" is a provider of this file:
 //! a connect is established at once, with no peer, and its link is a
-//! value that counts its own drops.
+//! value that counts its own drops. Also here: a connection attempt's
+//! outcome reaches the endpoint only while it still makes that attempt.
 
 use rdapl::event::{PzHandle, SrqHandle};
-use rdapl::provider::{EpInfo, EpInner, EpOps, ListenerOps, Provider, SpInner, SrqOps, Transport};
+use rdapl::provider::{
+    Attempt, EpInfo, EpInner, EpOps, ListenerOps, Provider, SpInner, SrqOps, Transport,
+};
 use rdapl::*;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -36,6 +39,8 @@ struct Solo {
     hangs: AtomicBool,
     /// The last endpoint that connected (the provider's view of it).
     last: Mutex<Option<Arc<EpInner>>>,
+    /// Every attempt `connect` was given, in order.
+    attempts: Mutex<Vec<Attempt>>,
 }
 
 struct SoloIa(Arc<Solo>);
@@ -85,18 +90,20 @@ impl EpOps for SoloEp {
     fn connect(
         &self,
         ep: &Arc<EpInner>,
+        attempt: Attempt,
         remote: IpAddr,
         conn_qual: u64,
         _private_data: Vec<u8>,
         _timeout: Option<Duration>,
     ) -> Result<()> {
         *self.0.last.lock().unwrap() = Some(ep.clone());
+        self.0.attempts.lock().unwrap().push(attempt);
         // Made while connecting (kept), then established.
         if ep.set_link(Box::new(Link(self.0.dropped.clone()))) {
             self.0.kept.fetch_add(1, Ordering::SeqCst);
         }
         if !self.0.hangs.load(Ordering::SeqCst) {
-            ep.established((remote, conn_qual), None);
+            ep.established(Some(attempt), (remote, conn_qual), None);
         }
         Ok(())
     }
@@ -247,4 +254,52 @@ fn a_connect_given_up_drops_the_link() {
         n.solo.last.lock().unwrap().take();
         n.ia.close(CloseFlags::Abrupt).unwrap();
     }
+}
+
+/// A late outcome of an attempt the consumer withdrew (a disconnect, a
+/// reset, a new connect) changes nothing: not established, not failed,
+/// not ended; the attempt that replaced it stays pending until its own
+/// outcome comes.
+#[test]
+fn a_withdrawn_attempts_outcome_does_not_settle_the_next() {
+    let n = node(true);
+    n.solo.hangs.store(true, Ordering::SeqCst);
+    let peer: IpAddr = "127.0.93.2".parse().unwrap();
+    n.ep.connect(peer, 1, None, b"").unwrap();
+    n.ep.disconnect(false).unwrap();
+    let kind = |e: Option<Event>| match e {
+        Some(Event::Connection(c)) => c.kind,
+        e => panic!("expected a connection event, got {e:?}"),
+    };
+    assert_eq!(
+        kind(n.evd.dequeue().unwrap()),
+        ConnectionEventKind::Disconnected
+    );
+    n.ep.reset().unwrap();
+    n.ep.connect(peer, 2, None, b"").unwrap();
+    let inner = n.solo.last.lock().unwrap().clone().expect("connecting");
+    let attempts = n.solo.attempts.lock().unwrap().clone();
+    let [first, second] = attempts[..] else {
+        panic!("two attempts, got {attempts:?}")
+    };
+    assert_ne!(first, second);
+    assert!(inner.established(Some(first), (peer, 1), None).is_none());
+    assert!(!inner.connect_failed(first, ConnectionEventKind::TimedOut, None));
+    assert!(
+        !inner.ended(ConnectionEventKind::Broken),
+        "an attempt is not a connection"
+    );
+    assert!(
+        inner.established(None, (peer, 2), None).is_none(),
+        "a passive side's report"
+    );
+    assert_eq!(n.ep.state(), EpState::ActiveConnectionPending);
+    assert!(n.evd.dequeue().unwrap().is_none());
+    assert!(inner.established(Some(second), (peer, 2), None).is_some());
+    assert_eq!(n.ep.state(), EpState::Connected);
+    assert_eq!(
+        kind(n.evd.dequeue().unwrap()),
+        ConnectionEventKind::Established
+    );
+    n.ia.close(CloseFlags::Abrupt).unwrap();
 }

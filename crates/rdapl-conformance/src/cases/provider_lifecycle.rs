@@ -10,8 +10,8 @@ use crate::support as common;
 use common::{conn_kind, ia_options, next_cr};
 use rdapl::event::{PzHandle, SrqHandle};
 use rdapl::provider::{
-    EpInfo, EpInner, EpLock, EpOps, ListenerOps, MemGrant, MemHandle, MemInfo, NewWr, Provider,
-    PzOps, SpInner, SrqOps, Transport,
+    Attempt, EpInfo, EpInner, EpLock, EpOps, ListenerOps, MemGrant, MemHandle, MemInfo, NewWr,
+    Provider, PzOps, SpInner, SrqOps, Transport,
 };
 use rdapl::srq::SrqInner;
 use rdapl::*;
@@ -149,6 +149,7 @@ impl EpOps for RecEp {
     fn connect(
         &self,
         ep: &Arc<EpInner>,
+        attempt: Attempt,
         remote: IpAddr,
         conn_qual: u64,
         private_data: Vec<u8>,
@@ -156,7 +157,7 @@ impl EpOps for RecEp {
     ) -> Result<()> {
         self.log.push(format!("connect {}", ep.handle().0));
         self.inner
-            .connect(ep, remote, conn_qual, private_data, timeout)
+            .connect(ep, attempt, remote, conn_qual, private_data, timeout)
     }
     fn disconnect(&self, ep: &Arc<EpInner>, graceful: bool) {
         self.log.push(format!("disconnect {}", ep.handle().0));

@@ -39,7 +39,7 @@ impl Ep {
                 "private data larger than max_private_data_size",
             ));
         }
-        {
+        let attempt = {
             let mut c = inner.core.lock();
             // Under the lock `Ep::free` marks it freed under.
             inner.check_live()?;
@@ -51,13 +51,24 @@ impl Ep {
             }
             c.state = EpState::ActiveConnectionPending;
             c.remote = Some((remote, conn_qual));
+            c.attempt = c.attempt.next();
+            c.attempt
+        };
+        #[cfg(any(test, feature = "test-hooks"))]
+        if let Some(f) = super::test_hooks::CONNECT_GAP.with(|h| h.borrow_mut().take()) {
+            f();
         }
-        let r = inner
-            .ops
-            .connect(inner, remote, conn_qual, private_data.to_vec(), timeout);
+        let r = inner.ops.connect(
+            inner,
+            attempt,
+            remote,
+            conn_qual,
+            private_data.to_vec(),
+            timeout,
+        );
         if r.is_err() {
             let mut c = inner.core.lock();
-            if c.state == EpState::ActiveConnectionPending {
+            if c.is_attempt(attempt) {
                 c.state = EpState::Unconnected;
                 c.remote = None;
             }

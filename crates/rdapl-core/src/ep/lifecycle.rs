@@ -109,6 +109,7 @@ impl Ep {
                 conn: 0,
                 remote: None,
                 sends: VecDeque::new(),
+                attempt: Default::default(),
                 pending_cr: None,
                 peer_private: None,
                 link: None,

@@ -26,7 +26,7 @@ mod wr;
 
 pub use attr::{CompletionFlags, EpAttr, EpState};
 pub use batch::Batch;
-pub use queue::{EpCore, PostedRecvs, RecvQueue};
+pub use queue::{Attempt, EpCore, PostedRecvs, RecvQueue};
 pub use wr::{LocalOp, NewWr, RecvIov, RecvWr, Request, Wr, WrOp};
 
 use crate::error::{Error, Subtype};
@@ -174,6 +174,11 @@ pub mod test_hooks {
         /// checks (liveness included) and before the receive queue is
         /// locked.
         pub static POST_RECV_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+        /// Run (once) by `Ep::connect` on this thread, after it moved the
+        /// endpoint to `ActiveConnectionPending` and let go of its lock,
+        /// before it hands the attempt to the provider.
+        pub static CONNECT_GAP: RefCell<Option<Box<dyn FnOnce()>>> =
             const { RefCell::new(None) };
     }
 }

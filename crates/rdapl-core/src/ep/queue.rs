@@ -37,6 +37,11 @@ pub struct EpCore {
     pub sends: VecDeque<Wr>,
     /// The remote IA address and connection qualifier, once connecting.
     pub remote: Option<(IpAddr, u64)>,
+    /// The endpoint's latest active connection attempt (numbered by
+    /// [`crate::Ep::connect`] as it moves the endpoint to
+    /// `ActiveConnectionPending`): a provider acts for an attempt only
+    /// while it is still this one ([`EpCore::is_attempt`]).
+    pub attempt: Attempt,
     /// Active side: the connection request in flight.
     pub pending_cr: Option<Arc<crate::sp::CrInner>>,
     /// Private data received from the peer (accept on the active side).
@@ -50,6 +55,24 @@ pub struct EpCore {
     /// free. The core never looks inside. A provider sets it only while
     /// the endpoint is connecting or connected.
     pub link: Option<Box<dyn Any + Send>>,
+}
+
+/// One active connection attempt of one endpoint. [`crate::Ep::connect`]
+/// numbers each attempt it hands the provider
+/// ([`crate::provider::EpOps::connect`]); the provider reports its outcome
+/// under that number ([`EpInner::established`](crate::provider::EpInner::established),
+/// [`EpInner::connect_failed`](crate::provider::EpInner::connect_failed)),
+/// so that an attempt the consumer withdrew (a disconnect, then a reset
+/// and a new connect, on other threads) neither starts late nor settles
+/// the attempt that replaced it. Only the core makes them.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Attempt(u64);
+
+impl Attempt {
+    /// The attempt after this one.
+    pub(crate) fn next(self) -> Attempt {
+        Attempt(self.0.wrapping_add(1))
+    }
 }
 
 /// The receive queue of an endpoint, the taking end of a two-lock queue

@@ -394,13 +394,14 @@ impl EpOps for FaultEp {
     fn connect(
         &self,
         ep: &Arc<EpInner>,
+        attempt: crate::ep::Attempt,
         remote: IpAddr,
         conn_qual: u64,
         private_data: Vec<u8>,
         timeout: Option<Duration>,
     ) -> crate::Result<()> {
         self.inner
-            .connect(ep, remote, conn_qual, private_data, timeout)
+            .connect(ep, attempt, remote, conn_qual, private_data, timeout)
     }
     fn disconnect(&self, ep: &Arc<EpInner>, graceful: bool) {
         self.inner.disconnect(ep, graceful);

@@ -76,7 +76,7 @@ mod registry;
 pub mod soft;
 mod view;
 
-pub use crate::ep::{EpCore, EpInner, NewWr, RecvWr, Wr};
+pub use crate::ep::{Attempt, EpCore, EpInner, NewWr, RecvWr, Wr};
 pub use crate::evd::{DEFAULT_WAIT_SPIN, EvdProducer, Progress, WAIT_SPIN_GROWTH};
 pub use crate::ia::IaInner;
 pub use crate::sp::{CrInner, CrState, SpInner};

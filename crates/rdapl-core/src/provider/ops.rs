@@ -28,7 +28,7 @@
 //!   [`PzOps::mem_create`]) fails the consumer's call with that error, and
 //!   nothing was made.
 
-use crate::ep::{EpAttr, EpInner, NewWr};
+use crate::ep::{Attempt, EpAttr, EpInner, NewWr};
 use crate::error::Result;
 use crate::event::{EpHandle, LmrHandle, PzHandle, RmrHandle, SrqHandle};
 use crate::mem::MemPriv;
@@ -60,12 +60,19 @@ pub struct EpInfo<'a> {
 /// (`complete`, `established`, `ended`, `take_recv`, `gather`,
 /// `remote_write`, ...).
 pub trait EpOps: Send + Sync + 'static {
-    /// Start an active connection (`ep` is `ActiveConnectionPending`); the
-    /// outcome arrives later: [`EpInner::established`] or
+    /// Start active connection attempt `attempt` of `ep` (which the core
+    /// moved to `ActiveConnectionPending`, then let go of); the outcome
+    /// arrives later, under that attempt: [`EpInner::established`] or
     /// [`EpInner::connect_failed`]. An error here leaves `ep` unconnected.
+    /// The consumer may withdraw the attempt at any time, even before this
+    /// call ([`EpOps::connect_cancel`]), and then begin another: a
+    /// provider that starts the attempt later (on its own thread) first
+    /// checks [`EpCore::is_attempt`](crate::ep::EpCore::is_attempt) under
+    /// the endpoint's lock and starts nothing if it fails.
     fn connect(
         &self,
         ep: &Arc<EpInner>,
+        attempt: Attempt,
         remote: IpAddr,
         conn_qual: u64,
         private_data: Vec<u8>,

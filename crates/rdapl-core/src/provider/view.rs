@@ -141,6 +141,12 @@ impl EpCore {
     pub fn state(&self) -> EpState {
         self.state
     }
+    /// Whether the endpoint is still making active connection attempt
+    /// `attempt` (`ActiveConnectionPending`, and no later attempt began):
+    /// what a provider checks before it starts or settles an attempt.
+    pub fn is_attempt(&self, attempt: crate::ep::Attempt) -> bool {
+        self.state == EpState::ActiveConnectionPending && self.attempt == attempt
+    }
     /// The connection the endpoint is in (0: none), as
     /// [`EpInner::established`] returned it.
     pub fn connection(&self) -> u64 {
@@ -237,17 +243,24 @@ impl EpInner {
 
     /// The connection is up on this side: `Connected`, `remote` recorded,
     /// `Established` raised (with `peer_private`, the accept's private data,
-    /// on the active side). Returns the connection's number (never 0), or
-    /// `None` if the endpoint is no longer connecting (it gave up, was
-    /// freed or reset).
-    pub fn established(&self, remote: (IpAddr, u64), peer_private: Option<&[u8]>) -> Option<u64> {
+    /// on the active side). `attempt` names the active side's attempt (as
+    /// [`super::EpOps::connect`] got it); `None` is the passive side.
+    /// Returns the connection's number (never 0), or `None` if the
+    /// endpoint is no longer making that attempt, or accepting (it gave
+    /// up, was freed or reset, or began another attempt).
+    pub fn established(
+        &self,
+        attempt: Option<crate::ep::Attempt>,
+        remote: (IpAddr, u64),
+        peer_private: Option<&[u8]>,
+    ) -> Option<u64> {
         let conn = {
             let mut c = self.core.lock();
-            if !matches!(
-                c.state,
-                EpState::ActiveConnectionPending | EpState::PassiveConnectionPending
-            ) || self.is_freed()
-            {
+            let pending = match attempt {
+                Some(a) => c.is_attempt(a),
+                None => c.state == EpState::PassiveConnectionPending,
+            };
+            if !pending || self.is_freed() {
                 return None;
             }
             let conn = crate::ep::next_conn();
@@ -284,15 +297,21 @@ impl EpInner {
         live
     }
 
-    /// An active connection attempt failed with `kind` (`PeerRejected`
-    /// with the reject's private data, `NonPeerRejected`, `Unreachable`,
-    /// `TimedOut`): `Disconnected`, everything posted flushed, the event
-    /// raised. False if the endpoint was not connecting, or is being freed
-    /// (no event names a freed endpoint).
-    pub fn connect_failed(&self, kind: ConnectionEventKind, private: Option<&[u8]>) -> bool {
+    /// Active connection attempt `attempt` failed with `kind`
+    /// (`PeerRejected` with the reject's private data, `NonPeerRejected`,
+    /// `Unreachable`, `TimedOut`): `Disconnected`, everything posted
+    /// flushed, the event raised. False if the endpoint is no longer making
+    /// that attempt (it gave up, or began another), or is being freed (no
+    /// event names a freed endpoint).
+    pub fn connect_failed(
+        &self,
+        attempt: crate::ep::Attempt,
+        kind: ConnectionEventKind,
+        private: Option<&[u8]>,
+    ) -> bool {
         {
             let mut c = self.core.lock();
-            if c.state != EpState::ActiveConnectionPending || self.is_freed() {
+            if !c.is_attempt(attempt) || self.is_freed() {
                 return false;
             }
             self.set_state(&mut c, EpState::Disconnected);
@@ -307,7 +326,10 @@ impl EpInner {
     /// (`Broken`), or an accept could not complete: the state moves to
     /// `Disconnected`, what the core holds (queued sends, posted receives)
     /// is flushed, and `kind` is raised, once. False if there was nothing
-    /// to end.
+    /// to end. An active attempt is not a connection: it ends only by its
+    /// own outcome ([`EpInner::connect_failed`], which names it), so that
+    /// a late end of an earlier connection never fails the attempt that
+    /// followed it.
     pub fn ended(&self, kind: ConnectionEventKind) -> bool {
         let state = self.core.lock().state;
         match state {
@@ -331,7 +353,6 @@ impl EpInner {
                 self.connection_event(kind, None);
                 true
             }
-            EpState::ActiveConnectionPending => self.connect_failed(kind, None),
             _ => false,
         }
     }

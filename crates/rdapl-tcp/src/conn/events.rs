@@ -82,8 +82,9 @@ impl Conn {
                 let Some(ep) = self.ep.clone() else {
                     return self.abort_engine();
                 };
-                let pd = (self.role == Role::Initiator).then_some(&private_data[..]);
-                match ep.established(self.peer, pd) {
+                let initiator = self.role == Role::Initiator;
+                let pd = initiator.then_some(&private_data[..]);
+                match ep.established(initiator.then_some(self.attempt), self.peer, pd) {
                     Some(c) => {
                         self.dat_conn = c;
                         self.told = true;

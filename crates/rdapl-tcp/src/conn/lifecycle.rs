@@ -159,7 +159,7 @@ impl Conn {
                                 "connect failed"
                             );
                         }
-                        ep.connect_failed(k, pd.as_deref());
+                        ep.connect_failed(self.attempt, k, pd.as_deref());
                     }
                     Role::Responder => {
                         conn_log!(

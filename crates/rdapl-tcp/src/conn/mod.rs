@@ -88,7 +88,7 @@
 use crate::memory::ConnMemory;
 use crate::outq::OutQueue;
 use crate::params::{Completion, IaParams};
-use rdapl::provider::{CrInner, EpInner, SpInner, Wr};
+use rdapl::provider::{Attempt, CrInner, EpInner, SpInner, Wr};
 use rdapl::{ConnectionEventKind, DtoStatus};
 use rdapl_iwarp::{Connection, Role, State};
 use std::collections::VecDeque;
@@ -210,6 +210,9 @@ pub(crate) struct Conn {
     pub peer: (IpAddr, u64),
     /// Active side: the private data to send once TCP is up.
     pub connect_pd: Vec<u8>,
+    /// Active side: the endpoint's attempt this connection makes (its
+    /// outcome is reported under it).
+    pub attempt: Attempt,
     pub connect_deadline: Option<u64>,
     /// The core's connection number (0 until established).
     pub dat_conn: u64,
@@ -388,6 +391,7 @@ impl Conn {
             sp: None,
             peer,
             connect_pd: Vec::new(),
+            attempt: Attempt::default(),
             connect_deadline: None,
             dat_conn: 0,
             told: false,

@@ -555,6 +555,7 @@ impl Driver {
         match cmd {
             Cmd::Connect {
                 ep,
+                attempt,
                 ia,
                 sock,
                 remote,
@@ -564,13 +565,14 @@ impl Driver {
             } => {
                 // Withdrawn before the thread got here (a free, a
                 // disconnect or an abrupt close on another thread, once the
-                // core let go of the endpoint): its end was raised already,
-                // and its withdrawal, queued ahead of this command (or
-                // behind it, in this batch), finds no connection by the
-                // endpoint. Nothing is started (the socket closes unused).
-                // A withdrawal after this look is queued after it, and
-                // finds the connection by its endpoint.
-                if ep.lock().state() != rdapl::EpState::ActiveConnectionPending {
+                // core let go of the endpoint; perhaps a reset and another
+                // attempt since): its end was raised already, and its
+                // withdrawal, queued ahead of this command (or behind it,
+                // in this batch), finds no connection by the endpoint.
+                // Nothing is started (the socket closes unused). A
+                // withdrawal after this look is queued after it, and finds
+                // the connection by its endpoint.
+                if !ep.lock().is_attempt(attempt) {
                     return;
                 }
                 let t = self.sh.token();
@@ -585,7 +587,7 @@ impl Driver {
                             why = %f.why,
                             "connect failed before it began"
                         );
-                        ep.connect_failed(f.kind, None);
+                        ep.connect_failed(attempt, f.kind, None);
                         return;
                     }
                 };
@@ -595,6 +597,7 @@ impl Driver {
                 c.phase = Phase::Connecting;
                 c.bind_ep(&ep);
                 c.connect_pd = pd;
+                c.attempt = attempt;
                 // (A timeout past u64 milliseconds is none: cut to 64
                 // bits, it could come out a few milliseconds.)
                 c.connect_deadline = timeout

@@ -86,7 +86,7 @@ use crate::group::Group;
 use crate::params::IaParams;
 use parking_lot::Mutex;
 use rdapl::event::{EpHandle, EvdHandle};
-use rdapl::provider::{CrInner, EpInner, SpInner};
+use rdapl::provider::{Attempt, CrInner, EpInner, SpInner};
 use rdapl::{ConnectionEventKind, Result};
 use rdapl_iwarp::{Connection, Role};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -147,6 +147,8 @@ pub const HOLD_MS: u64 = POLL_FRESH_MS;
 pub(crate) enum Cmd {
     Connect {
         ep: Arc<EpInner>,
+        /// The endpoint's attempt (started only if still the endpoint's).
+        attempt: Attempt,
         ia: Arc<IaParams>,
         /// Made by the caller (`cm::connect_socket`).
         sock: Option<socket2::Socket>,
