@@ -262,7 +262,7 @@ impl Ends<'_> {
         srq.free().unwrap();
         evd.free().unwrap();
         pz.free().unwrap();
-        Cno::new().free();
+        Cno::new().free().unwrap();
     }
 }
 

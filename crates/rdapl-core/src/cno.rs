@@ -17,10 +17,13 @@
 //!   spurious, never missed: after the fd is readable call
 //!   [`Cno::wait`] with a zero timeout (which drains the fd) and drain the
 //!   EVDs.
+//! * **No CNO freed under an EVD.** Each EVD that feeds the CNO holds a
+//!   link to it, counted by the CNO: [`Cno::free`] refuses while one
+//!   lives, and a freed CNO takes no new EVD.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Subtype};
 use crate::event::EvdHandle;
-use crate::sync::{self, Arc, AtomicBool, Condvar, Mutex, Ordering, fence};
+use crate::sync::{self, Arc, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering, fence};
 use std::fmt;
 use std::time::Duration;
 
@@ -40,6 +43,9 @@ struct CnoInner {
     id: CnoHandle,
     triggered: AtomicBool,
     freed: AtomicBool,
+    /// EVDs that feed it (their [`CnoLink`]s): changed with `freed`'s
+    /// check under `slot`'s lock, dropped without it.
+    links: AtomicUsize,
     slot: Mutex<Option<EvdHandle>>,
     cv: Condvar,
     #[cfg(not(rdapl_loom))]
@@ -75,6 +81,7 @@ impl Cno {
                 id: CnoHandle(next_id()),
                 triggered: AtomicBool::new(false),
                 freed: AtomicBool::new(false),
+                links: AtomicUsize::new(0),
                 slot: Mutex::new(None),
                 cv: Condvar::new(),
                 #[cfg(not(rdapl_loom))]
@@ -99,6 +106,7 @@ impl Cno {
                 id: CnoHandle(next_id()),
                 triggered: AtomicBool::new(false),
                 freed: AtomicBool::new(false),
+                links: AtomicUsize::new(0),
                 slot: Mutex::new(None),
                 cv: Condvar::new(),
                 fd: Some(fd),
@@ -189,11 +197,53 @@ impl Cno {
     }
 
     /// Frees the CNO (`dat_cno_free`): blocked waiters return `Abort`.
-    pub fn free(&self) {
+    /// Refused with `InvalidState(CNO_IN_USE)` while an EVD feeds it
+    /// (detach them first: [`crate::Evd::modify_cno`] with `None`, or free
+    /// them), and with `InvalidHandle(CNO)` once freed.
+    pub fn free(&self) -> Result<()> {
         let inner = &*self.inner;
-        inner.freed.store(true, Ordering::SeqCst);
         let _g = inner.slot.lock();
+        if inner.freed.load(Ordering::SeqCst) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCno));
+        }
+        if inner.links.load(Ordering::SeqCst) > 0 {
+            return Err(Error::state(
+                Subtype::InvalidStateCnoInUse,
+                "EVDs still feed the CNO",
+            ));
+        }
+        inner.freed.store(true, Ordering::SeqCst);
         inner.cv.notify_all();
+        Ok(())
+    }
+
+    /// A link for an EVD that is to feed this CNO; `InvalidHandle(CNO)` if
+    /// the CNO was freed.
+    pub(crate) fn link(&self) -> Result<CnoLink> {
+        let inner = &*self.inner;
+        let _g = inner.slot.lock();
+        if inner.freed.load(Ordering::SeqCst) {
+            return Err(Error::InvalidHandle(Subtype::InvalidHandleCno));
+        }
+        inner.links.fetch_add(1, Ordering::SeqCst);
+        Ok(CnoLink(self.clone()))
+    }
+}
+
+/// An EVD's hold on the CNO it feeds: counted by the CNO from
+/// [`Cno::link`] until it drops.
+pub(crate) struct CnoLink(Cno);
+
+impl CnoLink {
+    /// The CNO.
+    pub(crate) fn cno(&self) -> &Cno {
+        &self.0
+    }
+}
+
+impl Drop for CnoLink {
+    fn drop(&mut self) {
+        self.0.inner.links.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{LIMIT, start_waiter, tag, untag, within};
-use rdapl::error::DatType;
+use rdapl::error::{DatType, Subtype};
 use rdapl::event::EvdHandle;
 use rdapl::{Cno, Error, Evd, EvdFlags, Event};
 use rustix::buffer::spare_capacity;
@@ -254,7 +254,7 @@ fn free_wakes_cno_waiters_with_abort() {
     }
     barrier.wait();
     thread::sleep(SHORT);
-    cno.free();
+    cno.free().unwrap();
     for _ in 0..n {
         let r = rx
             .recv_timeout(LIMIT)
@@ -268,6 +268,52 @@ fn free_wakes_cno_waiters_with_abort() {
     }
     // Later waits fail at once too.
     assert!(matches!(cno.wait(None), Err(Error::Abort(_))));
+}
+
+fn in_use(r: rdapl::Result<()>) {
+    match r {
+        Err(e @ Error::InvalidState { .. }) => assert_eq!(
+            e.dat_return(),
+            rdapl::error::DatReturn::error(DatType::InvalidState, Subtype::InvalidStateCnoInUse)
+        ),
+        other => panic!("expected InvalidState(CNO_IN_USE), got {other:?}"),
+    }
+}
+
+/// A CNO that an EVD feeds is in use: `free` is refused (DAT's
+/// `CNO_IN_USE`) until every such EVD let go of it (detached, freed or
+/// dropped). A freed CNO takes no EVD, and a second free is refused.
+#[test]
+fn free_refused_while_an_evd_feeds_it() {
+    let cno = Cno::new();
+    let (a, b) = (evd_on(&cno, 4), evd_on(&cno, 4));
+    let c = Evd::builder(4, EvdFlags::SOFTWARE).build().unwrap();
+    c.modify_cno(Some(&cno)).unwrap();
+    in_use(cno.free());
+    a.modify_cno(None).unwrap();
+    in_use(cno.free());
+    b.free().unwrap();
+    in_use(cno.free());
+    drop(c);
+    cno.free().unwrap();
+    assert!(matches!(
+        cno.free(),
+        Err(Error::InvalidHandle(Subtype::InvalidHandleCno))
+    ));
+    assert!(matches!(
+        a.modify_cno(Some(&cno)),
+        Err(Error::InvalidHandle(Subtype::InvalidHandleCno))
+    ));
+    assert!(matches!(
+        Evd::builder(4, EvdFlags::SOFTWARE).cno(&cno).build(),
+        Err(Error::InvalidHandle(Subtype::InvalidHandleCno))
+    ));
+    // A CNO moved from one EVD to another is still in use.
+    let other = Cno::new();
+    a.modify_cno(Some(&other)).unwrap();
+    in_use(other.free());
+    a.free().unwrap();
+    other.free().unwrap();
 }
 
 #[test]

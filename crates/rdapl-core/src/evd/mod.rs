@@ -218,7 +218,7 @@ pub(crate) struct EvdInner {
     waiter: Signal,
     teardown_lock: Mutex<()>,
     teardown_cv: Condvar,
-    cno: Mutex<Option<Cno>>,
+    cno: Mutex<Option<crate::cno::CnoLink>>,
     enabled: AtomicBool,
     /// Where overflows are reported: set at creation, or adopted from the
     /// IA when an EVD made without one starts to feed from it.
@@ -356,7 +356,8 @@ impl EvdBuilder {
         if policy != Policy::Disabled {
             dispatch.prepare()?;
         }
-        let has_cno = self.cno.is_some();
+        let cno = self.cno.as_ref().map(Cno::link).transpose()?;
+        let has_cno = cno.is_some();
         let mut s = State(0).with_policy(policy);
         if policy == Policy::Notify {
             s = s.set(state::NOTIFY_ARMED);
@@ -384,7 +385,7 @@ impl EvdBuilder {
             waiter: Signal::new(),
             teardown_lock: Mutex::new(()),
             teardown_cv: Condvar::new(),
-            cno: Mutex::new(self.cno),
+            cno: Mutex::new(cno),
             enabled: AtomicBool::new(true),
             async_evd: Mutex::new(self.async_evd),
             overflows: AtomicU64::new(0),
@@ -694,7 +695,7 @@ impl Evd {
             occupied: self.inner.occupied() as usize,
             enabled: self.inner.enabled.load(Ordering::SeqCst),
             waitable: !s.has(UNWAITABLE),
-            cno: self.inner.cno.lock().as_ref().map(|c| c.handle()),
+            cno: self.inner.cno.lock().as_ref().map(|l| l.cno().handle()),
             overflows: self.inner.overflows.load(Ordering::SeqCst),
             feeders: self.inner.feeders.load(Ordering::SeqCst),
             upcall_panics: self.inner.upcall_panics.load(Ordering::SeqCst),
@@ -795,9 +796,16 @@ impl Evd {
 
     /// uDAT `dat_evd_modify_cno`: attach, replace or detach (`None`) the CNO.
     /// As DAT warns, a notification may still reach the old CNO.
+    /// `InvalidHandle(CNO)` for a freed CNO.
     pub fn modify_cno(&self, cno: Option<&Cno>) -> Result<()> {
-        self.inner.check_live()?;
-        *self.inner.cno.lock() = cno.cloned();
+        let link = cno.map(Cno::link).transpose()?;
+        {
+            // Checked under the slot's lock, which `free` clears it under
+            // once the EVD is marked freed: no link outlives the free.
+            let mut slot = self.inner.cno.lock();
+            self.inner.check_live()?;
+            *slot = link;
+        }
         self.sync_cno_flag();
         Ok(())
     }

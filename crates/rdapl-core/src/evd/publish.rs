@@ -51,7 +51,7 @@ pub(super) fn act(inner: &Arc<EvdInner>, wake: state::Wake) {
         }
     }
     if wake.cno {
-        let cno = inner.cno.lock().clone();
+        let cno = inner.cno.lock().as_ref().map(|l| l.cno().clone());
         if let Some(cno) = cno {
             cno.trigger(inner.id);
         }
