@@ -31,29 +31,35 @@ pub struct IaAttr {
     pub vendor_name: String,
     /// The IA's address.
     pub address: IpAddr,
-    /// Most endpoints.
+    /// Most endpoints live at once (one more is refused:
+    /// `InsufficientResources(TEP)`).
     pub max_eps: usize,
     /// Most outstanding DTOs per endpoint and queue.
     pub max_dto_per_ep: usize,
     /// Most RDMA reads in flight per endpoint, as target and as initiator.
     pub max_rdma_read_per_ep: usize,
-    /// Most EVDs.
+    /// Most EVDs made by [`Ia::evd_create`] live at once, until freed or
+    /// dropped (one more is refused: `InsufficientResources(TEVD)`; the
+    /// async EVD is not counted).
     pub max_evds: usize,
     /// Longest EVD queue.
     pub max_evd_qlen: usize,
     /// Most scatter/gather entries per DTO.
     pub max_iov_segments_per_dto: usize,
-    /// Most LMRs.
+    /// Most LMRs live at once (one more is refused:
+    /// `InsufficientResources(MEMORY_REGION)`).
     pub max_lmrs: usize,
     /// Largest LMR.
     pub max_lmr_block_size: u64,
-    /// Most protection zones.
+    /// Most protection zones live at once (one more is refused:
+    /// `InsufficientResources(PROTECTION_DOMAIN)`).
     pub max_pzs: usize,
     /// Largest message.
     pub max_message_size: u64,
     /// Largest RDMA transfer.
     pub max_rdma_size: u64,
-    /// Most RMRs.
+    /// Most RMRs live at once (one more is refused:
+    /// `InsufficientResources(MEMORY_REGION)`).
     pub max_rmrs: usize,
     /// Largest private data in connection management.
     pub max_private_data_size: usize,
@@ -234,6 +240,65 @@ pub(crate) struct LiveCounts {
     pub lmrs: AtomicUsize,
     pub rmrs: AtomicUsize,
     pub eps: AtomicUsize,
+    /// EVDs made by [`Ia::evd_create`] (each holds its place until it is
+    /// freed or dropped: [`OwnedAdmission`]).
+    pub evds: Arc<AtomicUsize>,
+}
+
+/// Takes a place in `count` if fewer than `max` are taken; else
+/// `InsufficientResources(resource)`.
+fn take_place(
+    count: &AtomicUsize,
+    max: usize,
+    resource: Subtype,
+    what: &'static str,
+) -> Result<()> {
+    count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .map(drop)
+        .map_err(|_| Error::InsufficientResources { resource, what })
+}
+
+/// A place taken in one of the IA's live counts against its `max_*`
+/// limit before an object is made: given back when dropped, unless the
+/// object was made ([`Admission::keep`]; its free gives it back).
+#[must_use]
+pub(crate) struct Admission<'a>(&'a AtomicUsize);
+
+impl<'a> Admission<'a> {
+    /// Takes a place in `count` (see [`take_place`]).
+    pub(crate) fn take(
+        count: &'a AtomicUsize,
+        max: usize,
+        resource: Subtype,
+        what: &'static str,
+    ) -> Result<Admission<'a>> {
+        take_place(count, max, resource, what)?;
+        Ok(Admission(count))
+    }
+
+    /// The object was made: its place stays taken.
+    pub(crate) fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// An EVD's place in its IA's count of EVDs, given back when it drops
+/// (the EVD freed, or its last handle dropped).
+pub(crate) struct OwnedAdmission(Arc<AtomicUsize>);
+
+impl Drop for OwnedAdmission {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl fmt::Debug for Ia {
@@ -388,9 +453,17 @@ impl Ia {
                 what: "evd_min_qlen above max_evd_qlen",
             });
         }
+        let evds = &self.inner.live.evds;
+        take_place(
+            evds,
+            self.inner.attr.max_evds,
+            Subtype::ResourceTevd,
+            "max_evds EVDs live",
+        )?;
         let mut b = Evd::builder(qlen, flags)
             .dispatch(self.inner.dispatch.clone())
-            .async_evd(&self.inner.async_evd);
+            .async_evd(&self.inner.async_evd)
+            .counted(OwnedAdmission(evds.clone()));
         if let Some(c) = cno {
             b = b.cno(c);
         }

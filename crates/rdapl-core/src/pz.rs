@@ -32,7 +32,7 @@
 use crate::buf::Buf;
 use crate::error::{Error, Result, Subtype};
 use crate::event::{LmrHandle, PzHandle, RmrHandle};
-use crate::ia::{Ia, IaInner};
+use crate::ia::{Admission, Ia, IaInner};
 use crate::mem::{Entry, EntryKind, LmrTriplet, MemPriv, Region, RmrTriplet};
 use crate::provider::{MemHandle, MemInfo, PzOps};
 use parking_lot::Mutex;
@@ -78,8 +78,14 @@ fn next_id() -> u64 {
 impl Pz {
     pub(crate) fn new(ia: &Ia) -> Result<Pz> {
         let id = PzHandle(next_id());
+        let place = Admission::take(
+            &ia.inner.live.pzs,
+            ia.inner.attr.max_pzs,
+            Subtype::ResourceProtectionDomain,
+            "max_pzs protection zones live",
+        )?;
         let ops = ia.inner.transport.pz_create(id)?;
-        ia.inner.live.pzs.fetch_add(1, Ordering::Relaxed);
+        place.keep();
         Ok(Pz {
             inner: Arc::new(PzInner {
                 context: crate::context::ContextSlot::new(),
@@ -367,6 +373,13 @@ impl Pz {
     /// Creates an unbound RMR (memory window) (`dat_rmr_create`).
     pub fn rmr_create(&self) -> Result<Rmr> {
         let user = self.acquire()?;
+        let ia = &self.inner.ia;
+        let place = Admission::take(
+            &ia.live.rmrs,
+            ia.attr.max_rmrs,
+            Subtype::ResourceMemoryRegion,
+            "max_rmrs RMRs live",
+        )?;
         let entry = Entry {
             kind: EntryKind::Rmr,
             key: 0,
@@ -390,7 +403,7 @@ impl Pz {
         };
         self.announce(ctx, &announced)?;
         user.keep();
-        self.inner.ia.live.rmrs.fetch_add(1, Ordering::Relaxed);
+        place.keep();
         Ok(Rmr {
             inner: Arc::new(RmrInner {
                 id,
@@ -496,9 +509,19 @@ impl Lmr {
             privileges: privs,
             fast: kind == EntryKind::Fmr,
         };
+        let ia = &pz.inner.ia;
+        let place = Admission::take(
+            &ia.live.lmrs,
+            ia.attr.max_lmrs,
+            Subtype::ResourceMemoryRegion,
+            "max_lmrs LMRs live",
+        )
+        .inspect_err(|_| {
+            ia.mem.remove(ctx);
+        })?;
         // (The zone's count of users: the caller's `PzUse`.)
         let remote_key = pz.announce(ctx, &announced)?;
-        pz.inner.ia.live.lmrs.fetch_add(1, Ordering::Relaxed);
+        place.keep();
         Ok(Lmr {
             inner: Arc::new(LmrInner {
                 id,

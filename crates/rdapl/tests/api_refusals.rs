@@ -1,6 +1,7 @@
 //! Calls the core refuses with a clear error where they once succeeded
 //! or ended the process: objects of another IA, private data above the
-//! limit, an IA's async EVD freed under it, a buffer larger than memory.
+//! limit, an IA's async EVD freed under it, a buffer larger than memory,
+//! an object beyond the IA's `max_*` limits.
 
 mod common;
 use common::*;
@@ -137,4 +138,96 @@ fn buf_create_of_more_than_memory_is_refused_not_aborted() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The loopback with every `max_*` object limit of its IAs cut to `.1`.
+struct Few(std::sync::Arc<dyn provider::Provider>, usize);
+
+impl provider::Provider for Few {
+    fn attr(&self) -> ProviderAttr {
+        self.0.attr()
+    }
+    fn ia_attr(&self, address: std::net::IpAddr) -> IaAttr {
+        IaAttr {
+            max_eps: self.1,
+            max_evds: self.1,
+            max_lmrs: self.1,
+            max_pzs: self.1,
+            max_rmrs: self.1,
+            ..self.0.ia_attr(address)
+        }
+    }
+    fn open(
+        &self,
+        address: Option<std::net::IpAddr>,
+        params: &str,
+    ) -> Result<std::sync::Arc<dyn provider::Transport>> {
+        self.0.open(address, params)
+    }
+}
+
+fn no_room<T: std::fmt::Debug>(r: Result<T>, want: Subtype) {
+    match r {
+        Err(Error::InsufficientResources { resource, .. }) if resource == want => {}
+        other => panic!("expected InsufficientResources({want:?}), got {other:?}"),
+    }
+}
+
+/// The IA's object limits (`max_eps`, `max_evds`, `max_lmrs`, `max_pzs`,
+/// `max_rmrs`) hold: a creation beyond one is refused with
+/// `InsufficientResources` naming the resource, a free (or, for an EVD,
+/// dropping its last handle) makes room again, and a refused creation
+/// takes no room.
+#[test]
+fn the_ias_object_limits_hold() {
+    let ia = Ia::open_provider(
+        std::sync::Arc::new(Few(provider(), 2)),
+        ia_options("127.0.250.20"),
+    )
+    .unwrap();
+    let flags = EvdFlags::DTO | EvdFlags::CONNECTION;
+    let evd = ia.evd_create(8, flags).unwrap();
+    let e2 = ia.evd_create(8, flags).unwrap();
+    no_room(ia.evd_create(8, flags), Subtype::ResourceTevd);
+    no_room(ia.evd_create(8, flags), Subtype::ResourceTevd);
+    e2.free().unwrap();
+    let e2 = ia.evd_create(8, flags).unwrap();
+    drop(e2);
+    let _e2 = ia.evd_create(8, flags).unwrap();
+    no_room(ia.evd_create(8, flags), Subtype::ResourceTevd);
+
+    let pz = ia.pz_create().unwrap();
+    let p2 = ia.pz_create().unwrap();
+    no_room(ia.pz_create(), Subtype::ResourceProtectionDomain);
+    p2.free().unwrap();
+    let _p2 = ia.pz_create().unwrap();
+    no_room(ia.pz_create(), Subtype::ResourceProtectionDomain);
+
+    let region = || Region::zeroed(64);
+    let _l1 = pz.lmr_create(region(), MemPriv::ALL).unwrap();
+    let l2 = pz.lmr_create_fmr(64).unwrap();
+    no_room(
+        pz.lmr_create(region(), MemPriv::ALL),
+        Subtype::ResourceMemoryRegion,
+    );
+    no_room(pz.lmr_create_fmr(64), Subtype::ResourceMemoryRegion);
+    l2.free().unwrap();
+    let _l2 = pz.lmr_create(region(), MemPriv::ALL).unwrap();
+    no_room(pz.lmr_create_fmr(64), Subtype::ResourceMemoryRegion);
+
+    let _r1 = pz.rmr_create().unwrap();
+    let r2 = pz.rmr_create().unwrap();
+    no_room(pz.rmr_create(), Subtype::ResourceMemoryRegion);
+    r2.free().unwrap();
+    let _r2 = pz.rmr_create().unwrap();
+    no_room(pz.rmr_create(), Subtype::ResourceMemoryRegion);
+
+    let ep = || ia.ep_create(&pz, Some(&evd), Some(&evd), Some(&evd), None);
+    let _ep1 = ep().unwrap();
+    let ep2 = ep().unwrap();
+    no_room(ep(), Subtype::ResourceTep);
+    ep2.free().unwrap();
+    let _ep2 = ep().unwrap();
+    no_room(ep(), Subtype::ResourceTep);
+    ia.close(CloseFlags::Abrupt).unwrap();
 }

@@ -86,6 +86,12 @@ impl Ep {
         .filter_map(|(e, sub)| e.map(|e| e.try_feeder_of(&ia.inner.async_evd, sub)))
         .collect::<Result<Vec<_>>>()?;
         let id = EpHandle(next_id());
+        let place = crate::ia::Admission::take(
+            &ia.inner.live.eps,
+            ia.inner.attr.max_eps,
+            Subtype::ResourceTep,
+            "max_eps endpoints live",
+        )?;
         // The provider's table, before anything of the endpoint exists.
         let ops = ia.inner.transport.ep_create(&crate::provider::EpInfo {
             handle: id,
@@ -134,7 +140,7 @@ impl Ep {
             ops,
         });
         user.keep();
-        ia.inner.live.eps.fetch_add(1, Ordering::Relaxed);
+        place.keep();
         ia.inner.eps.push(&inner);
         if let Some(srq) = srq {
             srq.inner.eps.push(&inner);

@@ -230,6 +230,8 @@ pub(crate) struct EvdInner {
     upcall_panics: AtomicU64,
     /// Reservations dropped unspent (`reservation.rs`).
     pub(crate) dropped_reservations: AtomicU64,
+    /// Its place in its IA's count of EVDs (given back at the free).
+    counted: Mutex<Option<crate::ia::OwnedAdmission>>,
     feeders: AtomicUsize,
     /// Serialises `free`'s look at `feeders` and its setting of `FREED`
     /// with an object's registration as a feeder
@@ -306,6 +308,7 @@ pub struct EvdBuilder {
     async_evd: Option<Evd>,
     cno: Option<Cno>,
     upcall: Option<(UpcallPolicy, Arc<dyn Upcall>)>,
+    counted: Option<crate::ia::OwnedAdmission>,
 }
 
 impl EvdBuilder {
@@ -324,6 +327,12 @@ impl EvdBuilder {
     /// Attach a CNO (uDAT `dat_evd_create(..., cno, ...)`); the EVD starts enabled.
     pub fn cno(mut self, cno: &Cno) -> Self {
         self.cno = Some(cno.clone());
+        self
+    }
+
+    /// The EVD's place in its IA's count of EVDs.
+    pub(crate) fn counted(mut self, place: crate::ia::OwnedAdmission) -> Self {
+        self.counted = Some(place);
         self
     }
 
@@ -392,6 +401,7 @@ impl EvdBuilder {
             overflow_mark: AtomicU64::new(0),
             upcall_panics: AtomicU64::new(0),
             dropped_reservations: AtomicU64::new(0),
+            counted: Mutex::new(self.counted),
             feeders: AtomicUsize::new(0),
             feed_lock: Mutex::new(()),
             starting: CachePadded::new(AtomicUsize::new(0)),
@@ -597,6 +607,7 @@ impl Evd {
             async_evd: None,
             cno: None,
             upcall: None,
+            counted: None,
         }
     }
 
@@ -747,6 +758,7 @@ impl Evd {
         // Break reference cycles through the upcall object and the CNO.
         *inner.upcall.lock() = None;
         *inner.cno.lock() = None;
+        *inner.counted.lock() = None;
         // Queued events become unreachable and are dropped with the last
         // handle.
         if prev.has(TD_WAITING) {
