@@ -231,3 +231,43 @@ fn the_ias_object_limits_hold() {
     no_room(ep(), Subtype::ResourceTep);
     ia.close(CloseFlags::Abrupt).unwrap();
 }
+
+/// `Ep::post_rmr_bind` refuses an LMR of another protection zone, of
+/// this IA or another (`ProtectionViolation`, as DAT names a zone
+/// mismatch), even one registering the same memory: its context is a key
+/// of the other IA's table, which must never be looked up in this one.
+#[test]
+fn rmr_bind_refuses_an_lmr_of_another_ia() {
+    let p = pair("127.0.250.21", "127.0.250.22", 9010);
+    let other = Node::new("127.0.250.23");
+    let region = Region::zeroed(4096);
+    let mine = p.c.pz.lmr_create(region.clone(), MemPriv::ALL).unwrap();
+    let theirs = other.pz.lmr_create(region.clone(), MemPriv::ALL).unwrap();
+    let rmr = p.c.pz.rmr_create().unwrap();
+    let t = theirs.triplet(0, 64).unwrap();
+    eprintln!(
+        "contexts: mine {:#x}, theirs {:#x}",
+        mine.context().unwrap(),
+        theirs.context().unwrap()
+    );
+    let r =
+        p.c.ep
+            .post_rmr_bind(&rmr, &theirs, t, MemPriv::REMOTE_READ, 1, D);
+    assert!(
+        matches!(r, Err(Error::ProtectionViolation(_))),
+        "another IA's LMR: {r:?}"
+    );
+    let pz2 = p.c.ia.pz_create().unwrap();
+    let zoned = pz2.lmr_create(region, MemPriv::ALL).unwrap();
+    let t = zoned.triplet(0, 64).unwrap();
+    let r =
+        p.c.ep
+            .post_rmr_bind(&rmr, &zoned, t, MemPriv::REMOTE_READ, 2, D);
+    assert!(
+        matches!(r, Err(Error::ProtectionViolation(_))),
+        "another zone's LMR: {r:?}"
+    );
+    assert!(p.c.req.dequeue().unwrap().is_none());
+    zoned.free().unwrap();
+    pz2.free().unwrap();
+}

@@ -160,6 +160,12 @@ impl Ep {
         }
         let target = match target {
             Some((lmr, t)) => {
+                // Of this endpoint's zone (so of its IA) before its
+                // context is looked up: another IA's context is a key of
+                // another table, which may name a registration of this one.
+                if !Arc::ptr_eq(&lmr.inner.pz.inner, &inner.pz.inner) {
+                    return Err(Error::ProtectionViolation(Subtype::NoSubtype));
+                }
                 let lctx = lmr.context()?;
                 if lctx != t.lmr_context {
                     return Err(Error::param(2, "the triplet does not name this LMR"));
