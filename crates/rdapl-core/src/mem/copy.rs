@@ -3,7 +3,9 @@
 //!
 //! Regions are locked in id order (sinks for writing, sources for
 //! reading), so concurrent copies neither race nor deadlock. Each region is
-//! checked live under its lock: if one is retired, no byte moves.
+//! checked live under its lock: if one is retired, no byte moves. A span
+//! built by hand outside its region's bounds (the fields are public) is
+//! refused the same way, never a panic.
 
 use super::{LmrTriplet, Region, RegionRead, RegionWrite};
 use std::sync::Arc;
@@ -65,12 +67,31 @@ pub(crate) fn list_len(iov: &[LmrTriplet], limit: u64) -> Option<u64> {
     (len <= limit).then_some(len)
 }
 
-/// Total length of spans.
+/// Total length of spans (saturating).
 pub fn total(spans: &[SpanRef<'_>]) -> usize {
-    spans.iter().map(|s| s.len).sum()
+    spans.iter().fold(0usize, |n, s| n.saturating_add(s.len))
 }
 
-/// A copy refused because a region it names is retired: which side(s).
+/// Whether `s` lies within its region.
+#[inline]
+fn in_bounds(s: &SpanRef<'_>) -> bool {
+    s.offset
+        .checked_add(s.len)
+        .is_some_and(|end| end <= s.region.len())
+}
+
+/// `Err` naming the side(s) with a span outside its region.
+#[inline]
+fn check_bounds(src: &[SpanRef<'_>], dst: &[SpanRef<'_>]) -> std::result::Result<(), Retired> {
+    let r = Retired {
+        src: !src.iter().all(in_bounds),
+        dst: !dst.iter().all(in_bounds),
+    };
+    if r.src || r.dst { Err(r) } else { Ok(()) }
+}
+
+/// A copy refused because a region it names is retired (or a span lies
+/// outside its region): which side(s).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Retired {
     /// A source span's region is retired.
@@ -97,6 +118,7 @@ pub(crate) fn copy_spans(src: &[Span], dst: &[Span]) -> std::result::Result<usiz
 /// path.
 #[inline]
 pub fn copy_one(s: SpanRef<'_>, d: SpanRef<'_>) -> std::result::Result<usize, Retired> {
+    check_bounds(&[s], &[d])?;
     let n = s.len.min(d.len);
     if s.region.id == d.region.id {
         return copy_general(&[s], &[d], n);
@@ -133,6 +155,7 @@ pub fn copy_refs(src: &[SpanRef<'_>], dst: &[SpanRef<'_>]) -> std::result::Resul
     {
         return copy_one(*s, *d);
     }
+    check_bounds(src, dst)?;
     let n = total(src).min(total(dst));
     copy_general(src, dst, n)
 }
@@ -284,6 +307,7 @@ enum RegionLockGuard<'a> {
 /// `dst` spans, in order, every sink region locked for writing: if one is
 /// retired, no byte moves (`Retired::dst`).
 pub fn copy_from_buf(src: &[u8], dst: &[SpanRef<'_>]) -> std::result::Result<usize, Retired> {
+    check_bounds(&[], dst)?;
     let retired = Retired {
         src: false,
         dst: true,
@@ -344,6 +368,7 @@ pub(crate) fn lend_span<R>(
 /// into an owned buffer, every source region locked for reading: if one is
 /// retired, no byte moves (`Retired::src`).
 pub fn copy_into_buf(src: &[SpanRef<'_>], dst: &mut [u8]) -> std::result::Result<usize, Retired> {
+    check_bounds(src, &[])?;
     let retired = Retired {
         src: true,
         dst: false,

@@ -581,3 +581,52 @@ fn invalidate_lmr_unbinds_its_windows() {
             .is_ok()
     );
 }
+
+/// Spans built by hand outside their regions (offset or length past the
+/// end, or a sum past `usize`) are refused by every public copy, naming
+/// the side, with no byte moved and no panic; `total` saturates.
+#[test]
+fn hand_built_spans_out_of_range_are_refused_not_a_panic() {
+    let a = Region::zeroed(8);
+    let b = Region::zeroed(8);
+    let span = |region, offset, len| SpanRef {
+        region,
+        offset,
+        len,
+    };
+    let ok = span(&a, 0, 8);
+    let src = Retired {
+        src: true,
+        dst: false,
+    };
+    let dst = Retired {
+        src: false,
+        dst: true,
+    };
+    for bad in [
+        span(&b, 9, 0),
+        span(&b, 4, 5),
+        span(&b, usize::MAX, 2),
+        span(&b, 1, usize::MAX),
+    ] {
+        assert_eq!(copy_one(bad, ok), Err(src), "{bad:?}");
+        assert_eq!(copy_one(ok, bad), Err(dst), "{bad:?}");
+        assert_eq!(copy_refs(&[ok, bad], &[ok]), Err(src), "{bad:?}");
+        assert_eq!(copy_refs(&[ok], &[bad, ok]), Err(dst), "{bad:?}");
+        assert_eq!(
+            copy_refs(&[bad], &[bad]),
+            Err(Retired {
+                src: true,
+                dst: true
+            })
+        );
+        assert_eq!(copy_from_buf(b"12345678", &[bad]), Err(dst), "{bad:?}");
+        assert_eq!(copy_into_buf(&[bad], &mut [0u8; 8]), Err(src), "{bad:?}");
+    }
+    assert_eq!(&*a.read(), &[0u8; 8]);
+    assert_eq!(&*b.read(), &[0u8; 8]);
+    assert_eq!(
+        total(&[span(&b, 0, usize::MAX), span(&b, 0, 2)]),
+        usize::MAX
+    );
+}
