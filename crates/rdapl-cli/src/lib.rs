@@ -81,6 +81,22 @@ pub fn init_logs() {
     }
 }
 
+/// `now` plus `after`, or a time far beyond any run (decades) where the
+/// sum is past what an [`std::time::Instant`] holds: an options struct
+/// filled by code may give a timeout up to `Duration::MAX`, which is as
+/// good as none, never a panic.
+pub(crate) fn later(now: std::time::Instant, after: std::time::Duration) -> std::time::Instant {
+    const FAR: std::time::Duration = std::time::Duration::from_secs(1 << 30);
+    now.checked_add(after)
+        .or_else(|| now.checked_add(FAR))
+        .unwrap_or(now)
+}
+
+/// [`later`] than now.
+pub(crate) fn deadline_in(after: std::time::Duration) -> std::time::Instant {
+    later(std::time::Instant::now(), after)
+}
+
 pub mod demo;
 pub mod info;
 pub mod perf;
@@ -90,6 +106,17 @@ pub mod stress;
 #[cfg(test)]
 mod tests {
     use super::client_addr;
+
+    #[test]
+    fn later_never_overflows() {
+        use std::time::{Duration, Instant};
+        let now = Instant::now();
+        assert_eq!(
+            super::later(now, Duration::from_secs(5)),
+            now + Duration::from_secs(5)
+        );
+        assert!(super::later(now, Duration::MAX) > now + Duration::from_secs(1 << 29));
+    }
 
     #[test]
     fn a_clients_address_follows_its_servers() {

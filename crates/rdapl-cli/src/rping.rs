@@ -332,7 +332,7 @@ impl Side {
     /// The next 16-byte message received, the receive posted again if
     /// `repost`; `None` if the connection ended first.
     fn recv_msg(&mut self, what: &str, repost: bool) -> Result<Option<[u8; INFO_LEN]>, String> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = crate::deadline_in(self.timeout);
         loop {
             if let Some(len) = self.recvs.pop_front() {
                 if len != INFO_LEN as u64 {
@@ -355,7 +355,7 @@ impl Side {
 
     /// Waits for the successful completion of the request `cookie`.
     fn wait_done(&mut self, cookie: u64, what: &str) -> Result<(), String> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = crate::deadline_in(self.timeout);
         loop {
             if let Some(i) = self.done.iter().position(|&c| c == cookie) {
                 self.done.swap_remove(i);
@@ -399,7 +399,7 @@ fn client_pings(o: &RpingOptions, s: &mut Side) -> Result<u32, String> {
     s.post_recv()?;
     s.ep.connect(o.addr, u64::from(o.port), Some(o.timeout), b"")
         .map_err(|e| format!("connecting: {e}"))?;
-    let deadline = Instant::now() + o.timeout;
+    let deadline = crate::deadline_in(o.timeout);
     s.established(deadline, &format!("connecting to {}:{}", o.addr, o.port))?;
     let start = s.start.clone().expect("a client has a start buffer");
     let (start_addr, start_key) = (
@@ -444,7 +444,7 @@ fn client_pings(o: &RpingOptions, s: &mut Side) -> Result<u32, String> {
         }
     }
     let _ = s.ep.disconnect(true);
-    let deadline = Instant::now() + o.timeout;
+    let deadline = crate::deadline_in(o.timeout);
     while s.ended.is_none() {
         match s.next(deadline, "the disconnect") {
             Ok(ev) => s.take(ev)?,
@@ -480,7 +480,7 @@ pub fn serve(o: &RpingOptions, listening: impl FnOnce()) -> Result<RpingReport, 
 /// request accepted and the connection established, within the timeout.
 fn accept_one(o: &RpingOptions, s: &mut Side) -> Result<(), String> {
     s.post_recv()?;
-    let deadline = Instant::now() + o.timeout;
+    let deadline = crate::deadline_in(o.timeout);
     let cr = match s.next(deadline, "a client")? {
         Event::ConnectionRequest(a) => a.cr,
         other => return Err(format!("waiting for a client: {other:?}")),
@@ -574,14 +574,14 @@ fn cm_client_run(o: &RpingOptions, s: &mut Side) -> Result<(), String> {
     s.post_recv()?;
     s.ep.connect(o.addr, u64::from(o.port), Some(o.timeout), b"")
         .map_err(|e| format!("connecting: {e}"))?;
-    let deadline = Instant::now() + o.timeout;
+    let deadline = crate::deadline_in(o.timeout);
     s.established(deadline, &format!("connecting to {}:{}", o.addr, o.port))?;
     s.send_info([0x5a; CM_MSG])?;
     s.wait_done(C_SEND, "the send completed")?;
     // No receive after it: rdma_server disconnects once its send completed.
     s.recv_msg("the server's message", false)?
         .ok_or("the server went away before its message")?;
-    let deadline = Instant::now() + o.timeout;
+    let deadline = crate::deadline_in(o.timeout);
     while s.ended.is_none() {
         let ev = s.next(deadline, "the server's disconnect")?;
         s.take(ev)?;
@@ -621,7 +621,7 @@ fn cm_serve_run(o: &RpingOptions, s: &mut Side) -> Result<(), String> {
         r => r?,
     }
     let _ = s.ep.disconnect(true);
-    let deadline = Instant::now() + o.timeout;
+    let deadline = crate::deadline_in(o.timeout);
     while s.ended.is_none() {
         let ev = s.next(deadline, "the disconnect")?;
         s.take(ev)?;
@@ -671,13 +671,31 @@ mod tests {
     }
 
     fn both(port: u16, crc_client: bool, crc_server: bool, count: u32, size: usize) {
+        both_within(
+            port,
+            crc_client,
+            crc_server,
+            count,
+            size,
+            Duration::from_secs(20),
+        );
+    }
+
+    fn both_within(
+        port: u16,
+        crc_client: bool,
+        crc_server: bool,
+        count: u32,
+        size: usize,
+        timeout: Duration,
+    ) {
         crate::register_providers();
         let base = RpingOptions {
             port,
             count,
             size,
             verbose: true,
-            timeout: Duration::from_secs(20),
+            timeout,
             ..Default::default()
         };
         let so = RpingOptions {
@@ -706,6 +724,13 @@ mod tests {
         both(17_174, false, false, 5, 64);
         both(17_175, true, false, 3, MIN_SIZE);
         both(17_176, false, true, 2, MAX_SIZE);
+    }
+
+    /// Options filled by code may bound waits by any `Duration`: one past
+    /// what an `Instant` holds is as good as none, not a panic.
+    #[test]
+    fn a_timeout_of_duration_max_waits_without_bound() {
+        both_within(17_180, false, false, 2, 64, Duration::MAX);
     }
 
     /// `interval` pauses the client between pings (two pauses for three).
@@ -800,7 +825,7 @@ mod tests {
         s.post_recv().unwrap();
         s.ep.connect(base.addr, u64::from(port), Some(base.timeout), b"")
             .unwrap();
-        let deadline = Instant::now() + base.timeout;
+        let deadline = crate::deadline_in(base.timeout);
         match s.next(deadline, "the connection").unwrap() {
             Event::Connection(e) => assert_eq!(e.kind, ConnectionEventKind::Established),
             other => panic!("{other:?}"),

@@ -28,7 +28,7 @@ fn client_session(test: Test, o: &PerfOptions, c: &Side) -> Result<Vec<Row>, Str
         .map_err(|e| format!("connecting: {e}"))?;
     // The provider's verdict on the connect comes at its timeout at the
     // latest: wait a little longer for it, so that it is what is said.
-    let verdict = o.timeout + Duration::from_secs(5);
+    let verdict = o.timeout.saturating_add(Duration::from_secs(5));
     let offer = loop {
         match c.next_within(verdict)? {
             Event::Connection(e) if e.kind == ConnectionEventKind::Established => {

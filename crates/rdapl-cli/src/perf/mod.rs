@@ -491,6 +491,24 @@ mod tests {
         assert_eq!(table.lines().count(), 5);
     }
 
+    /// Options filled by code may bound each step by any `Duration`: one
+    /// past what an `Instant` holds is as good as none, not a panic.
+    #[test]
+    fn a_timeout_of_duration_max_bounds_nothing() {
+        for (test, qual, addr, wait) in [
+            (Test::PingPong, 9123, "127.0.77.43", false),
+            (Test::Bw, 9124, "127.0.77.45", true),
+        ] {
+            let o = PerfOptions {
+                timeout: Duration::MAX,
+                wait,
+                ..opts(qual, addr)
+            };
+            let rows = run(test, &o).unwrap();
+            assert!(rows.iter().all(|r| r.sent == 50), "{test:?}");
+        }
+    }
+
     #[test]
     fn bw_on_loopback_in_one_process_and_waiting() {
         let o = PerfOptions {

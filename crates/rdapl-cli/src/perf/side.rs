@@ -151,7 +151,7 @@ impl Side {
             empty = empty.wrapping_add(1);
             if self.wait || empty % CLOCK_EVERY == 1 {
                 let now = Instant::now();
-                if now >= *end.get_or_insert(now + bound) {
+                if now >= *end.get_or_insert(crate::later(now, bound)) {
                     return Err(format!("no event within {bound:?}"));
                 }
             }
@@ -548,7 +548,7 @@ pub(super) fn write_pingpong(
         } else {
             seq as u8
         };
-        let end = Instant::now() + s.timeout;
+        let end = crate::deadline_in(s.timeout);
         let mut spins = 0u32;
         loop {
             let mut last = [0u8];
