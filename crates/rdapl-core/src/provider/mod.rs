@@ -33,7 +33,9 @@
 //! `view`): it completes work requests with
 //! [`EpInner::complete`] / [`EpInner::complete_recv`], reports connections
 //! with [`EpInner::established`], [`EpInner::connect_failed`] and
-//! [`EpInner::ended`], delivers requests with [`SpInner::request`], takes
+//! [`EpInner::ended`] (an active attempt's outcome under the [`Attempt`]
+//! [`EpOps::connect`] was given, so that a withdrawn attempt never settles
+//! the one after it), delivers requests with [`SpInner::request`], takes
 //! receives with [`EpInner::take_recv`], and moves bytes with
 //! [`EpInner::gather`], [`EpInner::scatter`], [`EpInner::remote_write`]
 //! and [`EpInner::remote_read`], which check every key, right and bound.
