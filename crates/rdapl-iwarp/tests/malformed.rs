@@ -9,8 +9,8 @@ use rdapl_iwarp::mpa::{self, FrameKind, MpaFrame};
 use rdapl_iwarp::rdmap::{self, Opcode};
 use rdapl_iwarp::terminate::{ddp, llp, rdmap as rc};
 use rdapl_iwarp::{
-    Buffer, Config, ConnError, DdpHeader, EnhancedParams, Event, MpaError, ProtocolError,
-    ReadRequest, StagError, State, TermCode, Terminate,
+    Buffer, Config, ConnError, DdpHeader, EnhancedParams, Event, MpaError, PostError,
+    ProtocolError, ReadRequest, StagError, State, TermCode, Terminate,
 };
 
 fn cfg() -> Config {
@@ -1101,4 +1101,91 @@ fn a_read_toward_a_peer_with_ird_0_does_not_hold_the_send_queue() {
         evs.contains(&Event::SendComplete { wr_id: 8 }),
         "the Send behind the read never went out: {evs:?}"
     );
+}
+
+/// Sets `p` up: `a` connects, `pre` runs while `b` holds the request,
+/// `b` accepts, `a` speaks first. Returns the events of `a` and of `b`.
+fn established_after(p: &mut Pair, pre: impl FnOnce(&mut Pair)) -> (Vec<Event>, Vec<Event>) {
+    p.a.conn.connect(0, b"").unwrap();
+    p.pump();
+    assert!(matches!(
+        p.b.take_events().as_slice(),
+        [Event::ConnectRequest(_)]
+    ));
+    pre(p);
+    p.b.conn.accept(0, b"", None, None).unwrap();
+    p.pump();
+    // The initiator speaks first (RFC 5044 7.1.2): a zero-length Write.
+    p.a.conn.post_write(99, 0, 1, 0).unwrap();
+    p.pump();
+    (p.a.take_events(), p.b.take_events())
+}
+
+fn read_of(sink_stag: u32) -> ReadRequest {
+    ReadRequest {
+        sink_stag,
+        sink_to: 0,
+        size: 8,
+        src_stag: 0x77,
+        src_to: 0,
+    }
+}
+
+/// A read posted before the set-up was done, toward a peer that turns
+/// out to take none (the responder's ORD 0: the initiator's IRD is 0; the
+/// initiator's ORD 0: its own ORD is 0): it can never go out, so it must
+/// be refused once the set-up says so, not hold the Send behind it for
+/// ever.
+#[test]
+fn a_read_posted_before_the_setup_toward_a_peer_that_takes_none_is_refused() {
+    // The responder posts while the consumer decides.
+    let mut p = Pair::new(Config { ird: 0, ..cfg() }, cfg());
+    let (_, evs) = established_after(&mut p, |p| {
+        p.a.mem.recvs.insert(1, vec![0; 64]);
+        p.a.conn.post_recv(1, 64).unwrap();
+        p.b.mem.register(0x50, 0, vec![0; 64], false, false);
+        p.b.conn.post_read(7, read_of(0x50)).unwrap();
+        p.b.mem.sends.insert(8, b"hi".to_vec());
+        p.b.conn.post_send(8, 2).unwrap();
+    });
+    assert_eq!(p.b.conn.negotiated().unwrap().ord, 0);
+    assert!(
+        evs.contains(&Event::SendComplete { wr_id: 8 }),
+        "responder: the Send behind the read never went out: {evs:?}"
+    );
+    assert!(evs.contains(&refused(7)), "{evs:?}");
+    assert_eq!(p.b.conn.state(), State::Established);
+
+    // The initiator posts while it waits for the Reply.
+    let mut p = Pair::new(Config { ord: 0, ..cfg() }, cfg());
+    p.b.mem.recvs.insert(1, vec![0; 64]);
+    let (evs, _) = established_after(&mut p, |p| {
+        p.b.conn.post_recv(1, 64).unwrap();
+        p.a.mem.register(0x50, 0, vec![0; 64], false, false);
+        p.a.conn.post_read(7, read_of(0x50)).unwrap();
+        p.a.mem.sends.insert(8, b"hi".to_vec());
+        p.a.conn.post_send(8, 2).unwrap();
+    });
+    assert_eq!(p.a.conn.negotiated().unwrap().ord, 0);
+    assert!(
+        evs.contains(&Event::SendComplete { wr_id: 8 }),
+        "initiator: the Send behind the read never went out: {evs:?}"
+    );
+    // Refused once the Reply is in, after the Established it settled.
+    let est = evs
+        .iter()
+        .position(|e| matches!(e, Event::Established { .. }));
+    let refusal = evs.iter().position(|e| *e == refused(7));
+    assert!(
+        matches!((est, refusal), (Some(e), Some(r)) if r > e),
+        "{evs:?}"
+    );
+    assert_eq!(p.a.conn.state(), State::Established);
+}
+
+fn refused(wr_id: u64) -> Event {
+    Event::Refused {
+        wr_id,
+        error: PostError::InvalidState,
+    }
 }

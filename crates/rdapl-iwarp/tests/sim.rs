@@ -338,7 +338,9 @@ impl Sim {
                 }
                 Event::Closed => n.closed = true,
                 Event::Error(e) => panic!("node {i}: unexpected error {e:?}"),
-                Event::Rejected { .. } | Event::TerminateReceived(_) => panic!("node {i}: {ev:?}"),
+                Event::Rejected { .. } | Event::TerminateReceived(_) | Event::Refused { .. } => {
+                    panic!("node {i}: {ev:?}")
+                }
             }
         }
     }

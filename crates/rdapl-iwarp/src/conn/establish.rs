@@ -75,6 +75,7 @@ impl Connection {
                 private_data: req.private_data,
             });
         }
+        self.refuse_reads_at_ord_0();
         Ok(())
     }
 
@@ -207,6 +208,7 @@ impl Connection {
                     params: neg,
                     private_data: pd,
                 });
+                self.refuse_reads_at_ord_0();
             }
             Err(e) => {
                 // Framing is known for IRD/RTR failures: the Terminate can go out.

@@ -220,6 +220,15 @@ pub enum Event {
         /// The posting's id.
         wr_id: u64,
     },
+    /// A posting taken before the set-up was done, refused once the
+    /// set-up made it impossible: an RDMA Read toward a peer that takes
+    /// none (our ORD 0). It was never sent; the requests behind it go on.
+    Refused {
+        /// The posting's id.
+        wr_id: u64,
+        /// What the same post returns after the set-up.
+        error: PostError,
+    },
     /// The peer sent a Terminate; the connection is closed.
     TerminateReceived(Terminate),
     /// We detected an error; a Terminate follows when framing allows.
@@ -669,7 +678,9 @@ impl Connection {
 
     /// Posts an RDMA Read: `rr.size` bytes from the peer's `src_stag`/`src_to`
     /// into our `sink_stag`/`sink_to`. At most ORD are outstanding; more wait.
-    /// `InvalidState` once the negotiated ORD is 0 (the peer takes no reads).
+    /// `InvalidState` once the negotiated ORD is 0 (the peer takes no reads);
+    /// a read posted before the set-up settled that is refused then
+    /// ([`Event::Refused`]).
     pub fn post_read(&mut self, wr_id: u64, rr: ReadRequest) -> Result<(), PostError> {
         // A peer that takes no reads (its IRD 0 made our ORD 0): the read
         // could never go out, and would hold every request behind it.
@@ -683,6 +694,29 @@ impl Connection {
             .checked_add(u64::from(rr.size))
             .ok_or(PostError::Wrap)?;
         self.push_sq(wr_id, SqKind::Read(rr), 0)
+    }
+
+    /// Once the set-up settled on an ORD of 0: refuses the reads posted
+    /// before ([`Event::Refused`]). None could ever go out, and the first
+    /// would hold every request behind it.
+    fn refuse_reads_at_ord_0(&mut self) {
+        if self.neg.is_none_or(|n| n.ord != 0) {
+            return;
+        }
+        let mut refused = Vec::new();
+        self.sq.retain(|e| {
+            let read = !e.internal && matches!(e.kind, SqKind::Read(_));
+            if read {
+                refused.push(e.wr_id);
+            }
+            !read
+        });
+        for wr_id in refused {
+            self.events.push_back(Event::Refused {
+                wr_id,
+                error: PostError::InvalidState,
+            });
+        }
     }
 
     /// Closes: flushes what is unsent and reports [`Event::Closed`]. The

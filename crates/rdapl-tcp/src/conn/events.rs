@@ -184,6 +184,21 @@ impl Conn {
                     s.status = Some(DtoStatus::Flushed);
                 }
             }
+            Event::Refused { wr_id, error } => {
+                // Not met here (requests are posted once the connection is
+                // established, and a read at ORD 0 is refused at its post,
+                // `requests.rs`): taken as that refusal is.
+                conn_log!(
+                    warn,
+                    self,
+                    error = %error,
+                    "a request taken before the set-up was refused: the connection breaks"
+                );
+                if let Some(s) = self.slot_mut(wr_id) {
+                    s.status.get_or_insert(DtoStatus::LocalEp);
+                }
+                self.break_local();
+            }
             Event::TerminateReceived(t) => {
                 conn_log!(
                     warn,
