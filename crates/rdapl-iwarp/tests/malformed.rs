@@ -428,6 +428,64 @@ fn untagged_checks() {
     );
 }
 
+/// `needs_recv` is true exactly for the segments the engine refuses for
+/// want of a receive (`NoBuffer`): a provider that holds those back until
+/// a receive is posted feeds every malformed one at once. Over versions,
+/// opcodes, queues, MSNs, offsets and the L bit, with no Send under way
+/// and with one (its receive taken).
+#[test]
+fn needs_recv_is_exactly_the_want_of_a_receive() {
+    let mut yes = 0;
+    for under_way in [false, true] {
+        for (ddp_version, rdmap_version) in [(1, 1), (0, 1), (2, 1), (1, 0), (1, 3)] {
+            for opcode in 0..9 {
+                for qn in [0, 1, 2, 5] {
+                    for (msn, mo, last) in [(1, 0, true), (1, 0, false), (2, 0, true), (1, 4, true)]
+                    {
+                        let mut p = Pair::new(cfg(), cfg());
+                        p.establish();
+                        if under_way {
+                            p.b.mem.recvs.insert(1, vec![0; 64]);
+                            p.b.conn.post_recv(1, 64).unwrap();
+                            let first = fpdu(&send_hdr(1, 0, false), b"abcd");
+                            p.b.conn.handle_input(0, &first, &mut p.b.mem);
+                        }
+                        let mut h = DdpHeader::new(
+                            opcode,
+                            last,
+                            Buffer::Untagged {
+                                rsvd_ulp: 0,
+                                qn,
+                                msn,
+                                mo,
+                            },
+                        );
+                        (h.ddp_version, h.rdmap_version) = (ddp_version, rdmap_version);
+                        let needs = p.b.conn.needs_recv(&h);
+                        p.b.conn.handle_input(0, &fpdu(&h, b"wxyz"), &mut p.b.mem);
+                        let evs = p.b.take_events();
+                        let no_buffer = evs.iter().any(|e| {
+                            matches!(
+                                e,
+                                Event::Error(ConnError::Protocol(ProtocolError::NoBuffer { .. }))
+                            )
+                        });
+                        assert_eq!(needs, no_buffer, "{h:?}, under way {under_way}: {evs:?}");
+                        yes += usize::from(needs);
+                    }
+                }
+            }
+        }
+    }
+    // The four Sends with version 1, queue 0, MSN 1 and offset 0, whole
+    // or a first segment, none under way.
+    assert_eq!(yes, 8);
+    // A tagged segment takes no receive.
+    let p = pair();
+    let h = rdmap::tagged_header(Opcode::Write, true, 0x100, 0x1000);
+    assert!(!p.b.conn.needs_recv(&h));
+}
+
 fn rreq(msn: u32, rr: &ReadRequest) -> Vec<u8> {
     let h = rdmap::untagged_header(Opcode::ReadRequest, true, 0, msn, 0);
     encode_fpdu(&h, &[], &rr.encode(), true).unwrap()

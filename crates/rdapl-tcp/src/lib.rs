@@ -58,7 +58,9 @@
 //!   that socket (TCP flow control holds the sender back) for up to
 //!   `recv_wait_ms` (5 s), then breaks the connection (`ReceiverNotReady`
 //!   on the sender). A receive posted to the endpoint, or to its SRQ,
-//!   lets it in at once; a post while no Send waits wakes nothing.
+//!   lets it in at once; a post while no Send waits wakes nothing. A
+//!   malformed Send (a wrong MSN, offset or version) does not wait: its
+//!   Terminate goes out at once.
 //! * **Endings.** Disconnect (graceful or abrupt), free, peer EOF,
 //!   Terminate or a socket error end the connection on each side as it
 //!   learns: every outstanding request completes exactly once (`Flushed`

@@ -723,3 +723,76 @@ fn a_request_with_more_private_data_than_the_ia_takes_is_cut() {
     assert!(!a.truncated, "{a:?}");
     assert_eq!(s.ia.cr(a.cr).unwrap().private_data(), &pd[..max]);
 }
+
+/// A malformed Send (a wrong MSN, a wrong DDP or RDMAP version, another
+/// opcode inside a message under way) that finds no receive posted is
+/// refused at once with the engine's Terminate. The wait for a receive
+/// (`recv_wait_ms`) is for a Send that a receive would let in; none
+/// makes these right, and waiting only delays the error.
+#[test]
+fn a_malformed_send_with_no_receive_posted_is_refused_at_once() {
+    let tcp = Tcp::new();
+    let s = Node::new(&tcp, "127.0.182.11", "recv_wait_ms=60000");
+    let q = 18211;
+    let _psp = s.ia.psp_create(q, &s.cr).unwrap();
+    let rbuf = s.buf(16);
+    let send = |msn, last| untagged_header(Opcode::Send, last, 0, msn, 0);
+    let versions = |ddp, rdmap| {
+        let mut h = send(2, true);
+        (h.ddp_version, h.rdmap_version) = (ddp, rdmap);
+        h
+    };
+    // The one receive posted takes a whole Send, or the first segment
+    // of one; then comes the bad Send.
+    let whole = fpdu(send(1, true), b"first");
+    let begun = fpdu(send(1, false), b"half");
+    let cases = [
+        (
+            "msn",
+            &whole,
+            fpdu(send(5, true), b"bad"),
+            DtoStatus::Success,
+        ),
+        (
+            "ddp version",
+            &whole,
+            fpdu(versions(2, 1), b"bad"),
+            DtoStatus::Success,
+        ),
+        (
+            "rdmap version",
+            &whole,
+            fpdu(versions(1, 0), b"bad"),
+            DtoStatus::Success,
+        ),
+        (
+            "opcode",
+            &begun,
+            fpdu(untagged_header(Opcode::SendSe, true, 0, 1, 0), b"bad"),
+            DtoStatus::Flushed,
+        ),
+    ];
+    for (what, first, bad, recv_status) in cases {
+        let ep = s.ep2();
+        let mut raw = Raw::connect(&s, q, &ep, &rbuf);
+        raw.sock.write_all(first).unwrap();
+        if recv_status == DtoStatus::Success {
+            let r = next_dto(&s.rcv);
+            assert_eq!((r.cookie, r.status), (1, DtoStatus::Success), "{what}");
+        }
+        let start = std::time::Instant::now();
+        raw.sock.write_all(&bad).unwrap();
+        assert!(raw.terminated(), "{what}: a Terminate");
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "{what}: refused after {took:?}"
+        );
+        assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Broken, "{what}");
+        if recv_status != DtoStatus::Success {
+            assert_eq!(next_dto(&s.rcv).status, recv_status, "{what}");
+        }
+        assert_eq!(ep.state(), EpState::Disconnected, "{what}");
+        ep.free().unwrap();
+    }
+}

@@ -10,7 +10,7 @@ use crate::ddp::{self, Buffer, DdpHeader};
 use crate::error::{MpaError, ProtocolError};
 use crate::fpdu::FpduEvent;
 use crate::mem::{Access, Memory, Place};
-use crate::rdmap::{Opcode, READ_REQUEST_LEN, ReadRequest};
+use crate::rdmap::{self, Opcode, READ_REQUEST_LEN, ReadRequest};
 use crate::setup::Rtr;
 use crate::terminate::{MAX_TERMINATE_BODY, Terminate};
 
@@ -59,6 +59,28 @@ impl Connection {
         }
         let due = u32::try_from(due).ok()?;
         self.rx_place.map(|p| (p, due))
+    }
+
+    /// Whether an FPDU with header `h`, arriving now at an FPDU boundary,
+    /// takes a posted receive: the first segment of a Send that nothing
+    /// else refuses (versions, opcode, queue, MSN and offset right, no
+    /// Send under way, not the RTR). Whether a receive is posted does not
+    /// count. A caller that holds a Send back until a receive is posted
+    /// holds only these: any other untagged segment is fed at once, and
+    /// one that is malformed meets its error (and Terminate) then, not
+    /// after the wait.
+    pub fn needs_recv(&self, h: &DdpHeader) -> bool {
+        let Buffer::Untagged { qn, msn, mo, .. } = h.buffer else {
+            return false;
+        };
+        self.state == State::Established
+            && h.ddp_version == ddp::DDP_VERSION
+            && h.rdmap_version == ddp::RDMAP_VERSION
+            && Opcode::from_u8(h.opcode).is_some_and(Opcode::is_send)
+            && qn == rdmap::QN_SEND
+            && msn == self.rx_msn[0]
+            && mo == 0
+            && self.rx_send.is_none()
     }
 
     /// The caller stored `data`, the next payload bytes of the FPDU being

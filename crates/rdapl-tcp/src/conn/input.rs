@@ -418,20 +418,13 @@ impl Conn {
             _ => RxOp::Other,
         };
         match (h.buffer, op) {
-            (
-                Buffer::Untagged { qn: 0, mo: 0, .. },
-                Some(
-                    Opcode::Send
-                    | Opcode::SendSe
-                    | Opcode::SendInvalidate
-                    | Opcode::SendSeInvalidate,
-                ),
-            ) => {
-                let rtr = self
-                    .engine
-                    .as_ref()
-                    .is_some_and(|e| e.state() == State::AwaitRtr);
-                let have = rtr || self.ensure_recv() || {
+            // The first segment of a Send that a receive would let in
+            // waits for one. Any other is fed at once: a malformed one
+            // (a wrong MSN or version, another opcode inside a message)
+            // meets its error now, which no receive would spare it, and
+            // the RTR takes none.
+            _ if self.engine.as_ref().is_some_and(|e| e.needs_recv(&h)) => {
+                let have = self.ensure_recv() || {
                     // The Dekker pattern with a poster (`TcpIa::kick`, or
                     // `TcpSrq::posted` for an SRQ's: see `SrqWaits`): it
                     // queues its receive, then reads `stalled` (or the
@@ -455,7 +448,7 @@ impl Conn {
                         recv_wait_ms = self.ia.recv_wait_ms,
                         "a Send of the peer found no receive posted within recv_wait_ms: refused"
                     );
-                } else if !rtr {
+                } else {
                     self.free_recvs -= 1;
                 }
                 self.end_stall();

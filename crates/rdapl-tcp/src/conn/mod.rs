@@ -35,6 +35,8 @@
 //!   receive posted within `recv_wait_ms` lets it go on; after that the
 //!   Send is fed anyway: the engine answers with a Terminate (no buffer),
 //!   the sender's Send completes `ReceiverNotReady` and both sides break.
+//!   Only a Send the engine would take but for the receive waits
+//!   (`Connection::needs_recv`): a malformed one is refused at once.
 //! * **No frame waits forever.** A partial FPDU (its header or payload
 //!   incomplete) on which no byte arrives for the IA's `timeout_ms` breaks
 //!   the connection with an MPA Terminate (bad FPDU start): a peer stopped
