@@ -336,3 +336,39 @@ fn payload_taken_in_pieces_keeps_the_crc_right() {
         assert_eq!(&p.b.mem.recvs[&9][..], &msg[..]);
     }
 }
+
+/// In every mode the responder sends nothing before the initiator's
+/// first FPDU (RFC 5044 §7.1.2), and says so (`awaits_first_fpdu`)
+/// while it holds what it has: never with an RTR (it is that FPDU, and
+/// the responder is established only after it), until that FPDU without.
+#[test]
+fn the_responder_awaits_the_initiators_first_fpdu_in_every_mode() {
+    for (ca, cb, rtr, _) in modes() {
+        let mut p = Pair::new(ca.clone(), cb);
+        p.establish();
+        assert!(!p.a.conn.awaits_first_fpdu(), "{ca:?}");
+        assert_eq!(p.b.conn.awaits_first_fpdu(), rtr.is_none(), "{ca:?}");
+        p.b.mem.sends.insert(5, b"held".to_vec());
+        p.b.conn.post_send(5, 4).unwrap();
+        p.a.mem.recvs.insert(6, vec![0; 8]);
+        p.a.conn.post_recv(6, 8).unwrap();
+        let out = p.b.drain_tx();
+        assert_eq!(!out.is_empty(), rtr.is_some(), "{ca:?}");
+        p.a.conn.handle_input(0, &out, &mut p.a.mem);
+        p.a.conn.post_write(7, 0, 1, 0).unwrap();
+        p.pump();
+        assert!(!p.b.conn.awaits_first_fpdu(), "{ca:?}");
+        let ea = p.a.take_events();
+        assert!(
+            ea.iter().any(|e| matches!(
+                e,
+                Event::RecvComplete {
+                    wr_id: 6,
+                    len: 4,
+                    ..
+                }
+            )),
+            "{ca:?}: {ea:?}"
+        );
+    }
+}

@@ -66,10 +66,11 @@
 //!   learns: every outstanding request completes exactly once (`Flushed`
 //!   if it did not finish), then `Disconnected` (a clean end) or `Broken`.
 //!   A peer that falls silent (the link cut, its host gone, its process
-//!   stopped inside a frame or owing the answer to a read) breaks the
-//!   connection within `timeout_ms` (10 s by default; [`cm`], [`conn`]),
-//!   busy or idle: an idle peer is asked with a heartbeat, a zero-length
-//!   read, after half of it.
+//!   stopped inside a frame, owing the answer to a read, or the first
+//!   FPDU this side's requests wait for) breaks the connection within
+//!   `timeout_ms` (10 s by default; [`cm`], [`conn`]), busy or idle: an
+//!   idle peer is asked with a heartbeat, a zero-length read, after half
+//!   of it.
 //!   A Send or Write that succeeded was placed at the peer (on `sent`:
 //!   was handed to TCP, and may be lost with the connection). One flushed at
 //!   the end may have been placed too: the proof of placement (the

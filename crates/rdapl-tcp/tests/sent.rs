@@ -135,3 +135,106 @@ fn a_forged_key_on_sent_breaks_both_sides_and_flushes_the_rest() {
     assert_eq!(target.to_vec().unwrap(), vec![5; 64]);
     assert!(sink.to_vec().unwrap().iter().all(|&b| b == 0));
 }
+
+/// A raw initiator (the rdapl-iwarp engine over a plain socket) at `at`,
+/// asking for peer-to-peer mode (an RTR) or not: sends its MPA Request,
+/// the consumer of `s` accepts it on `ep`, and it reads the Reply. It
+/// sends nothing more: no RTR, no FPDU.
+fn mute_initiator(s: &Node, ep: &Ep, at: (&str, u16), p2p: bool) -> std::net::TcpStream {
+    use rdapl_iwarp::{Config, Connection, Event as IwEvent, Role, VecMemory};
+    use std::io::{Read, Write};
+    let mut sock = std::net::TcpStream::connect(at).unwrap();
+    let cfg = Config {
+        peer_to_peer: p2p,
+        ..Config::default()
+    };
+    let mut conn = Connection::new(Role::Initiator, cfg, 0).unwrap();
+    conn.connect(0, b"mute").unwrap();
+    let mut mem = VecMemory::default();
+    let mut out = Vec::new();
+    while let Some(t) = conn.poll_transmit(&mem) {
+        assert!(t.write_to(&mem, &mut out));
+    }
+    sock.write_all(&out).unwrap();
+    next_cr(&s.ia, &s.cr).accept(ep, b"").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let end = std::time::Instant::now() + T;
+    while !std::iter::from_fn(|| conn.poll_event())
+        .any(|e| matches!(e, IwEvent::Established { .. }))
+    {
+        assert!(std::time::Instant::now() < end, "no MPA Reply");
+        let mut b = [0u8; 512];
+        if let Ok(n) = sock.read(&mut b) {
+            assert!(n > 0, "the server closed");
+            conn.handle_input(0, &b[..n], &mut mem);
+        }
+    }
+    sock
+}
+
+/// A responder sends nothing before its initiator's first FPDU (RFC 5044
+/// 7.1.2), with RFC 6581's RTR or without. An initiator that never sends
+/// it must not hold the responder's Sends for ever: without an RTR the
+/// responder is established at its accept, and its Sends wait for that
+/// FPDU as a fence waits for its answer, so the connection breaks within
+/// `timeout_ms`, everything flushed, on `sent` (no fence, no timer
+/// before) as on `placed`. With an RTR the responder is not established
+/// until it comes, takes no Send, and `mpa_timeout_ms` ends the wait.
+#[test]
+fn a_responders_sends_do_not_wait_for_ever_for_a_mute_initiator() {
+    let tcp = Tcp::new();
+    let cases = [
+        ("complete=sent", "127.0.182.21", 18221u16),
+        ("complete=placed", "127.0.182.22", 18222),
+    ];
+    for (mode, addr, port) in cases {
+        let params = format!("{mode} timeout_ms=400 mpa_timeout_ms=60000");
+        let s = Node::new(&tcp, addr, &params);
+        let _psp = s.ia.psp_create(u64::from(port), &s.cr).unwrap();
+        let _sock = mute_initiator(&s, &s.ep, (addr, port), false);
+        assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Established);
+        let src = s.lmr(pattern(64, 5));
+        let start = std::time::Instant::now();
+        s.send(&src, 0, 64, 1);
+        s.send(&src, 0, 64, 2);
+        for cookie in [1, 2] {
+            let got = s.req.wait(Some(Duration::from_secs(3)), 1);
+            assert!(
+                matches!(got, Ok((Event::Dto(ref d), _))
+                    if (d.cookie, d.status) == (cookie, DtoStatus::Flushed)),
+                "{mode}: Send {cookie} after {:?}: {got:?}",
+                start.elapsed()
+            );
+        }
+        assert_eq!(conn_kind(&s.conn), ConnectionEventKind::Broken, "{mode}");
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_secs(3),
+            "{mode}: broken after {took:?}"
+        );
+    }
+
+    // With an RTR negotiated: no Send before it, and the wait is
+    // mpa_timeout_ms's.
+    let s = Node::new(
+        &tcp,
+        "127.0.182.23",
+        "complete=sent timeout_ms=400 mpa_timeout_ms=300",
+    );
+    let _psp = s.ia.psp_create(18223, &s.cr).unwrap();
+    let start = std::time::Instant::now();
+    let _sock = mute_initiator(&s, &s.ep, ("127.0.182.23", 18223), true);
+    let src = s.lmr(pattern(64, 5));
+    let e = s.ep.post_send(&[src.triplet(0, 64).unwrap()], 1, D);
+    assert!(e.is_err(), "a Send posted before the RTR: {e:?}");
+    assert_eq!(
+        conn_kind(&s.conn),
+        ConnectionEventKind::AcceptCompletionError
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+}

@@ -562,6 +562,14 @@ impl Connection {
         self.neg.as_ref()
     }
 
+    /// Whether all this side sends waits for the peer's first FPDU: a
+    /// responder, established, that has had none yet (RFC 5044 §7.1.2).
+    /// With an RTR negotiated it is never so: the RTR is that FPDU, and
+    /// the responder is established only once it came.
+    pub fn awaits_first_fpdu(&self) -> bool {
+        self.role == Role::Responder && self.state == State::Established && !self.peer_spoke
+    }
+
     /// Read requests sent and not yet answered.
     pub fn outstanding_reads(&self) -> usize {
         self.orq.len()

@@ -55,6 +55,9 @@
 //!   ours the kernel is still delivering (in flight and acknowledged
 //!   within the timeout) as bytes going: on a slow path the answer comes
 //!   behind a large message's last bytes, long after they were written.
+//!   The first FPDU of an initiator that negotiated no RTR is owed so
+//!   too while requests of ours wait for it (a responder sends nothing
+//!   before it, RFC 5044 §7.1.2): on `sent` no fence would ask.
 //! * **No silent peer outlives the timeout.** A peer from which nothing
 //!   came for `timeout_ms` while it is asked (a retransmission, a window
 //!   probe or a keepalive probe unanswered, or bytes of ours half a
@@ -544,10 +547,26 @@ impl Conn {
     }
 
     /// Reads and fences of ours whose answers are owed: those queued but
-    /// a heartbeat.
+    /// a heartbeat. And one more while requests of ours wait for the
+    /// peer's first FPDU (a responder sends nothing before it, and
+    /// without an RTR it is established before it): on `sent` no fence
+    /// asks for it, and a live peer's kernel answers keepalive, so
+    /// nothing else would ever end that wait.
     fn answers_owed(&self) -> usize {
-        self.reads_queued
-            .saturating_sub(usize::from(self.heartbeat_sent.is_some()))
+        let reads = self
+            .reads_queued
+            .saturating_sub(usize::from(self.heartbeat_sent.is_some()));
+        reads + usize::from(self.first_fpdu_owed())
+    }
+
+    /// Requests of ours (a heartbeat aside) wait for the peer's first
+    /// FPDU.
+    fn first_fpdu_owed(&self) -> bool {
+        self.engine.as_ref().is_some_and(|e| e.awaits_first_fpdu())
+            && self.slots.iter().any(|s| {
+                !matches!(s.kind, SlotKind::Local)
+                    && self.heartbeat_sent.is_none_or(|(id, _)| id != s.id)
+            })
     }
 
     /// When an answer owed to us is overdue: while reads or fences are
@@ -860,7 +879,8 @@ impl Conn {
                         if code == rdapl_iwarp::terminate::llp::FPDU_START {
                             "inside an FPDU"
                         } else {
-                            "owing the answer to a read or fence"
+                            "owing the answer to a read or fence, or the first FPDU \
+                             our requests wait for"
                         }
                     );
                     self.break_silent(code);
