@@ -6,7 +6,7 @@ use crate::fabric::Fabric;
 use crate::link::{self, Link};
 use rdapl_core::ep::{CompletionFlags, EpState};
 use rdapl_core::evd::EvdProducer;
-use rdapl_core::event::DtoStatus;
+use rdapl_core::event::{DtoStatus, PzHandle};
 use rdapl_core::mem::{LmrTriplet, MemPriv, RmrTriplet};
 use rdapl_core::provider::soft::{
     self, KeyCache, RecvQueue, Request, Span, SpanRef, SpanRefs, Spans, WrOp,
@@ -463,7 +463,7 @@ fn send_locked<R: Request>(
         &mut hold_dst,
         &rwr.iov,
         MemPriv::LOCAL_WRITE,
-        b.pz_handle(),
+        b.recv_pz_handle(),
     ) {
         Ok(d) => d,
         Err(st) => {
@@ -651,13 +651,14 @@ fn copy_one_cached(
     if s.segment_length == 0 || d.segment_length < s.segment_length {
         return None;
     }
-    let src = resolve_triplet(a, ka, s, MemPriv::LOCAL_READ)?;
-    let dst = resolve_triplet(b, kb, d, MemPriv::LOCAL_WRITE)?;
+    let src = resolve_triplet(a, ka, s, MemPriv::LOCAL_READ, a.pz_handle())?;
+    let dst = resolve_triplet(b, kb, d, MemPriv::LOCAL_WRITE, b.recv_pz_handle())?;
     let dst_lock = dst.region.lock_addr();
     soft::copy_one(src, dst).ok().map(|n| (n as u64, dst_lock))
 }
 
-/// The span of one triplet `t` of `ep` (its IA's keys, its zone), for
+/// The span of one triplet `t` of `ep` (its IA's keys, zone `pz`: the
+/// endpoint's for what it sends, its receives' for what it receives), for
 /// `right`, through `cache`.
 #[inline(always)]
 fn resolve_triplet<'c>(
@@ -665,6 +666,7 @@ fn resolve_triplet<'c>(
     cache: &'c mut KeyCache,
     t: &LmrTriplet,
     right: MemPriv,
+    pz: PzHandle,
 ) -> Option<SpanRef<'c>> {
     ep.ia.mem.resolve_one_cached(
         cache,
@@ -672,7 +674,7 @@ fn resolve_triplet<'c>(
         t.virtual_address,
         t.segment_length,
         right,
-        ep.pz_handle(),
+        pz,
         true,
     )
 }
@@ -698,7 +700,7 @@ fn copy_one_owned<R: Request>(
             if (d.segment_length as usize) < s.len() {
                 return None;
             }
-            let dst = resolve_triplet(b, kb, d, MemPriv::LOCAL_WRITE)?;
+            let dst = resolve_triplet(b, kb, d, MemPriv::LOCAL_WRITE, b.recv_pz_handle())?;
             soft::copy_from_buf(s, &[dst]).ok()?
         }
         (None, Some(d)) => {
@@ -706,7 +708,7 @@ fn copy_one_owned<R: Request>(
             if s.segment_length as usize > d.len() {
                 return None;
             }
-            let src = resolve_triplet(a, ka, s, MemPriv::LOCAL_READ)?;
+            let src = resolve_triplet(a, ka, s, MemPriv::LOCAL_READ, a.pz_handle())?;
             soft::copy_into_buf(&[src], d).ok()?
         }
         (None, None) => return None,

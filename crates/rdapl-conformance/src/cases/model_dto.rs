@@ -15,7 +15,8 @@ use crate::case;
 use crate::support as common;
 
 use common::{
-    D, Inject, Pair, empty, flushed, in_process, next_dto, pair_on, pair_with, resource_err, rt,
+    D, Inject, Pair, T, empty, flushed, in_process, next, next_cr, next_dto, pair_on, pair_with,
+    resource_err, rt,
 };
 use rdapl::error::Subtype;
 use rdapl::*;
@@ -1276,4 +1277,43 @@ fn a_batch_cut_short_by_the_end_of_the_connection_loses_nothing() {
         common::conn_kind(&p.s.conn),
         ConnectionEventKind::Established
     ));
+}
+
+/// The receives of an endpoint on a shared receive queue use the queue's
+/// protection zone, whatever the endpoint's (DAT: the endpoint's zone
+/// governs its DTOs but receives; the SRQ's, the receives posted to it):
+/// a Send lands in an SRQ receive of the SRQ's zone though the endpoint's
+/// zone is another.
+#[case]
+fn srq_receives_use_the_srqs_zone() {
+    let s = common::side("127.0.101.1");
+    let c = common::side("127.0.101.2");
+    let zone = s.ia.pz_create().unwrap();
+    let srq = s.ia.srq_create(&zone, 4, 1).unwrap();
+    let evd =
+        s.ia.evd_create(16, EvdFlags::DTO | EvdFlags::CONNECTION)
+            .unwrap();
+    let ep =
+        s.ia.ep_create_with_srq(&s.pz, &evd, Some(&evd), Some(&evd), &srq, None)
+            .unwrap();
+    let rb = zone.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+    srq.post_recv(&[rb.triplet(0, 64).unwrap()], 7, D).unwrap();
+    let _psp = s.ia.psp_create(4300, &s.evd).unwrap();
+    c.ep.connect(s.ia.address(), 4300, Some(T), b"").unwrap();
+    next_cr(&s.ia, &s.evd).accept(&ep, b"").unwrap();
+    assert!(matches!(next(&evd), Event::Connection(_)));
+    assert!(matches!(next(&c.evd), Event::Connection(_)));
+    let sb =
+        c.pz.lmr_create_from(b"zoned".to_vec(), MemPriv::ALL)
+            .unwrap();
+    c.ep.post_send(&[sb.triplet(0, 5).unwrap()], 1, D).unwrap();
+    let d = next_dto(&evd);
+    assert_eq!(
+        (d.cookie, d.status, d.transferred_length),
+        (7, DtoStatus::Success, 5)
+    );
+    assert_eq!(&rb.to_vec().unwrap()[..5], b"zoned");
+    let d = next_dto(&c.evd);
+    assert_eq!((d.cookie, d.status), (1, DtoStatus::Success));
+    c.ep.disconnect(false).unwrap();
 }

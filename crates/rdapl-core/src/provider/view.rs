@@ -177,9 +177,14 @@ impl EpCore {
 }
 
 /// The status of a failed local access (`LocalProtection`, or
-/// `LocalLength` for a receive too short).
-fn local_access(iov: &[LmrTriplet], right: MemPriv, ep: &EpInner) -> Result<mem::Spans, DtoStatus> {
-    ep.ia.mem.resolve_local(iov, right, ep.pz.inner.id)
+/// `LocalLength` for a receive too short), in zone `pz`.
+fn local_access(
+    iov: &[LmrTriplet],
+    right: MemPriv,
+    ep: &EpInner,
+    pz: PzHandle,
+) -> Result<mem::Spans, DtoStatus> {
+    ep.ia.mem.resolve_local(iov, right, pz)
 }
 
 impl EpInner {
@@ -190,6 +195,14 @@ impl EpInner {
     /// The endpoint's protection zone.
     pub fn pz_handle(&self) -> PzHandle {
         self.pz.inner.id
+    }
+    /// The protection zone of the endpoint's receives: its shared receive
+    /// queue's if it has one (DAT: the endpoint's zone governs every DTO
+    /// but receives), else its own.
+    pub fn recv_pz_handle(&self) -> PzHandle {
+        self.srq
+            .as_ref()
+            .map_or(self.pz.inner.id, |s| s.inner.pz.inner.id)
     }
     /// The endpoint's attributes.
     pub fn attr(&self) -> &EpAttr {
@@ -391,7 +404,7 @@ impl EpInner {
         iov: &[LmrTriplet],
         out: &mut Vec<u8>,
     ) -> std::result::Result<(), DtoStatus> {
-        let spans = local_access(iov, MemPriv::LOCAL_READ, self)?;
+        let spans = local_access(iov, MemPriv::LOCAL_READ, self, self.pz.inner.id)?;
         if let [s] = &spans[..] {
             // One region (a short message's usual list): its lock alone,
             // no list of references.
@@ -425,7 +438,7 @@ impl EpInner {
         if let Some(b) = r.buf.as_mut() {
             return fill_buf(b, offset, data);
         }
-        self.write_local(&r.iov, offset, data)
+        self.write_local(&r.iov, offset, data, self.recv_pz_handle())
     }
 
     /// Writes `data` at byte `offset` of the local list of an RDMA read
@@ -437,7 +450,7 @@ impl EpInner {
         offset: u64,
         data: &[u8],
     ) -> std::result::Result<u64, DtoStatus> {
-        self.write_local(&wr.iov, offset, data)
+        self.write_local(&wr.iov, offset, data, self.pz.inner.id)
     }
 
     fn write_local(
@@ -445,8 +458,9 @@ impl EpInner {
         iov: &[LmrTriplet],
         offset: u64,
         data: &[u8],
+        pz: PzHandle,
     ) -> std::result::Result<u64, DtoStatus> {
-        let spans = local_access(iov, MemPriv::LOCAL_WRITE, self)?;
+        let spans = local_access(iov, MemPriv::LOCAL_WRITE, self, pz)?;
         // The usual case, one segment holding all of it: that region alone
         // is locked, with nothing gathered on the way.
         if let Some(span) = segment_at(&spans, offset, data.len())
@@ -488,7 +502,7 @@ impl EpInner {
             let end = start + len.min(b.len() - start);
             return Ok(f(&mut b[start..end]));
         }
-        self.lend_local(&r.iov, offset, len, f)
+        self.lend_local(&r.iov, offset, len, self.recv_pz_handle(), f)
     }
 
     /// [`EpInner::lend_recv`] for the local list of an RDMA read `wr`, the
@@ -500,7 +514,7 @@ impl EpInner {
         len: usize,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> std::result::Result<R, DtoStatus> {
-        self.lend_local(&wr.iov, offset, len, f)
+        self.lend_local(&wr.iov, offset, len, self.pz.inner.id, f)
     }
 
     fn lend_local<R>(
@@ -508,9 +522,10 @@ impl EpInner {
         iov: &[LmrTriplet],
         offset: u64,
         len: usize,
+        pz: PzHandle,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> std::result::Result<R, DtoStatus> {
-        let spans = local_access(iov, MemPriv::LOCAL_WRITE, self)?;
+        let spans = local_access(iov, MemPriv::LOCAL_WRITE, self, pz)?;
         let span = segment_at(&spans, offset, len).ok_or(DtoStatus::LocalLength)?;
         mem::lend_span(span, f).map_err(|_| DtoStatus::LocalProtection)
     }
