@@ -546,12 +546,14 @@ impl Lmr {
         })
     }
 
+    /// The LMR's key; `InvalidHandle(LMR)` once freed, or once its IA
+    /// closed abruptly (which destroys every object of the IA).
     fn ctx(&self) -> Result<u32> {
-        self.inner
-            .map
-            .lock()
-            .ctx
-            .ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))
+        let gone = Error::InvalidHandle(Subtype::InvalidHandleLmr);
+        if self.inner.pz.inner.ia.closed.load(Ordering::SeqCst) {
+            return Err(gone);
+        }
+        self.inner.map.lock().ctx.ok_or(gone)
     }
 
     /// The local key (`lmr_context`).
@@ -745,12 +747,16 @@ impl Lmr {
     /// memory would (rdapl-owned memory lives as long as they need it;
     /// DAT leaves freeing an LMR in use undefined): free it once they
     /// completed. (Writing it meanwhile can make a peer's CRC check fail
-    /// and end the connection.)
+    /// and end the connection.) `InvalidHandle(LMR)` once freed, or once
+    /// its IA closed abruptly (which destroyed it).
     pub fn free(&self) -> Result<()> {
         let mut m = self.inner.map.lock();
         let ctx = &mut m.ctx;
-        let c = ctx.ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))?;
         let mem = &self.inner.pz.inner.ia.mem;
+        // (An abrupt close destroyed it with its IA.)
+        let c = ctx
+            .filter(|_| !self.inner.pz.inner.ia.closed.load(Ordering::SeqCst))
+            .ok_or(Error::InvalidHandle(Subtype::InvalidHandleLmr))?;
         if mem.remove_unbound(c).is_err() {
             return Err(Error::state(
                 Subtype::InvalidStateLmrInUse,
@@ -1051,17 +1057,22 @@ impl Rmr {
 
     /// The current `rmr_context` (changes on every bind and unbind).
     pub fn context(&self) -> Result<u32> {
-        self.inner
-            .ctx
-            .lock()
-            .ok_or(Error::InvalidHandle(Subtype::InvalidHandleRmr))
+        let gone = Error::InvalidHandle(Subtype::InvalidHandleRmr);
+        if self.inner.pz.inner.ia.closed.load(Ordering::SeqCst) {
+            return Err(gone);
+        }
+        self.inner.ctx.lock().ok_or(gone)
     }
 
     /// Frees the RMR (`dat_rmr_free`); a bound window is unbound first (its
     /// LMR no longer counts it) and its key is dead from then on.
+    /// `InvalidHandle(RMR)` once freed, or once its IA closed abruptly.
     pub fn free(&self) -> Result<()> {
         let mut ctx = self.inner.ctx.lock();
-        let c = ctx.ok_or(Error::InvalidHandle(Subtype::InvalidHandleRmr))?;
+        // (An abrupt close destroyed it with its IA.)
+        let c = ctx
+            .filter(|_| !self.inner.pz.inner.ia.closed.load(Ordering::SeqCst))
+            .ok_or(Error::InvalidHandle(Subtype::InvalidHandleRmr))?;
         // (Unbinding is part of the removal, under the table's lock.)
         self.inner.pz.inner.ia.mem.remove(c);
         *ctx = None;

@@ -1,7 +1,8 @@
 //! Calls the core refuses with a clear error where they once succeeded
 //! or ended the process: objects of another IA, private data above the
 //! limit, an IA's async EVD freed under it, a buffer larger than memory,
-//! an object beyond the IA's `max_*` limits.
+//! an object beyond the IA's `max_*` limits, an LMR or RMR freed after
+//! its IA closed.
 
 mod common;
 use common::*;
@@ -270,4 +271,23 @@ fn rmr_bind_refuses_an_lmr_of_another_ia() {
     assert!(p.c.req.dequeue().unwrap().is_none());
     zoned.free().unwrap();
     pz2.free().unwrap();
+}
+
+/// An abrupt close destroys every object of the IA (DAT): an LMR, an RMR
+/// or a zone freed after it is refused as a freed handle is
+/// (`InvalidHandle`), and the provider hears nothing more of them.
+#[test]
+fn objects_of_an_abruptly_closed_ia_are_gone() {
+    let ia = open("127.0.250.24");
+    let pz = ia.pz_create().unwrap();
+    let lmr = pz.lmr_create(Region::zeroed(64), MemPriv::ALL).unwrap();
+    let fmr = pz.lmr_create_fmr(64).unwrap();
+    let rmr = pz.rmr_create().unwrap();
+    ia.close(CloseFlags::Abrupt).unwrap();
+    handle_err(lmr.free(), Subtype::InvalidHandleLmr);
+    handle_err(fmr.free(), Subtype::InvalidHandleLmr);
+    handle_err(rmr.free(), Subtype::InvalidHandleRmr);
+    handle_err(pz.free(), Subtype::InvalidHandlePz);
+    handle_err(lmr.context(), Subtype::InvalidHandleLmr);
+    handle_err(rmr.context(), Subtype::InvalidHandleRmr);
 }
