@@ -113,8 +113,18 @@ impl Conn {
                         }
                     }
                     None => {
+                        // The endpoint left the set-up after this side
+                        // began it (freed, its IA closed, the attempt
+                        // given up): its withdrawal ends the connection as
+                        // a disconnect does, so the peer hears an end, not
+                        // an error (its withdrawal, queued behind, finds
+                        // the connection closing).
                         self.told = true;
-                        self.abort_engine();
+                        if let Some(e) = self.engine.as_mut()
+                            && !e.is_closed()
+                        {
+                            e.close();
+                        }
                     }
                 }
             }
