@@ -150,3 +150,73 @@ fn reports_a_waiter_owning_the_evd() {
     waiter.join().unwrap();
     assert_eq!(result.recv().unwrap().unwrap(), (Event::Software(1), 1));
 }
+
+/// A waker that only records that it was woken.
+#[derive(Default)]
+struct Flag(std::sync::atomic::AtomicBool);
+
+impl std::task::Wake for Flag {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Stream A parks on an empty EVD; stream B polls in a loop while a
+/// producer posts one event, and takes it. A post after that must still
+/// wake A: B's poll must not disarm the wake-up A parked on. Counts the
+/// rounds where A was never woken though an event was left queued.
+fn parked_stream_stranded_rounds(rounds: usize) -> usize {
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Barrier};
+    let mut stranded = 0;
+    for round in 0..rounds {
+        let evd = sw_evd(4);
+        let mut a = evd.stream();
+        let flag = Arc::new(Flag::default());
+        let waker = std::task::Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(futures_core::Stream::poll_next(Pin::new(&mut a), &mut cx).is_pending());
+        let go = Arc::new(Barrier::new(2));
+        let producer = {
+            let (evd, go) = (evd.clone(), go.clone());
+            thread::spawn(move || {
+                go.wait();
+                // Vary the start so the push lands inside B's loop.
+                for _ in 0..(round % 64) * 8 {
+                    std::hint::spin_loop();
+                }
+                evd.post_se(1).unwrap();
+            })
+        };
+        let mut b = evd.stream();
+        let mut bcx = Context::from_waker(std::task::Waker::noop());
+        go.wait();
+        let end = Instant::now() + LIMIT;
+        let got = loop {
+            if let Poll::Ready(item) = futures_core::Stream::poll_next(Pin::new(&mut b), &mut bcx) {
+                break item;
+            }
+            assert!(Instant::now() < end, "B never got the event");
+        };
+        producer.join().unwrap();
+        assert_eq!(got.unwrap().unwrap(), Event::Software(1));
+        // B stops reading; A must be told of this one.
+        evd.post_se(2).unwrap();
+        if !flag.0.load(Ordering::SeqCst) {
+            stranded += 1;
+        }
+    }
+    stranded
+}
+
+#[test]
+fn a_parked_stream_stays_armed_while_another_polls() {
+    let stranded = parked_stream_stranded_rounds(3000);
+    assert_eq!(
+        stranded, 0,
+        "a parked stream was never woken for a queued event in {stranded} of 3000 rounds"
+    );
+}

@@ -247,12 +247,11 @@ impl Evd {
                 inner.park_progress();
                 return Ok(None);
             }
+            // Something arrived: take it. The flag stays armed: other
+            // streams may be parked on it, and a clear here would leave
+            // them asleep with events queued. A producer that finds it
+            // set wakes every stream (a spurious poll at worst).
             sync::spin_wait(&mut spins);
-            // Something arrived: disarm (a producer may already have, and
-            // woken the task: a spurious poll) and take it.
-            inner
-                .update::<_, ()>(|s| Ok((s.clear(STREAM_ARMED), ())))
-                .ok();
         }
     }
 }
