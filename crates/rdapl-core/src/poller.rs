@@ -376,7 +376,9 @@ impl Poller {
 
     /// Attaches `evd`: from now on its events go to `handler`, in a poller
     /// thread. Takes over the EVD's upcall (notify-only); events already
-    /// queued are handled at once.
+    /// queued are handled at once. Refused with `InvalidState` while the
+    /// EVD is attached to an entry (of this poller or another): remove
+    /// that one first, since its detach switches the upcall off.
     pub fn add(
         &self,
         evd: &Evd,
@@ -401,8 +403,21 @@ impl Poller {
             rearm_pending: AtomicU64::new(0),
             handler_panics: AtomicU64::new(0),
         });
+        let attached = &evd.inner.poller_task;
+        if attached
+            .compare_exchange(0, task.id, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return Err(Error::state(
+                Subtype::InvalidStateEvdInUse,
+                "the EVD is attached to a poller entry already",
+            ));
+        }
         let up: Arc<dyn Upcall> = Arc::new(NotifyUpcall(Arc::downgrade(&task)));
-        evd.modify_upcall(UpcallPolicy::NotifyOnly, Some(up), ReEnable::OnAny)?;
+        if let Err(e) = evd.modify_upcall(UpcallPolicy::NotifyOnly, Some(up), ReEnable::OnAny) {
+            attached.store(0, Ordering::SeqCst);
+            return Err(e);
+        }
         self.tasks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -496,9 +511,16 @@ fn close(task: &Arc<Task>) -> Result<()> {
         .evd
         .modify_upcall(UpcallPolicy::Disable, None, ReEnable::OnNew)
     {
-        Ok(_) | Err(Error::InvalidHandle(_)) => Ok(()),
-        Err(e) => Err(e),
+        Ok(_) | Err(Error::InvalidHandle(_)) => {}
+        Err(e) => return Err(e),
     }
+    // Detached: the EVD may be attached again.
+    let _ =
+        task.evd
+            .inner
+            .poller_task
+            .compare_exchange(task.id, 0, Ordering::SeqCst, Ordering::SeqCst);
+    Ok(())
 }
 
 impl PollerEntry {

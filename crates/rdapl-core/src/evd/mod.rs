@@ -243,6 +243,10 @@ pub(crate) struct EvdInner {
     /// `Disable` and `free` wait for this to reach zero, so that no upcall
     /// begins after they return.
     starting: CachePadded<AtomicUsize>,
+    /// The poller task this EVD is attached to (0: none): one at a time,
+    /// since a detach switches the EVD's upcall off (`poller.rs`).
+    #[cfg(not(rdapl_loom))]
+    pub(crate) poller_task: std::sync::atomic::AtomicU64,
     #[cfg(feature = "stream")]
     pub(crate) stream_wakers: Mutex<crate::stream::Wakers>,
 }
@@ -405,6 +409,8 @@ impl EvdBuilder {
             feeders: AtomicUsize::new(0),
             feed_lock: Mutex::new(()),
             starting: CachePadded::new(AtomicUsize::new(0)),
+            #[cfg(not(rdapl_loom))]
+            poller_task: std::sync::atomic::AtomicU64::new(0),
             #[cfg(feature = "stream")]
             stream_wakers: Mutex::new(Default::default()),
         };

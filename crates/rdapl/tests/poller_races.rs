@@ -1,0 +1,277 @@
+//! The poller against lifecycle races. Entries are attached and detached
+//! while producers post. EVDs are freed, resized or moved to another
+//! poller while attached. Handlers free their EVD from inside. Pollers
+//! are dropped with runs scheduled. Each case counts what
+//! the rules forbid: an event neither handled nor still queued, an event
+//! handled twice, a handler run after `remove` returned, a hang, a panic.
+
+mod common;
+
+use common::{LIMIT, eventually, sw_evd, sw_value, within};
+use rdapl::{Error, Evd, Event, Poller, PollerConfig, ReEnable};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn poller(threads: usize, budget: usize, mode: ReEnable) -> Poller {
+    Poller::new(PollerConfig {
+        threads,
+        budget,
+        mode,
+    })
+    .unwrap()
+}
+
+/// What a handler saw: the values, and the calls made after its entry's
+/// `remove` returned (`gone` set).
+#[derive(Default)]
+struct Log {
+    seen: Mutex<Vec<u64>>,
+    gone: AtomicBool,
+    late: AtomicUsize,
+}
+
+impl Log {
+    fn handler(self: &Arc<Self>) -> impl FnMut(Event) + Send + 'static {
+        let log = self.clone();
+        move |ev: Event| {
+            if log.gone.load(Ordering::SeqCst) {
+                log.late.fetch_add(1, Ordering::SeqCst);
+            }
+            log.seen.lock().unwrap().push(sw_value(&ev));
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+/// Every value of `0..n` appears once in `handled` and `queued` together.
+fn exactly_once(n: u64, handled: &[u64], queued: &[u64]) -> bool {
+    let mut all: Vec<u64> = handled.iter().chain(queued).copied().collect();
+    all.sort_unstable();
+    all == (0..n).collect::<Vec<_>>()
+}
+
+fn drain(evd: &Evd) -> Vec<u64> {
+    let mut v = Vec::new();
+    while evd.dequeue_batch(&mut v, 64).unwrap() > 0 {}
+    v.iter().map(sw_value).collect()
+}
+
+/// `remove` while a producer posts: what was posted is handled or still
+/// queued, once; no handler call begins after `remove` returned.
+#[test]
+fn remove_racing_posts_loses_and_repeats_nothing() {
+    const ROUNDS: usize = 300;
+    const N: u64 = 200;
+    for mode in [ReEnable::OnNew, ReEnable::Strict, ReEnable::OnAny] {
+        let p = poller(2, 8, mode);
+        let (mut bad, mut late) = (0, 0);
+        for round in 0..ROUNDS {
+            let evd = sw_evd(256);
+            let log = Arc::new(Log::default());
+            let entry = p.add(&evd, log.handler()).unwrap();
+            let go = Arc::new(Barrier::new(2));
+            let producer = {
+                let (evd, go) = (evd.clone(), go.clone());
+                thread::spawn(move || {
+                    go.wait();
+                    for v in 0..N {
+                        evd.post_se(v).unwrap();
+                    }
+                })
+            };
+            go.wait();
+            // Vary how far the producer got.
+            for _ in 0..(round % 50) * 20 {
+                std::hint::spin_loop();
+            }
+            entry.remove(&p).unwrap();
+            log.gone.store(true, Ordering::SeqCst);
+            producer.join().unwrap();
+            thread::sleep(Duration::from_micros(200));
+            let handled = log.seen.lock().unwrap().clone();
+            if !exactly_once(N, &handled, &drain(&evd)) {
+                bad += 1;
+            }
+            late += log.late.load(Ordering::SeqCst);
+        }
+        assert_eq!(
+            (bad, late),
+            (0, 0),
+            "{mode:?}: rounds with lost or repeated events, handler calls after remove"
+        );
+    }
+}
+
+/// An EVD moved to another poller stays with the new one. Attaching it
+/// there while the old entry holds it is either refused, or the old
+/// entry's removal must not switch the new entry's notifications off.
+#[test]
+fn moving_an_evd_to_another_poller_keeps_it_handled() {
+    let a = poller(1, 8, ReEnable::OnNew);
+    let b = poller(1, 8, ReEnable::OnNew);
+    let evd = sw_evd(64);
+    let old = Arc::new(Log::default());
+    let new = Arc::new(Log::default());
+    let entry_a = a.add(&evd, old.handler()).unwrap();
+    evd.post_se(0).unwrap();
+    assert!(eventually(LIMIT, || old.count() == 1));
+    let entry_b = match b.add(&evd, new.handler()) {
+        Ok(e) => {
+            entry_a.remove(&a).unwrap();
+            e
+        }
+        Err(Error::InvalidState { .. }) => {
+            // The same poller refuses too.
+            assert!(a.add(&evd, new.handler()).is_err());
+            entry_a.remove(&a).unwrap();
+            b.add(&evd, new.handler()).unwrap()
+        }
+        Err(e) => panic!("{e:?}"),
+    };
+    evd.post_se(1).unwrap();
+    let handled = eventually(Duration::from_secs(2), || new.count() == 1);
+    assert!(
+        handled,
+        "the new poller never handled the event: {} queued, policy {:?}",
+        evd.query().unwrap().pending,
+        evd.query().unwrap().upcall_policy
+    );
+    assert_eq!(old.count(), 1);
+    // Once detached, the EVD can go back.
+    entry_b.remove(&b).unwrap();
+    let _again = a.add(&evd, old.handler()).unwrap();
+    evd.post_se(2).unwrap();
+    assert!(eventually(LIMIT, || old.count() == 2));
+}
+
+/// A handler that frees its own EVD, and a free from outside racing the
+/// handler: nothing hangs or panics, and the entry still detaches.
+#[test]
+fn freeing_an_attached_evd_inside_and_outside_the_handler() {
+    let p = Arc::new(poller(2, 4, ReEnable::OnNew));
+    for round in 0..200u64 {
+        let evd = sw_evd(64);
+        let inside = round % 2 == 0;
+        let handled = Arc::new(AtomicU64::new(0));
+        let entry = {
+            let (evd2, handled) = (evd.clone(), handled.clone());
+            p.add(&evd, move |_ev: Event| {
+                if handled.fetch_add(1, Ordering::SeqCst) == 3 && inside {
+                    evd2.free().unwrap();
+                }
+            })
+            .unwrap()
+        };
+        for v in 0..20 {
+            match evd.post_se(v) {
+                Ok(()) | Err(Error::InvalidHandle(_)) => {}
+                Err(e) => panic!("{e:?}"),
+            }
+            if !inside && v == 10 {
+                evd.free().unwrap();
+            }
+        }
+        assert!(eventually(LIMIT, || evd.is_freed()));
+        let p = p.clone();
+        within(LIMIT, "remove after the free", move || {
+            entry.remove(&p).unwrap()
+        });
+    }
+}
+
+/// A poller dropped while producers post and runs are scheduled: no
+/// handler call after the drop returned, and each event handled or still
+/// queued, once.
+#[test]
+fn dropping_the_poller_while_runs_are_scheduled() {
+    const N: u64 = 300;
+    let mut bad = 0;
+    let mut late = 0;
+    for round in 0..100 {
+        let p = poller(2, 4, ReEnable::OnNew);
+        let evds: Vec<Evd> = (0..3).map(|_| sw_evd(512)).collect();
+        let logs: Vec<Arc<Log>> = (0..3).map(|_| Arc::new(Log::default())).collect();
+        let entries: Vec<_> = evds
+            .iter()
+            .zip(&logs)
+            .map(|(e, l)| p.add(e, l.handler()).unwrap())
+            .collect();
+        let go = Arc::new(Barrier::new(evds.len() + 1));
+        let producers: Vec<_> = evds
+            .iter()
+            .map(|evd| {
+                let (evd, go) = (evd.clone(), go.clone());
+                thread::spawn(move || {
+                    go.wait();
+                    for v in 0..N {
+                        evd.post_se(v).unwrap();
+                    }
+                })
+            })
+            .collect();
+        go.wait();
+        thread::sleep(Duration::from_micros((round % 10) * 30));
+        drop(p);
+        for l in &logs {
+            l.gone.store(true, Ordering::SeqCst);
+        }
+        for h in producers {
+            h.join().unwrap();
+        }
+        thread::sleep(Duration::from_micros(200));
+        for (evd, l) in evds.iter().zip(&logs) {
+            let handled = l.seen.lock().unwrap().clone();
+            if !exactly_once(N, &handled, &drain(evd)) {
+                bad += 1;
+            }
+            late += l.late.load(Ordering::SeqCst);
+        }
+        drop(entries);
+    }
+    assert_eq!(
+        (bad, late),
+        (0, 0),
+        "lost or repeated, handled after the drop"
+    );
+}
+
+/// `resize` while the poller drains: every event handled once, in order.
+#[test]
+fn resize_while_attached_keeps_every_event() {
+    const N: u64 = 5000;
+    let p = poller(1, 8, ReEnable::OnNew);
+    let evd = sw_evd(64);
+    let log = Arc::new(Log::default());
+    let _entry = p.add(&evd, log.handler()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let resizer = {
+        let (evd, stop) = (evd.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut q = 64;
+            while !stop.load(Ordering::SeqCst) {
+                q = if q == 64 { 256 } else { 64 };
+                let _ = evd.resize(q);
+                thread::yield_now();
+            }
+        })
+    };
+    let end = Instant::now() + LIMIT;
+    for v in 0..N {
+        common::post_retry(&evd, v, end);
+    }
+    let done = eventually(LIMIT, || log.count() == N as usize);
+    stop.store(true, Ordering::SeqCst);
+    resizer.join().unwrap();
+    assert!(
+        done,
+        "handled {} of {N}, {} queued",
+        log.count(),
+        evd.query().unwrap().pending
+    );
+    assert_eq!(*log.seen.lock().unwrap(), (0..N).collect::<Vec<_>>());
+}
