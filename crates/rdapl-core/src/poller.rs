@@ -31,7 +31,7 @@
 
 use crate::dispatch::{Dispatch, DispatchRun};
 use crate::error::{Error, Result, Subtype};
-use crate::evd::{Evd, ReEnable, Upcall, UpcallPolicy};
+use crate::evd::{Evd, ReEnable, Upcall, UpcallPolicy, teardown_waits};
 use crate::event::Event;
 use std::fmt;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -466,13 +466,29 @@ impl Drop for Poller {
     }
 }
 
+/// Marks a task id as a node of the waits graph (`teardown_waits`),
+/// apart from EVD ids.
+const TASK_NODE: u64 = 1 << 63;
+
 fn close(task: &Arc<Task>) -> Result<()> {
-    if RUNNING_TASK.with(|c| c.get()) == task.id {
+    let from = RUNNING_TASK.with(|c| c.get());
+    if from == task.id {
         return Err(Error::state(
             Subtype::InvalidStateEvdInUse,
             "a poller entry cannot be removed from inside its own handler",
         ));
     }
+    // Inside a handler, the wait below for the task's run must not close
+    // a cycle: handlers that remove each other's entries would both wait
+    // for ever.
+    let from = if from == 0 { 0 } else { TASK_NODE | from };
+    let Some(_waiting) = teardown_waits::enter(from, TASK_NODE | task.id) else {
+        return Err(Error::state(
+            Subtype::InvalidStateEvdInUse,
+            "removing this entry from inside a handler would deadlock: its handler \
+             waits for the caller's",
+        ));
+    };
     // No new notifications; waits for a notify upcall in progress.
     match task
         .evd
@@ -544,7 +560,9 @@ impl PollerEntry {
 
     /// Detaches the EVD: tears its upcall down, waits for a run in progress,
     /// and leaves unhandled events queued on the EVD. Refused from inside the
-    /// entry's own handler. (`poller` is the one the entry came from; the
+    /// entry's own handler, and from inside a handler whose run that entry's
+    /// handler waits for (it removes the caller's entry, directly or through
+    /// others). (`poller` is the one the entry came from; the
     /// entry knows it, so dropping the entry does the same.)
     pub fn remove(mut self, poller: &Poller) -> Result<()> {
         debug_assert!(self.tasks.ptr_eq(&Arc::downgrade(&poller.tasks)));

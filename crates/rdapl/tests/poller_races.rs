@@ -1,8 +1,8 @@
 //! The poller against lifecycle races. Entries are attached and detached
 //! while producers post. EVDs are freed, resized or moved to another
-//! poller while attached. Handlers free their EVD from inside. Pollers
-//! are dropped with runs scheduled. Each case counts what
-//! the rules forbid: an event neither handled nor still queued, an event
+//! poller while attached. Handlers remove each other's entries or free
+//! their EVD from inside. Pollers are dropped with runs scheduled. Each
+//! case counts what the rules forbid: an event neither handled nor still queued, an event
 //! handled twice, a handler run after `remove` returned, a hang, a panic.
 
 mod common;
@@ -147,6 +147,49 @@ fn moving_an_evd_to_another_poller_keeps_it_handled() {
     let _again = a.add(&evd, old.handler()).unwrap();
     evd.post_se(2).unwrap();
     assert!(eventually(LIMIT, || old.count() == 2));
+}
+
+/// Two handlers on a two-thread poller each remove the other's entry
+/// while the other runs: one of the removals may be refused, but neither
+/// may hang.
+#[test]
+fn handlers_removing_each_other_do_not_deadlock() {
+    let results = within(LIMIT * 2, "two handlers removing each other", || {
+        let p = Arc::new(poller(2, 8, ReEnable::OnNew));
+        let evds = [sw_evd(8), sw_evd(8)];
+        let slots: Arc<[Mutex<Option<rdapl::PollerEntry>>; 2]> =
+            Arc::new([Mutex::new(None), Mutex::new(None)]);
+        let both_in = Arc::new(Barrier::new(2));
+        let results = Arc::new(Mutex::new(Vec::new()));
+        for (i, evd) in evds.iter().enumerate() {
+            let (p2, slots2, both_in, results) =
+                (p.clone(), slots.clone(), both_in.clone(), results.clone());
+            let mut fired = false;
+            let entry = p
+                .add(evd, move |_ev: Event| {
+                    if std::mem::replace(&mut fired, true) {
+                        return;
+                    }
+                    both_in.wait();
+                    let other = slots2[1 - i].lock().unwrap().take();
+                    if let Some(e) = other {
+                        let ok = e.remove(&p2).is_ok();
+                        results.lock().unwrap().push(ok);
+                    }
+                })
+                .unwrap();
+            *slots[i].lock().unwrap() = Some(entry);
+        }
+        evds[0].post_se(0).unwrap();
+        evds[1].post_se(1).unwrap();
+        assert!(
+            eventually(LIMIT, || results.lock().unwrap().len() == 2),
+            "a removal never returned: {:?}",
+            results.lock().unwrap()
+        );
+        results.lock().unwrap().clone()
+    });
+    assert!(results.iter().any(|ok| *ok), "{results:?}");
 }
 
 /// A handler that frees its own EVD, and a free from outside racing the

@@ -103,7 +103,7 @@ mod progress;
 mod publish;
 mod reservation;
 pub(crate) mod state;
-mod teardown_waits;
+pub(crate) mod teardown_waits;
 mod upcall;
 
 pub use producer::EvdProducer;

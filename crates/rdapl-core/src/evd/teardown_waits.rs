@@ -11,6 +11,10 @@
 //! exactly the call that would close the cycle is refused. Teardown is
 //! rare, so the lock costs nothing on any hot path. (Loom builds check
 //! only the shortest cycle, an EVD's own upcall.)
+//!
+//! The poller records here too, under ids of its own
+//! ([`crate::poller`]): a handler that detaches another entry waits for
+//! that entry's handler run.
 
 #[cfg(not(rdapl_loom))]
 use std::sync::Mutex;
