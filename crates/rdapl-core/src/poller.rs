@@ -137,6 +137,9 @@ std::thread_local! {
     static POLLER_THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// A task to run right after the current job on this poller thread.
     static LOCAL_TASK: std::cell::RefCell<Option<Arc<Task>>> = const { std::cell::RefCell::new(None) };
+    /// A task whose poller was dropped from inside its handler: this
+    /// thread closes it once the run has ended.
+    static CLOSE_AFTER_RUN: std::cell::RefCell<Option<Arc<Task>>> = const { std::cell::RefCell::new(None) };
 }
 
 impl Task {
@@ -297,6 +300,9 @@ impl Upcall for NotifyUpcall {
 }
 
 /// Runs the notify → poll → re-arm flow for any number of EVDs.
+///
+/// Dropping it detaches every EVD and ends its threads. Dropped from
+/// inside a handler, it detaches that handler's EVD once the run ends.
 pub struct Poller {
     id: u64,
     tx: crossbeam_channel::Sender<Job>,
@@ -356,6 +362,9 @@ impl Poller {
                             }
                             while let Some(t) = LOCAL_TASK.with(|t| t.borrow_mut().take()) {
                                 t.run();
+                            }
+                            if let Some(t) = CLOSE_AFTER_RUN.with(|t| t.borrow_mut().take()) {
+                                let _ = close(&t);
                             }
                         }
                     })
@@ -454,14 +463,26 @@ impl Poller {
 impl Drop for Poller {
     fn drop(&mut self) {
         let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let running = RUNNING_TASK.with(|c| c.get());
         for t in &tasks {
+            if t.id == running {
+                // Dropped from inside this task's handler: its run goes on
+                // to the end, then this thread closes the task.
+                CLOSE_AFTER_RUN.with(|c| *c.borrow_mut() = Some(t.clone()));
+                continue;
+            }
             let _ = close(t);
         }
         for _ in &self.threads {
             let _ = self.tx.send(Job::Stop);
         }
+        // Dropped on one of its own threads (from a handler or a dispatch
+        // run): that thread cannot join itself; it ends at its Stop.
+        let me = std::thread::current().id();
         for h in self.threads.drain(..) {
-            let _ = h.join();
+            if h.thread().id() != me {
+                let _ = h.join();
+            }
         }
     }
 }

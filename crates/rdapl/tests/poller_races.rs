@@ -1,14 +1,15 @@
 //! The poller against lifecycle races. Entries are attached and detached
 //! while producers post. EVDs are freed, resized or moved to another
-//! poller while attached. Handlers remove each other's entries or free
-//! their EVD from inside. Pollers are dropped with runs scheduled. Each
-//! case counts what the rules forbid: an event neither handled nor still queued, an event
-//! handled twice, a handler run after `remove` returned, a hang, a panic.
+//! poller while attached. Handlers remove each other's entries, drop
+//! their poller or free their EVD from inside. Pollers are dropped with
+//! runs scheduled. Each case counts what the rules forbid: an event
+//! neither handled nor still queued, an event handled twice, a handler
+//! run after `remove` returned, a hang, a panic.
 
 mod common;
 
-use common::{LIMIT, eventually, sw_evd, sw_value, within};
-use rdapl::{Error, Evd, Event, Poller, PollerConfig, ReEnable};
+use common::{LIMIT, QUIET, eventually, sw_evd, sw_value, within};
+use rdapl::{Error, Evd, Event, Poller, PollerConfig, ReEnable, UpcallPolicy};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
@@ -190,6 +191,54 @@ fn handlers_removing_each_other_do_not_deadlock() {
         results.lock().unwrap().clone()
     });
     assert!(results.iter().any(|ok| *ok), "{results:?}");
+}
+
+/// A handler that drops the last handle of its own poller: the drop
+/// returns without a panic (a thread cannot join itself), the other EVDs
+/// are detached at once, and the handler's own EVD once its run ends.
+#[test]
+fn dropping_the_poller_from_its_own_handler() {
+    let p = poller(2, 8, ReEnable::OnNew);
+    let evd = sw_evd(8);
+    let other = sw_evd(8);
+    let holder: Arc<Mutex<Option<Poller>>> = Arc::new(Mutex::new(None));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let entry = {
+        let (holder, dropped) = (holder.clone(), dropped.clone());
+        p.add(&evd, move |_ev: Event| {
+            let p = holder.lock().unwrap().take();
+            drop(p);
+            dropped.store(true, Ordering::SeqCst);
+        })
+        .unwrap()
+    };
+    let other_log = Arc::new(Log::default());
+    let other_entry = p.add(&other, other_log.handler()).unwrap();
+    *holder.lock().unwrap() = Some(p);
+    evd.post_se(0).unwrap();
+    assert!(
+        eventually(LIMIT, || dropped.load(Ordering::SeqCst)),
+        "the handler never returned from dropping the poller"
+    );
+    assert_eq!(entry.stats().handler_panics, 0, "{:?}", entry.stats());
+    // The other EVD was detached by the drop.
+    other.post_se(1).unwrap();
+    thread::sleep(QUIET);
+    assert_eq!(other_log.count(), 0);
+    assert_eq!(other.query().unwrap().pending, 1);
+    // The handler's own EVD: detached, and free to attach elsewhere.
+    assert!(
+        eventually(LIMIT, || evd.query().unwrap().upcall_policy
+            == UpcallPolicy::Disable),
+        "{:?}",
+        evd.query().unwrap()
+    );
+    evd.post_se(2).unwrap();
+    let q = poller(1, 8, ReEnable::OnNew);
+    let log = Arc::new(Log::default());
+    let _again = q.add(&evd, log.handler()).unwrap();
+    assert!(eventually(LIMIT, || log.count() == 1));
+    drop((entry, other_entry));
 }
 
 /// A handler that frees its own EVD, and a free from outside racing the
