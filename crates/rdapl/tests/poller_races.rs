@@ -367,3 +367,88 @@ fn resize_while_attached_keeps_every_event() {
     );
     assert_eq!(*log.seen.lock().unwrap(), (0..N).collect::<Vec<_>>());
 }
+
+/// [`remove_racing_posts_loses_and_repeats_nothing`] with the poller as
+/// the EVD's dispatch context: the notify upcall runs on a poller thread
+/// and the task runs right after it there.
+#[test]
+fn remove_racing_posts_on_the_pollers_own_dispatch() {
+    const ROUNDS: usize = 300;
+    const N: u64 = 200;
+    let p = poller(2, 8, ReEnable::OnNew);
+    let (mut bad, mut late) = (0, 0);
+    for round in 0..ROUNDS {
+        let evd = Evd::builder(256, rdapl::EvdFlags::SOFTWARE)
+            .dispatch(p.dispatch())
+            .build()
+            .unwrap();
+        let log = Arc::new(Log::default());
+        let entry = p.add(&evd, log.handler()).unwrap();
+        let go = Arc::new(Barrier::new(2));
+        let producer = {
+            let (evd, go) = (evd.clone(), go.clone());
+            thread::spawn(move || {
+                go.wait();
+                for v in 0..N {
+                    evd.post_se(v).unwrap();
+                }
+            })
+        };
+        go.wait();
+        for _ in 0..(round % 50) * 20 {
+            std::hint::spin_loop();
+        }
+        entry.remove(&p).unwrap();
+        log.gone.store(true, Ordering::SeqCst);
+        producer.join().unwrap();
+        thread::sleep(Duration::from_micros(200));
+        let handled = log.seen.lock().unwrap().clone();
+        if !exactly_once(N, &handled, &drain(&evd)) {
+            bad += 1;
+        }
+        late += log.late.load(Ordering::SeqCst);
+        evd.free().unwrap();
+    }
+    assert_eq!(
+        (bad, late),
+        (0, 0),
+        "lost or repeated, handled after remove"
+    );
+}
+
+/// A handler's removal of its own entry is refused (as documented); the
+/// entry, dropped with the refused call, stays attached until the poller
+/// goes, and the poller's drop detaches it.
+#[test]
+fn removing_its_own_entry_from_the_handler_is_refused() {
+    let p = Arc::new(poller(1, 8, ReEnable::OnNew));
+    let evd = sw_evd(16);
+    let slot: Arc<Mutex<Option<rdapl::PollerEntry>>> = Arc::new(Mutex::new(None));
+    let refused = Arc::new(Mutex::new(None));
+    let log = Arc::new(Log::default());
+    let entry = {
+        let (slot, refused, p2) = (slot.clone(), refused.clone(), Arc::downgrade(&p));
+        let mut record = log.handler();
+        p.add(&evd, move |ev: Event| {
+            record(ev);
+            let own = slot.lock().unwrap().take();
+            if let (Some(e), Some(p)) = (own, p2.upgrade()) {
+                *refused.lock().unwrap() = Some(e.remove(&p));
+            }
+        })
+        .unwrap()
+    };
+    *slot.lock().unwrap() = Some(entry);
+    evd.post_se(0).unwrap();
+    assert!(eventually(LIMIT, || refused.lock().unwrap().is_some()));
+    let r = refused.lock().unwrap().take().unwrap();
+    assert!(matches!(r, Err(Error::InvalidState { .. })), "{r:?}");
+    evd.post_se(1).unwrap();
+    assert!(eventually(LIMIT, || log.count() == 2), "still attached");
+    let p = Arc::try_unwrap(p).unwrap();
+    within(LIMIT, "dropping the poller", move || drop(p));
+    evd.post_se(2).unwrap();
+    thread::sleep(QUIET);
+    assert_eq!(log.count(), 2, "handled after the poller's drop");
+    assert_eq!(evd.query().unwrap().upcall_policy, UpcallPolicy::Disable);
+}

@@ -220,3 +220,40 @@ fn a_parked_stream_stays_armed_while_another_polls() {
         "a parked stream was never woken for a queued event in {stranded} of 3000 rounds"
     );
 }
+
+/// `free` racing a poll of the stream: a poll that returned `Pending`
+/// is woken, and the next poll ends the stream.
+#[test]
+fn a_free_racing_a_poll_ends_the_stream() {
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Barrier};
+    let mut stranded = 0;
+    for round in 0..2000 {
+        let evd = sw_evd(4);
+        let mut s = evd.stream();
+        let flag = Arc::new(Flag::default());
+        let waker = std::task::Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let go = Arc::new(Barrier::new(2));
+        let freer = {
+            let (evd, go) = (evd.clone(), go.clone());
+            thread::spawn(move || {
+                go.wait();
+                for _ in 0..(round % 64) * 4 {
+                    std::hint::spin_loop();
+                }
+                evd.free().unwrap();
+            })
+        };
+        go.wait();
+        let polled = futures_core::Stream::poll_next(Pin::new(&mut s), &mut cx);
+        freer.join().unwrap();
+        match polled {
+            Poll::Ready(None) => {}
+            Poll::Pending if flag.0.load(Ordering::SeqCst) => {}
+            Poll::Pending => stranded += 1,
+            Poll::Ready(Some(item)) => panic!("an item from an empty EVD: {item:?}"),
+        }
+    }
+    assert_eq!(stranded, 0, "polls left pending and never woken");
+}
