@@ -123,6 +123,8 @@ struct Task {
     mode: ReEnable,
     done_lock: Mutex<()>,
     done_cv: Condvar,
+    /// Serialises closes (an entry's and its poller's drop may race).
+    close_lock: Mutex<()>,
     events: AtomicU64,
     upcalls: AtomicU64,
     runs: AtomicU64,
@@ -405,6 +407,7 @@ impl Poller {
             mode: self.config.mode,
             done_lock: Mutex::new(()),
             done_cv: Condvar::new(),
+            close_lock: Mutex::new(()),
             events: AtomicU64::new(0),
             upcalls: AtomicU64::new(0),
             runs: AtomicU64::new(0),
@@ -510,6 +513,12 @@ fn close(task: &Arc<Task>) -> Result<()> {
              waits for the caller's",
         ));
     };
+    // Once closed, the EVD is no longer this task's: another entry may
+    // hold it already, and a second close would switch its upcall off.
+    let _closing = task.close_lock.lock().unwrap_or_else(|e| e.into_inner());
+    if task.state.load(Ordering::SeqCst) == CLOSED {
+        return Ok(());
+    }
     // No new notifications; waits for a notify upcall in progress.
     match task
         .evd

@@ -452,3 +452,53 @@ fn removing_its_own_entry_from_the_handler_is_refused() {
     assert_eq!(log.count(), 2, "handled after the poller's drop");
     assert_eq!(evd.query().unwrap().upcall_policy, UpcallPolicy::Disable);
 }
+
+/// An entry dropped while its poller is dropped on another thread, and
+/// the EVD attached to a second poller as soon as it is free: the
+/// second of the two detaches must not switch the new entry off.
+#[test]
+fn reattaching_while_entry_and_poller_drop_together() {
+    const ROUNDS: usize = 400;
+    let q = Arc::new(poller(1, 8, ReEnable::OnNew));
+    let mut dead = 0;
+    for _ in 0..ROUNDS {
+        let p = poller(1, 8, ReEnable::OnNew);
+        let evd = sw_evd(8);
+        let entry = p.add(&evd, |_ev: Event| {}).unwrap();
+        let go = Arc::new(Barrier::new(3));
+        let dropper = {
+            let go = go.clone();
+            thread::spawn(move || {
+                go.wait();
+                drop(p);
+            })
+        };
+        let adder = {
+            let (go, q, evd) = (go.clone(), q.clone(), evd.clone());
+            thread::spawn(move || {
+                go.wait();
+                let log = Arc::new(Log::default());
+                let end = Instant::now() + LIMIT;
+                loop {
+                    match q.add(&evd, log.handler()) {
+                        Ok(e) => return (e, log),
+                        Err(Error::InvalidState { .. }) if Instant::now() < end => {
+                            thread::yield_now()
+                        }
+                        Err(e) => panic!("{e:?}"),
+                    }
+                }
+            })
+        };
+        go.wait();
+        drop(entry);
+        dropper.join().unwrap();
+        let (new_entry, log) = adder.join().unwrap();
+        evd.post_se(1).unwrap();
+        if !eventually(Duration::from_millis(500), || log.count() == 1) {
+            dead += 1;
+        }
+        drop(new_entry);
+    }
+    assert_eq!(dead, 0, "rounds whose new entry was switched off");
+}
