@@ -502,3 +502,66 @@ fn reattaching_while_entry_and_poller_drop_together() {
     }
     assert_eq!(dead, 0, "rounds whose new entry was switched off");
 }
+
+/// One EVD attached and removed again and again, alternating between two
+/// pollers, while a producer posts all along: every event is handled
+/// once or left queued, and none is handled by an entry already removed.
+#[test]
+fn attach_detach_rounds_on_one_evd_racing_a_producer() {
+    const ROUNDS: usize = 1500;
+    for mode in [ReEnable::OnNew, ReEnable::Strict, ReEnable::OnAny] {
+        let pollers = [poller(2, 4, mode), poller(1, 16, mode)];
+        let evd = sw_evd(256);
+        let stop = Arc::new(AtomicBool::new(false));
+        let count = Arc::new(AtomicU64::new(0));
+        let producer = {
+            let (evd, stop, count) = (evd.clone(), stop.clone(), count.clone());
+            thread::spawn(move || {
+                let mut v = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    match evd.post_se(v) {
+                        Ok(()) => {
+                            v += 1;
+                            count.store(v, Ordering::Relaxed);
+                        }
+                        Err(Error::QueueFull) => thread::yield_now(),
+                        Err(e) => panic!("{e:?}"),
+                    }
+                }
+                v
+            })
+        };
+        let mut logs = Vec::new();
+        // Enough rounds, and enough posts among them (bounded in time).
+        let end = Instant::now() + Duration::from_secs(2);
+        let mut round = 0;
+        while round < ROUNDS || (count.load(Ordering::Relaxed) < 20_000 && Instant::now() < end) {
+            let p = &pollers[round % 2];
+            let log = Arc::new(Log::default());
+            let entry = p.add(&evd, log.handler()).unwrap();
+            for _ in 0..(round % 7) * 100 {
+                std::hint::spin_loop();
+            }
+            entry.remove(p).unwrap();
+            log.gone.store(true, Ordering::SeqCst);
+            logs.push(log);
+            round += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let posted = producer.join().unwrap();
+        let mut handled = Vec::new();
+        let mut late = 0;
+        for l in &logs {
+            handled.extend(l.seen.lock().unwrap().iter().copied());
+            late += l.late.load(Ordering::SeqCst);
+        }
+        let queued = drain(&evd);
+        assert!(
+            exactly_once(posted, &handled, &queued),
+            "{mode:?}: {} handled + {} queued of {posted}",
+            handled.len(),
+            queued.len()
+        );
+        assert_eq!(late, 0, "{mode:?}: handled after remove");
+    }
+}
