@@ -62,6 +62,36 @@ fn drain(evd: &Evd) -> Vec<u64> {
     v.iter().map(sw_value).collect()
 }
 
+/// One round: `evd` attached to `p`, `n` events posted on another thread
+/// while the entry is removed (after a spin that varies with `round`, so
+/// that the producer gets more or less far). Returns whether an event was
+/// lost or repeated, and the handler calls begun after `remove` returned.
+fn remove_racing_posts(p: &Poller, evd: &Evd, n: u64, round: usize) -> (bool, usize) {
+    let log = Arc::new(Log::default());
+    let entry = p.add(evd, log.handler()).unwrap();
+    let go = Arc::new(Barrier::new(2));
+    let producer = {
+        let (evd, go) = (evd.clone(), go.clone());
+        thread::spawn(move || {
+            go.wait();
+            for v in 0..n {
+                evd.post_se(v).unwrap();
+            }
+        })
+    };
+    go.wait();
+    for _ in 0..(round % 50) * 20 {
+        std::hint::spin_loop();
+    }
+    entry.remove(p).unwrap();
+    log.gone.store(true, Ordering::SeqCst);
+    producer.join().unwrap();
+    thread::sleep(Duration::from_micros(200));
+    let handled = log.seen.lock().unwrap().clone();
+    let bad = !exactly_once(n, &handled, &drain(evd));
+    (bad, log.late.load(Ordering::SeqCst))
+}
+
 /// `remove` while a producer posts: what was posted is handled or still
 /// queued, once; no handler call begins after `remove` returned.
 #[test]
@@ -72,33 +102,9 @@ fn remove_racing_posts_loses_and_repeats_nothing() {
         let p = poller(2, 8, mode);
         let (mut bad, mut late) = (0, 0);
         for round in 0..ROUNDS {
-            let evd = sw_evd(256);
-            let log = Arc::new(Log::default());
-            let entry = p.add(&evd, log.handler()).unwrap();
-            let go = Arc::new(Barrier::new(2));
-            let producer = {
-                let (evd, go) = (evd.clone(), go.clone());
-                thread::spawn(move || {
-                    go.wait();
-                    for v in 0..N {
-                        evd.post_se(v).unwrap();
-                    }
-                })
-            };
-            go.wait();
-            // Vary how far the producer got.
-            for _ in 0..(round % 50) * 20 {
-                std::hint::spin_loop();
-            }
-            entry.remove(&p).unwrap();
-            log.gone.store(true, Ordering::SeqCst);
-            producer.join().unwrap();
-            thread::sleep(Duration::from_micros(200));
-            let handled = log.seen.lock().unwrap().clone();
-            if !exactly_once(N, &handled, &drain(&evd)) {
-                bad += 1;
-            }
-            late += log.late.load(Ordering::SeqCst);
+            let (b, l) = remove_racing_posts(&p, &sw_evd(256), N, round);
+            bad += usize::from(b);
+            late += l;
         }
         assert_eq!(
             (bad, late),
@@ -382,31 +388,9 @@ fn remove_racing_posts_on_the_pollers_own_dispatch() {
             .dispatch(p.dispatch())
             .build()
             .unwrap();
-        let log = Arc::new(Log::default());
-        let entry = p.add(&evd, log.handler()).unwrap();
-        let go = Arc::new(Barrier::new(2));
-        let producer = {
-            let (evd, go) = (evd.clone(), go.clone());
-            thread::spawn(move || {
-                go.wait();
-                for v in 0..N {
-                    evd.post_se(v).unwrap();
-                }
-            })
-        };
-        go.wait();
-        for _ in 0..(round % 50) * 20 {
-            std::hint::spin_loop();
-        }
-        entry.remove(&p).unwrap();
-        log.gone.store(true, Ordering::SeqCst);
-        producer.join().unwrap();
-        thread::sleep(Duration::from_micros(200));
-        let handled = log.seen.lock().unwrap().clone();
-        if !exactly_once(N, &handled, &drain(&evd)) {
-            bad += 1;
-        }
-        late += log.late.load(Ordering::SeqCst);
+        let (b, l) = remove_racing_posts(&p, &evd, N, round);
+        bad += usize::from(b);
+        late += l;
         evd.free().unwrap();
     }
     assert_eq!(
