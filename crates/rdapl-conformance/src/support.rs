@@ -85,6 +85,17 @@ pub fn sw_evd(qlen: usize) -> Evd {
     Evd::create(qlen, EvdFlags::SOFTWARE).unwrap()
 }
 
+/// A poller with `threads` threads, `budget` events a run and re-arm
+/// mode `mode`.
+pub fn poller(threads: usize, budget: usize, mode: rdapl::ReEnable) -> rdapl::Poller {
+    rdapl::Poller::new(rdapl::PollerConfig {
+        threads,
+        budget,
+        mode,
+    })
+    .unwrap()
+}
+
 /// The value of a software event.
 pub fn sw_value(ev: &Event) -> u64 {
     match ev {

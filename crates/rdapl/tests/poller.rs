@@ -13,15 +13,6 @@ use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(8);
 
-fn new_poller(threads: usize, budget: usize, mode: ReEnable) -> Poller {
-    Poller::new(PollerConfig {
-        threads,
-        budget,
-        mode,
-    })
-    .unwrap()
-}
-
 /// A handler that records every value and flags overlapping runs.
 #[derive(Default)]
 struct Sink {
@@ -55,7 +46,7 @@ impl Sink {
 fn exactly_once_in_bursts(mode: ReEnable, threads: usize, budget: usize) {
     const BURSTS: u64 = 40;
     const PER_BURST: u64 = 100;
-    let poller = new_poller(threads, budget, mode);
+    let poller = common::poller(threads, budget, mode);
     let evd = sw_evd(256);
     let sink = Arc::new(Sink::default());
     let entry = poller.add(&evd, sink.handler(Duration::ZERO)).unwrap();
@@ -122,7 +113,7 @@ fn exactly_once_across_bursts_on_any() {
 /// a later arrival here (in the burst tests the next burst rescues it).
 fn trickle(mode: ReEnable) {
     const N: usize = 1500;
-    let poller = new_poller(1, 8, mode);
+    let poller = common::poller(1, 8, mode);
     let evd = sw_evd(16);
     let sink = Arc::new(Sink::default());
     let entry = poller.add(&evd, sink.handler(Duration::ZERO)).unwrap();
@@ -162,7 +153,7 @@ fn trickle_of_single_events_strict() {
 
 #[test]
 fn budget_is_respected() {
-    let poller = new_poller(1, 4, ReEnable::OnNew);
+    let poller = common::poller(1, 4, ReEnable::OnNew);
     assert_eq!(poller.config().budget, 4);
     let evd = sw_evd(128);
     for i in 0..100 {
@@ -199,7 +190,7 @@ fn zero_budget_is_refused() {
 
 #[test]
 fn handler_never_runs_concurrently_for_one_evd() {
-    let poller = new_poller(4, 3, ReEnable::OnNew);
+    let poller = common::poller(4, 3, ReEnable::OnNew);
     let evd = sw_evd(512);
     let sink = Arc::new(Sink::default());
     let _entry = poller
@@ -239,7 +230,7 @@ fn handler_never_runs_concurrently_for_one_evd() {
 
 #[test]
 fn flooded_evd_does_not_starve_another() {
-    let poller = new_poller(1, 8, ReEnable::OnNew);
+    let poller = common::poller(1, 8, ReEnable::OnNew);
     let hot = sw_evd(256);
     let cold = sw_evd(64);
     let hot_sink = Arc::new(Sink::default());
@@ -369,7 +360,7 @@ fn remove_waits_for_a_running_handler() {
 
 #[test]
 fn several_evds_on_one_poller_each_exactly_once() {
-    let poller = new_poller(2, 8, ReEnable::Strict);
+    let poller = common::poller(2, 8, ReEnable::Strict);
     let evds: Vec<Evd> = (0..4).map(|_| sw_evd(64)).collect();
     let sinks: Vec<Arc<Sink>> = (0..4).map(|_| Arc::new(Sink::default())).collect();
     let _entries: Vec<_> = evds

@@ -9,20 +9,11 @@
 mod common;
 
 use common::{LIMIT, QUIET, eventually, sw_evd, sw_value, within};
-use rdapl::{Error, Evd, Event, Poller, PollerConfig, ReEnable, UpcallPolicy};
+use rdapl::{Error, Evd, Event, Poller, ReEnable, UpcallPolicy};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
-
-fn poller(threads: usize, budget: usize, mode: ReEnable) -> Poller {
-    Poller::new(PollerConfig {
-        threads,
-        budget,
-        mode,
-    })
-    .unwrap()
-}
 
 /// What a handler saw: the values, and the calls made after its entry's
 /// `remove` returned (`gone` set).
@@ -99,7 +90,7 @@ fn remove_racing_posts_loses_and_repeats_nothing() {
     const ROUNDS: usize = 300;
     const N: u64 = 200;
     for mode in [ReEnable::OnNew, ReEnable::Strict, ReEnable::OnAny] {
-        let p = poller(2, 8, mode);
+        let p = common::poller(2, 8, mode);
         let (mut bad, mut late) = (0, 0);
         for round in 0..ROUNDS {
             let (b, l) = remove_racing_posts(&p, &sw_evd(256), N, round);
@@ -119,8 +110,8 @@ fn remove_racing_posts_loses_and_repeats_nothing() {
 /// entry's removal must not switch the new entry's notifications off.
 #[test]
 fn moving_an_evd_to_another_poller_keeps_it_handled() {
-    let a = poller(1, 8, ReEnable::OnNew);
-    let b = poller(1, 8, ReEnable::OnNew);
+    let a = common::poller(1, 8, ReEnable::OnNew);
+    let b = common::poller(1, 8, ReEnable::OnNew);
     let evd = sw_evd(64);
     let old = Arc::new(Log::default());
     let new = Arc::new(Log::default());
@@ -162,7 +153,7 @@ fn moving_an_evd_to_another_poller_keeps_it_handled() {
 #[test]
 fn handlers_removing_each_other_do_not_deadlock() {
     let results = within(LIMIT * 2, "two handlers removing each other", || {
-        let p = Arc::new(poller(2, 8, ReEnable::OnNew));
+        let p = Arc::new(common::poller(2, 8, ReEnable::OnNew));
         let evds = [sw_evd(8), sw_evd(8)];
         let slots: Arc<[Mutex<Option<rdapl::PollerEntry>>; 2]> =
             Arc::new([Mutex::new(None), Mutex::new(None)]);
@@ -204,7 +195,7 @@ fn handlers_removing_each_other_do_not_deadlock() {
 /// are detached at once, and the handler's own EVD once its run ends.
 #[test]
 fn dropping_the_poller_from_its_own_handler() {
-    let p = poller(2, 8, ReEnable::OnNew);
+    let p = common::poller(2, 8, ReEnable::OnNew);
     let evd = sw_evd(8);
     let other = sw_evd(8);
     let holder: Arc<Mutex<Option<Poller>>> = Arc::new(Mutex::new(None));
@@ -240,7 +231,7 @@ fn dropping_the_poller_from_its_own_handler() {
         evd.query().unwrap()
     );
     evd.post_se(2).unwrap();
-    let q = poller(1, 8, ReEnable::OnNew);
+    let q = common::poller(1, 8, ReEnable::OnNew);
     let log = Arc::new(Log::default());
     let _again = q.add(&evd, log.handler()).unwrap();
     assert!(eventually(LIMIT, || log.count() == 1));
@@ -251,7 +242,7 @@ fn dropping_the_poller_from_its_own_handler() {
 /// handler: nothing hangs or panics, and the entry still detaches.
 #[test]
 fn freeing_an_attached_evd_inside_and_outside_the_handler() {
-    let p = Arc::new(poller(2, 4, ReEnable::OnNew));
+    let p = Arc::new(common::poller(2, 4, ReEnable::OnNew));
     for round in 0..200u64 {
         let evd = sw_evd(64);
         let inside = round % 2 == 0;
@@ -291,7 +282,7 @@ fn dropping_the_poller_while_runs_are_scheduled() {
     let mut bad = 0;
     let mut late = 0;
     for round in 0..100 {
-        let p = poller(2, 4, ReEnable::OnNew);
+        let p = common::poller(2, 4, ReEnable::OnNew);
         let evds: Vec<Evd> = (0..3).map(|_| sw_evd(512)).collect();
         let logs: Vec<Arc<Log>> = (0..3).map(|_| Arc::new(Log::default())).collect();
         let entries: Vec<_> = evds
@@ -342,7 +333,7 @@ fn dropping_the_poller_while_runs_are_scheduled() {
 #[test]
 fn resize_while_attached_keeps_every_event() {
     const N: u64 = 5000;
-    let p = poller(1, 8, ReEnable::OnNew);
+    let p = common::poller(1, 8, ReEnable::OnNew);
     let evd = sw_evd(64);
     let log = Arc::new(Log::default());
     let _entry = p.add(&evd, log.handler()).unwrap();
@@ -381,7 +372,7 @@ fn resize_while_attached_keeps_every_event() {
 fn remove_racing_posts_on_the_pollers_own_dispatch() {
     const ROUNDS: usize = 300;
     const N: u64 = 200;
-    let p = poller(2, 8, ReEnable::OnNew);
+    let p = common::poller(2, 8, ReEnable::OnNew);
     let (mut bad, mut late) = (0, 0);
     for round in 0..ROUNDS {
         let evd = Evd::builder(256, rdapl::EvdFlags::SOFTWARE)
@@ -405,7 +396,7 @@ fn remove_racing_posts_on_the_pollers_own_dispatch() {
 /// goes, and the poller's drop detaches it.
 #[test]
 fn removing_its_own_entry_from_the_handler_is_refused() {
-    let p = Arc::new(poller(1, 8, ReEnable::OnNew));
+    let p = Arc::new(common::poller(1, 8, ReEnable::OnNew));
     let evd = sw_evd(16);
     let slot: Arc<Mutex<Option<rdapl::PollerEntry>>> = Arc::new(Mutex::new(None));
     let refused = Arc::new(Mutex::new(None));
@@ -443,10 +434,10 @@ fn removing_its_own_entry_from_the_handler_is_refused() {
 #[test]
 fn reattaching_while_entry_and_poller_drop_together() {
     const ROUNDS: usize = 400;
-    let q = Arc::new(poller(1, 8, ReEnable::OnNew));
+    let q = Arc::new(common::poller(1, 8, ReEnable::OnNew));
     let mut dead = 0;
     for _ in 0..ROUNDS {
-        let p = poller(1, 8, ReEnable::OnNew);
+        let p = common::poller(1, 8, ReEnable::OnNew);
         let evd = sw_evd(8);
         let entry = p.add(&evd, |_ev: Event| {}).unwrap();
         let go = Arc::new(Barrier::new(3));
@@ -494,7 +485,7 @@ fn reattaching_while_entry_and_poller_drop_together() {
 fn attach_detach_rounds_on_one_evd_racing_a_producer() {
     const ROUNDS: usize = 1500;
     for mode in [ReEnable::OnNew, ReEnable::Strict, ReEnable::OnAny] {
-        let pollers = [poller(2, 4, mode), poller(1, 16, mode)];
+        let pollers = [common::poller(2, 4, mode), common::poller(1, 16, mode)];
         let evd = sw_evd(256);
         let stop = Arc::new(AtomicBool::new(false));
         let count = Arc::new(AtomicU64::new(0));
